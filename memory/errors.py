@@ -1,0 +1,127 @@
+"""The one exception hierarchy of companion-runtime.
+
+It lives in ``memory`` because that is the lowest layer: ``runtime`` and
+``persona`` import it, and nothing here imports them (data flows one way).
+
+::
+
+    CompanionError
+    ├── UsageError                  a mistake by the developer or operator; fix the call or the config
+    │   ├── ConfigurationError      a COMPANION_* setting or DATABASE_URL is missing or invalid
+    │   ├── UnknownModelError       the model name is not known and no override was given
+    │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
+    │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
+    │   ├── PersonaError            a persona file is missing a field or malformed
+    │   └── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
+    └── TurnError                   a failure while a turn runs; the user turn is already stored
+        ├── ModelCallError          the chat model call failed (network, provider, timeout)
+        ├── SummarizationError      a summarizer raised or produced an invalid summary
+        └── StorageError            the database refused or lost a write
+"""
+
+from __future__ import annotations
+
+
+class CompanionError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class UsageError(CompanionError):
+    """A mistake in how the runtime is called or configured; nothing ran."""
+
+
+class ConfigurationError(UsageError):
+    """A setting (environment variable or argument) is missing or invalid.
+
+    Attributes:
+        setting: the environment variable or argument name, e.g. ``COMPANION_BUDGET_RECENT``.
+    """
+
+    def __init__(self, message: str, *, setting: str | None = None) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class UnknownModelError(UsageError):
+    """The model name is unknown to litellm and no context window override was given."""
+
+    def __init__(self, message: str, *, model: str) -> None:
+        super().__init__(message)
+        self.model = model
+
+
+class SchemaError(UsageError):
+    """The database has no schema, or an older one than this code expects."""
+
+
+class EmbeddingDimensionMismatch(UsageError):
+    """The archive table's ``vector(N)`` differs from the embedding model's dimension.
+
+    Attributes:
+        table_dim: N in the table's ``vector(N)`` column.
+        model_dim: the dimension the embedding model produces.
+    """
+
+    def __init__(self, *, table: str, table_dim: int, model_dim: int, model_name: str) -> None:
+        super().__init__(
+            f"The table {table!r} stores vector({table_dim}) embeddings, but the embedding model "
+            f"{model_name!r} produces {model_dim} dimensions. Use an embedding model with "
+            f"{table_dim} dimensions (COMPANION_EMBEDDING_MODEL), or start from a new database "
+            f"migrated with the new model."
+        )
+        self.table = table
+        self.table_dim = table_dim
+        self.model_dim = model_dim
+        self.model_name = model_name
+
+
+class PersonaError(UsageError):
+    """A persona file is missing, unreadable, or lacks a required field.
+
+    Attributes:
+        path: the file that was read.
+        field: the field that is missing or wrong, when one is to blame.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, field: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.field = field
+
+
+class InvalidMessageError(UsageError):
+    """A message cannot be stored as given. Nothing was stored.
+
+    Attributes:
+        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_large``, ``empty``, ``bad_role``.
+        position: character (or byte, for ``invalid_utf8`` bytes input) offset of the problem, if any.
+    """
+
+    def __init__(self, message: str, *, reason: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.position = position
+
+
+class TurnError(CompanionError):
+    """A failure while a turn runs. The user turn was stored before it happened.
+
+    Attributes:
+        session_id: the session whose turn failed.
+    """
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class ModelCallError(TurnError):
+    """The chat model could not produce a reply."""
+
+
+class SummarizationError(TurnError):
+    """A summarizer raised, timed out, or produced a summary that failed validation."""
+
+
+class StorageError(TurnError):
+    """The database refused a write or could not be reached."""

