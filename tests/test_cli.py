@@ -1,0 +1,50 @@
+"""The `companion` command as a user runs it: a subprocess on a real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import SAMPLE
+
+
+def _run(args, env, timeout=300):
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_db_upgrade_then_replay_reports_compaction_recall_and_no_overflow(empty_db_url, tmp_path):
+    env = {**os.environ, "DATABASE_URL": empty_db_url}
+    upgrade = _run(["db", "upgrade", "--embedding-dim", "384"], env)
+    assert upgrade.returncode == 0, upgrade.stderr
+    assert "revision 0001" in upgrade.stdout
+
+    report_path = tmp_path / "report.json"
+    result = _run(["replay", str(SAMPLE), "--window", "1024", "--report", str(report_path)], env)
+    assert result.returncode == 0, result.stderr
+    assert "evidence recall" in result.stdout and "overflows" in result.stdout
+    report = json.loads(report_path.read_text())
+    conv = report["conversations"][0]
+    assert report["window"] == 1024
+    assert conv["turns"] == 41 and conv["sessions"] == 4
+    assert conv["overflows"] == 0
+    assert conv["compactions"] >= 1 and conv["archived_segments"] >= 1
+    assert conv["largest_context"] <= 1024
+    assert conv["evidence_total"]["all"] > 0
+
+
+def test_replay_of_unknown_conversation_is_a_clear_error(empty_db_url):
+    env = {**os.environ, "DATABASE_URL": empty_db_url}
+    result = _run(["replay", str(SAMPLE), "--conversation", "conv-99"], env)
+    assert result.returncode == 2
+    assert "conv-99" in result.stderr and "sample-ana" in result.stderr
+
+
+def test_replay_on_unmigrated_database_says_to_run_db_upgrade(empty_db_url):
+    env = {**os.environ, "DATABASE_URL": empty_db_url}
+    result = _run(["replay", str(SAMPLE)], env)
+    assert result.returncode == 2
+    assert "companion db upgrade" in result.stderr

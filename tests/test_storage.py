@@ -1,0 +1,55 @@
+"""Schema, migrations and the embedding-dimension check on the real embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from memory.database import check_dimension, current_revision, head_revision, make_engine, require_schema, upgrade
+from memory.errors import EmbeddingDimensionMismatch, SchemaError
+from runtime.bootstrap import Database, open_engine
+from runtime.config import Settings
+
+
+def test_migration_from_empty_database_creates_tables_extension_and_indexes(empty_db_url):
+    engine = make_engine(empty_db_url)
+    assert current_revision(engine) is None
+    with pytest.raises(SchemaError, match="companion db upgrade"):
+        require_schema(engine)
+
+    upgrade(engine, embedding_dim=384)
+
+    assert current_revision(engine) == head_revision()
+    require_schema(engine)
+    with engine.connect() as conn:
+        tables = {r[0] for r in conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))}
+        assert {"users", "sessions", "turns", "summaries", "archived_segments", "compaction_state"} <= tables
+        assert conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+        indexes = {
+            r.indexname: r.indexdef
+            for r in conn.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'archived_segments'"))
+        }
+    assert "hnsw" in indexes["ix_archived_segments_embedding_hnsw"]
+    assert "vector_cosine_ops" in indexes["ix_archived_segments_embedding_hnsw"]
+    assert "(user_id)" in indexes["ix_archived_segments_user_id"]
+    upgrade(engine, embedding_dim=384)  # idempotent
+    engine.dispose()
+
+
+def test_engine_refuses_to_start_when_table_dimension_differs_from_model(empty_db_url, embedder):
+    engine = make_engine(empty_db_url)
+    upgrade(engine, embedding_dim=768)
+    with pytest.raises(EmbeddingDimensionMismatch) as info:
+        open_engine(Settings(database_url=empty_db_url), embedder=embedder, database=Database(empty_db_url, engine, embedded=False))
+    message = str(info.value)
+    assert "768" in message and "384" in message
+    assert info.value.table_dim == 768 and info.value.model_dim == 384
+    check_dimension(engine, model_dim=768, model_name="other")  # the matching dimension passes
+    engine.dispose()
+
+
+def test_open_engine_on_unmigrated_database_says_to_run_upgrade(empty_db_url, embedder):
+    engine = make_engine(empty_db_url)
+    with pytest.raises(SchemaError, match="companion db upgrade"):
+        open_engine(Settings(database_url=empty_db_url), embedder=embedder, database=Database(empty_db_url, engine, embedded=False))
+    engine.dispose()
