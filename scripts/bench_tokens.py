@@ -43,7 +43,7 @@ import string
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
@@ -332,3 +332,171 @@ def load_corpora(data: Path, seed: int) -> dict[str, list[str]]:
         "python-code": generate_python_code(seed),
         "emoji-chat": generate_emoji_chat(seed),
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Reference tokenizers (straight from tiktoken / tokenizers, not through runtime.tokens)
+# ---------------------------------------------------------------------------------------------
+
+
+def reference_counters() -> dict[str, Callable[[Sequence[str]], list[int]]]:
+    """Batch counters giving the actual tokens per text for each tokenizer family."""
+    import os
+
+    import tiktoken
+    from tokenizers import Tokenizer
+
+    folder = Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    deepseek = Tokenizer.from_file(str(folder / "deepseek_tokenizer.json"))
+    cl100k = tiktoken.get_encoding("cl100k_base")
+    o200k = tiktoken.get_encoding("o200k_base")
+    return {
+        "cl100k": lambda texts: [len(ids) for ids in cl100k.encode_ordinary_batch(list(texts))],
+        "o200k": lambda texts: [len(ids) for ids in o200k.encode_ordinary_batch(list(texts))],
+        "deepseek": lambda texts: [len(e.ids) for e in deepseek.encode_batch(list(texts), add_special_tokens=False)],
+    }
+
+
+def naive_counters() -> dict[str, Callable[[str], int]]:
+    """The three naive rules the estimator is compared with."""
+    first = FirstEstimator()
+    han = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]")
+
+    def han_18_other_03(text: str) -> int:
+        h = len(han.findall(text))
+        return math.ceil(1.8 * h + 0.3 * (len(text) - h))
+
+    return {
+        "chars/4": lambda text: math.ceil(len(text) / 4),
+        "first": first.count_text,
+        "1.8han/0.3": han_18_other_03,
+    }
+
+
+def score(estimates: Sequence[int], actual: Sequence[int]) -> tuple[float, float]:
+    """(share of texts with estimate < actual, in percent; sum of estimates / sum of actual)."""
+    under = sum(1 for e, a in zip(estimates, actual) if e < a)
+    return 100.0 * under / len(actual), sum(estimates) / max(1, sum(actual))
+
+
+def throughput(counters: Mapping[str, Callable[[str], int]], texts: Sequence[str], repeat: int) -> dict[str, float]:
+    """MB/s (UTF-8 bytes) of each counter over ``texts``: best of ``repeat`` rounds, counters interleaved
+    within each round so that machine load affects them alike."""
+    size = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    best = {label: math.inf for label in counters}
+    for count in counters.values():
+        count(texts[0])
+    for _ in range(repeat):
+        for label, count in counters.items():
+            start = time.perf_counter()
+            for text in texts:
+                count(text)
+            best[label] = min(best[label], time.perf_counter() - start)
+    return {label: size / seconds for label, seconds in best.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Main
+# ---------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder with memorybank_cn/ and locomo_dev7.json")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="seed of the generated corpora")
+    parser.add_argument("--repeat", type=int, default=3, help="throughput runs (best is kept)")
+    args = parser.parse_args(argv)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=150)
+    corpora = load_corpora(args.data, args.seed)
+    refs = reference_counters()
+    actual = {fam: {name: refs[fam](texts) for name, texts in corpora.items()} for fam in FAMILY_MODELS}
+    maximum = {name: [max(v) for v in zip(*(actual[f][name] for f in FAMILY_MODELS))] for name in corpora}
+
+    estimator = counter_for(None)
+    exact = {fam: counter_for(model) for fam, model in FAMILY_MODELS.items()}
+    naive = naive_counters()
+    est_counts = {name: [estimator.count_text(t) for t in texts] for name, texts in corpora.items()}
+    naive_counts = {label: {name: [f(t) for t in texts] for name, texts in corpora.items()} for label, f in naive.items()}
+
+    results: dict[str, object] = {"corpora": {n: len(t) for n, t in corpora.items()}, "accuracy": {}, "throughput": {}, "targets": []}
+    accuracy: dict[str, dict[str, dict[str, list[float]]]] = results["accuracy"]  # type: ignore[assignment]
+
+    table = Table(title="Token accounting: undercount % of messages / sum ratio estimate÷actual (text only, no framing)")
+    table.add_column("tokenizer")
+    table.add_column("counter")
+    for name, texts in corpora.items():
+        table.add_column(f"{name}\n({len(texts)} msgs)", justify="right")
+    for fam in [*FAMILY_MODELS, "max"]:
+        truth = maximum if fam == "max" else actual[fam]
+        rows: dict[str, dict[str, list[int]]] = {}
+        if fam != "max":
+            rows[f"(a) exact {exact[fam].name}"] = {n: [exact[fam].count_text(t) for t in texts] for n, texts in corpora.items()}
+        rows["(b) estimator"] = est_counts
+        for label in naive:
+            rows[f"(c) {label}"] = naive_counts[label]
+        accuracy[fam] = {}
+        for label, counts in rows.items():
+            cells = []
+            accuracy[fam][label] = {}
+            for name in corpora:
+                under, ratio = score(counts[name], truth[name])
+                accuracy[fam][label][name] = [round(under, 3), round(ratio, 4)]
+                cells.append(f"{under:5.2f}% / {ratio:.3f}")
+            table.add_row(fam if label.startswith(("(a)", "(b)")) and (fam == "max" or label.startswith("(a)")) else "", label, *cells)
+        table.add_section()
+    console.print(table)
+
+    # Throughput on all texts of all corpora, in the same run.
+    import litellm
+
+    all_texts = [t for texts in corpora.values() for t in texts]
+    speed = Table(title=f"Throughput, MB/s of UTF-8 text ({len(all_texts)} texts, {sum(len(t.encode()) for t in all_texts) / 1e6:.2f} MB, best of {args.repeat})")
+    for col in ("tokenizer", "litellm.token_counter", "(a) exact", "(b) estimator", "(a)/litellm", "(b)/litellm"):
+        speed.add_column(col, justify="right")
+    throughput_results: dict[str, dict[str, float]] = results["throughput"]  # type: ignore[assignment]
+    for fam, model in FAMILY_MODELS.items():
+        measured = throughput(
+            {
+                "litellm": lambda t, m=model: litellm.token_counter(model=m, text=t),
+                "exact": exact[fam].count_text,
+                "estimator": estimator.count_text,
+            },
+            all_texts,
+            args.repeat,
+        )
+        lit, ex, est_speed = measured["litellm"], measured["exact"], measured["estimator"]
+        throughput_results[fam] = {"litellm": round(lit, 3), "exact": round(ex, 3), "estimator": round(est_speed, 3)}
+        speed.add_row(fam, f"{lit:.2f}", f"{ex:.2f}", f"{est_speed:.2f}", f"{ex / lit:.2f}x", f"{est_speed / lit:.2f}x")
+    console.print(speed)
+
+    # Targets.
+    targets: list[tuple[str, bool]] = []
+    for fam in FAMILY_MODELS:
+        label = f"(a) exact {exact[fam].name}"
+        for name in corpora:
+            under, ratio = accuracy[fam][label][name]
+            targets.append((f"(a) {fam:8s} {name:13s}: undercount {under:.2f}% == 0, ratio {ratio:.3f} <= 1.05", under == 0 and ratio <= 1.05))
+    for name in corpora:
+        under, ratio = accuracy["max"]["(b) estimator"][name]
+        targets.append((f"(b) vs max   {name:13s}: undercount {under:.3f}% <= 0.1%, ratio {ratio:.3f} <= 1.3", under <= 0.1 and ratio <= 1.3))
+    for fam, t in throughput_results.items():
+        targets.append((f"(b) speed {fam:8s}: {t['estimator']:.2f} MB/s >= 2 x litellm {t['litellm']:.2f}", t["estimator"] >= 2 * t["litellm"]))
+        targets.append((f"(a) speed {fam:8s}: {t['exact']:.2f} MB/s >= litellm {t['litellm']:.2f}", t["exact"] >= t["litellm"]))
+    console.print("[bold]Targets[/bold]")
+    for text, ok in targets:
+        console.print(f"  {'PASS' if ok else 'FAIL'}  {text}", markup=False, highlight=False)
+    results["targets"] = [{"target": text, "pass": ok} for text, ok in targets]
+    passed = all(ok for _, ok in targets)
+    console.print(f"{'ALL TARGETS MET' if passed else 'SOME TARGETS MISSED'}", markup=False)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, ensure_ascii=False), encoding="utf-8")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

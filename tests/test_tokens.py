@@ -1,0 +1,321 @@
+"""Token accounting: exact counters match their tokenizers, the estimator never undercounts, requests count fully."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+import runtime  # noqa: F401  (offline defaults for litellm / tiktoken before they are imported)
+from memory.errors import ConfigurationError
+from runtime.tokens import (
+    MESSAGE_FRAMING,
+    REPLY_PRIMING,
+    FirstEstimator,
+    anthropic_image_tokens,
+    counter_for,
+    openai_image_tokens,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHINESE_PARAGRAPH = "今天下午我和朋友去了西湖边散步，湖面上有几只白鹭在低飞。我们聊起了小时候的梦想，她说想当一名画家，我想去远方旅行看一看。"
+
+WEATHER_RESULT = {
+    "location": {"city": "杭州", "country": "CN", "lat": 30.2741, "lon": 120.1551},
+    "current": {"temp_c": 21.5, "feels_like_c": 20.9, "humidity": 68, "condition": "多云转晴 ☁️→☀️", "wind_kph": 11.2},
+    "forecast": [
+        {"date": "2024-06-01", "max_c": 26.1, "min_c": 18.4, "chance_of_rain": 0.35, "summary": "Light showers in the afternoon"},
+        {"date": "2024-06-02", "max_c": 28.0, "min_c": 19.7, "chance_of_rain": 0.05, "summary": "Sunny, café terraces open"},
+    ],
+    "request_id": "7f3c2a9e-41b8-4d0e-9a65-0c2f5e8d1b77",
+    "cached": False,
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizers_by_name():
+    """Reference counts straight from each bundled tokenizer (not through runtime.tokens)."""
+    import tiktoken
+    from tokenizers import Tokenizer
+
+    folder = Path(os.environ["TIKTOKEN_CACHE_DIR"])
+    deepseek = Tokenizer.from_file(str(folder / "deepseek_tokenizer.json"))
+    anthropic = Tokenizer.from_file(str(folder / "anthropic_tokenizer.json"))
+    cl100k = tiktoken.get_encoding("cl100k_base")
+    o200k = tiktoken.get_encoding("o200k_base")
+    return {
+        "cl100k_base": lambda text: len(cl100k.encode_ordinary(text)),
+        "o200k_base": lambda text: len(o200k.encode_ordinary(text)),
+        "deepseek": lambda text: len(deepseek.encode(text, add_special_tokens=False).ids),
+        "anthropic": lambda text: len(anthropic.encode(text, add_special_tokens=False).ids),
+    }
+
+
+TOKENIZER_NAMES = ["cl100k_base", "o200k_base", "deepseek", "anthropic"]
+
+
+def _png(width: int, height: int) -> str:
+    """A data URL of a tiny valid PNG header declaring ``width`` x ``height`` pixels."""
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
+    return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
+
+
+# --- the estimator never undercounts ---------------------------------------------------------
+
+
+def test_chinese_paragraph_is_sixty_characters():
+    assert len(CHINESE_PARAGRAPH) == 60
+
+
+@pytest.mark.parametrize("tokenizer", [pytest.param(name, id=name) for name in TOKENIZER_NAMES])
+def test_estimator_does_not_undercount_chinese_paragraph(tokenizers_by_name, tokenizer):
+    estimate = counter_for(None).count_text(CHINESE_PARAGRAPH)
+    assert estimate >= tokenizers_by_name[tokenizer](CHINESE_PARAGRAPH)
+
+
+@pytest.mark.parametrize("tokenizer", [pytest.param(name, id=name) for name in TOKENIZER_NAMES])
+@pytest.mark.parametrize(
+    "serialise",
+    [
+        pytest.param(lambda v: json.dumps(v, ensure_ascii=False), id="unicode"),
+        pytest.param(lambda v: json.dumps(v, ensure_ascii=True), id="ascii-escaped"),
+        pytest.param(lambda v: json.dumps(v, ensure_ascii=False, indent=2), id="indented"),
+    ],
+)
+def test_estimator_does_not_undercount_json_tool_result(tokenizers_by_name, tokenizer, serialise):
+    text = serialise(WEATHER_RESULT)
+    assert counter_for(None).count_text(text) >= tokenizers_by_name[tokenizer](text)
+
+
+def test_first_estimator_undercounts_chinese_on_cl100k(tokenizers_by_name):
+    """The baseline the issue replaces: one token per Han character is too few for cl100k_base."""
+    assert FirstEstimator().count_text(CHINESE_PARAGRAPH) < tokenizers_by_name["cl100k_base"](CHINESE_PARAGRAPH)
+
+
+@pytest.mark.parametrize("text", [pytest.param("a", id="one-letter"), pytest.param("😀", id="emoji"), pytest.param(" ", id="space")])
+def test_estimator_counts_any_nonempty_text_as_at_least_one_token(text):
+    assert counter_for(None).count_text(text) >= 1
+
+
+def test_estimator_counts_empty_text_as_zero():
+    assert counter_for(None).count_text("") == 0
+
+
+# --- exact counters ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "encoding"),
+    [pytest.param("gpt-4o", "o200k_base", id="gpt-4o"), pytest.param("gpt-4", "cl100k_base", id="gpt-4")],
+)
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("Hello there! How was your weekend?", id="english"),
+        pytest.param(CHINESE_PARAGRAPH, id="chinese"),
+        pytest.param(json.dumps(WEATHER_RESULT, ensure_ascii=False), id="json"),
+        pytest.param("def f(x):\n    return x ** 2  # square\n", id="code"),
+        pytest.param("special <|endoftext|> text 👨‍👩‍👧‍👦", id="special-token-and-zwj"),
+    ],
+)
+def test_exact_counter_equals_tiktoken(model, encoding, text):
+    import tiktoken
+
+    assert counter_for(model).count_text(text) == len(tiktoken.get_encoding(encoding).encode_ordinary(text))
+
+
+def test_deepseek_counter_equals_bundled_tokenizer(tokenizers_by_name):
+    assert counter_for("deepseek/deepseek-chat").count_text(CHINESE_PARAGRAPH) == tokenizers_by_name["deepseek"](CHINESE_PARAGRAPH)
+
+
+def test_exact_message_count_includes_at_least_cookbook_framing():
+    """OpenAI Cookbook: 3 per message + role + content, and 3 to prime the reply."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("o200k_base")
+    messages = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi!"}]
+    cookbook = sum(3 + len(enc.encode(m["role"])) + len(enc.encode(m["content"])) for m in messages) + 3
+    assert counter_for("gpt-4o").count_messages(messages) >= cookbook
+
+
+# --- choosing the counter ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("model", "name"),
+    [
+        pytest.param("gpt-4o", "tiktoken:o200k_base", id="gpt-4o"),
+        pytest.param("gpt-4o-mini", "tiktoken:o200k_base", id="gpt-4o-mini"),
+        pytest.param("gpt-4.1", "tiktoken:o200k_base", id="gpt-4.1"),
+        pytest.param("o3-mini", "tiktoken:o200k_base", id="o-series"),
+        pytest.param("azure/gpt-4o", "tiktoken:o200k_base", id="azure-gpt-4o"),
+        pytest.param("gpt-4", "tiktoken:cl100k_base", id="gpt-4"),
+        pytest.param("gpt-3.5-turbo", "tiktoken:cl100k_base", id="gpt-3.5-turbo"),
+        pytest.param("deepseek/deepseek-chat", "tokenizers:deepseek", id="deepseek-chat"),
+        pytest.param("deepseek/deepseek-reasoner", "tokenizers:deepseek", id="deepseek-reasoner"),
+        pytest.param("totally-unknown-model-xyz", "estimator", id="unknown"),
+        pytest.param("claude-sonnet-4-20250514", "estimator", id="known-but-not-bundled"),
+        pytest.param(None, "estimator", id="none"),
+    ],
+)
+def test_counter_for_picks_tokenizer_from_litellm_model_name(model, name):
+    assert counter_for(model).name == name
+
+
+def test_importing_tokens_does_not_load_tokenizer_libraries():
+    code = "import sys, runtime.tokens; print(any(m in sys.modules for m in ('litellm', 'tiktoken', 'tokenizers')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# --- content parts ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="exact")])
+def test_unknown_content_part_type_raises_naming_the_type(model):
+    message = {"role": "user", "content": [{"type": "hologram", "data": "..."}]}
+    with pytest.raises(ConfigurationError, match="hologram"):
+        counter_for(model).count_message(message)
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="exact")])
+def test_non_text_message_content_raises(model):
+    with pytest.raises(ConfigurationError):
+        counter_for(model).count_message({"role": "user", "content": 42})
+
+
+def _image_cost(counter, part) -> int:
+    text_only = {"role": "user", "content": [{"type": "text", "text": "Look:"}]}
+    with_image = {"role": "user", "content": [{"type": "text", "text": "Look:"}, part]}
+    return counter.count_message(with_image) - counter.count_message(text_only)
+
+
+@pytest.mark.parametrize(
+    ("width", "height", "tokens"),
+    [
+        pytest.param(1024, 1024, 765, id="1024x1024-4-tiles"),
+        pytest.param(2048, 4096, 1105, id="2048x4096-6-tiles"),
+        pytest.param(512, 512, 255, id="512x512-1-tile"),
+    ],
+)
+def test_openai_tile_rule_matches_published_examples(width, height, tokens):
+    assert openai_image_tokens(width, height) == tokens
+
+
+def test_image_with_known_size_uses_openai_tile_rule_on_gpt_4o():
+    part = {"type": "image_url", "image_url": {"url": _png(1024, 1024)}}
+    assert _image_cost(counter_for("gpt-4o"), part) == openai_image_tokens(1024, 1024) == 765
+
+
+def test_image_with_low_detail_costs_85_on_gpt_4o():
+    part = {"type": "image_url", "image_url": {"url": _png(4000, 3000), "detail": "low"}}
+    assert _image_cost(counter_for("gpt-4o"), part) == 85
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        pytest.param({"type": "image_url", "image_url": {"url": _png(1024, 1024)}}, id="openai-data-url"),
+        pytest.param({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _png(1024, 1024).split(",")[1]}}, id="anthropic-base64"),
+        pytest.param({"type": "input_image", "image_url": "https://example.com/a.png", "width": 1024, "height": 1024}, id="explicit-size"),
+    ],
+)
+def test_estimator_prices_known_size_image_by_the_larger_provider_rule(part):
+    expected = max(openai_image_tokens(1024, 1024), anthropic_image_tokens(1024, 1024))
+    assert expected == anthropic_image_tokens(1024, 1024) == 1399
+    assert _image_cost(counter_for(None), part) == expected
+
+
+def test_image_of_unknown_size_gets_a_fixed_nonzero_cost():
+    part = {"type": "image_url", "image_url": {"url": "https://example.com/cat.jpg"}}
+    assert _image_cost(counter_for(None), part) >= openai_image_tokens(768, 2048)
+
+
+def test_pdf_document_is_priced_per_page():
+    pdf = b"%PDF-1.4\n1 0 obj << /Type /Pages /Count 2 >>\n2 0 obj << /Type /Page >>\n3 0 obj << /Type /Page >>\n"
+    one_page = pdf.replace(b"3 0 obj << /Type /Page >>\n", b"")
+    counter = counter_for(None)
+
+    def cost(data: bytes) -> int:
+        part = {"type": "file", "file": {"file_data": "data:application/pdf;base64," + base64.b64encode(data).decode()}}
+        return _image_cost(counter, part)
+
+    assert cost(pdf) > cost(one_page) > 0
+
+
+# --- tool calls, tool results, tool schemas ---------------------------------------------------
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Current weather and a two-day forecast for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def _call(arguments: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}],
+    }
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k"), pytest.param("deepseek/deepseek-chat", id="deepseek")])
+def test_tool_call_counts_name_and_arguments(model):
+    counter = counter_for(model)
+    short = counter.count_message(_call('{"city":"Paris"}'))
+    long = counter.count_message(_call('{"city":"Paris","units":"metric","days":2}'))
+    bare = counter.count_message({"role": "assistant", "content": None})
+    assert bare < short < long
+    assert short - bare >= counter.count_text("get_weather") + counter.count_text('{"city":"Paris"}')
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k")])
+def test_tool_result_counts_its_content(model):
+    counter = counter_for(model)
+    result = json.dumps(WEATHER_RESULT, ensure_ascii=False)
+    message = {"role": "tool", "tool_call_id": "call_1", "content": result}
+    assert counter.count_message(message) >= MESSAGE_FRAMING + counter.count_text(result)
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k"), pytest.param("gpt-4", id="cl100k")])
+def test_adding_a_tool_schema_increases_request_count(model):
+    counter = counter_for(model)
+    messages = [{"role": "system", "content": "You are a companion."}, {"role": "user", "content": "Weather in Paris?"}]
+    without = counter.count_messages(messages)
+    with_tool = counter.count_messages(messages, tools=[TOOL])
+    assert with_tool > without
+    assert with_tool - without >= counter.count_text(json.dumps(TOOL, separators=(",", ":")))
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k")])
+def test_request_count_is_sum_of_messages_plus_reply_priming(model):
+    counter = counter_for(model)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "你好", "name": "mei"}]
+    assert counter.count_messages(messages) == sum(counter.count_message(m) for m in messages) + REPLY_PRIMING
+
+
+@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k")])
+def test_request_count_is_at_least_litellm_token_counter(model):
+    import litellm
+
+    messages = [
+        {"role": "system", "content": "You are a warm companion."},
+        {"role": "user", "content": CHINESE_PARAGRAPH},
+        _call('{"city":"杭州"}'),
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(WEATHER_RESULT, ensure_ascii=False)},
+    ]
+    reference = litellm.token_counter(model=model or "gpt-4o", messages=messages, tools=[TOOL])
+    assert counter_for(model).count_messages(messages, tools=[TOOL]) >= reference
