@@ -17,6 +17,7 @@ from typing import Sequence
 
 import structlog
 
+from memory.archive import build_segments
 from memory.embeddings import Embedder
 from memory.store import NewSegment, Store
 from memory.tables import Turn, TurnState
@@ -80,11 +81,6 @@ def plan_rollout(
     return out
 
 
-def segment_text(group: Sequence[Turn], assistant_name: str) -> str:
-    """Verbatim text of an exchange, one ``Speaker: text`` line per turn."""
-    return "\n".join(f"{'User' if t.role == 'user' else assistant_name}: {t.content}" for t in group)
-
-
 class Compactor:
     """Runs compaction for one session at a time, under the breaker rules."""
 
@@ -138,18 +134,18 @@ class Compactor:
                 raise ValueError(f"summary of {draft.tokens} tokens does not fit its cap of {summary_cap}")
         except Exception as exc:  # any summarizer failure is counted by the breaker, never swallowed
             return self._failed(session_id, f"{type(exc).__name__}: {exc}")
-        texts = [segment_text(g, assistant_name) for g in groups]
-        vectors = self.embedder.embed(texts)
+        drafts = build_segments(groups, assistant_name=assistant_name)
+        vectors = self.embedder.embed([d.key for d in drafts])
         segments = [
             NewSegment(
-                first_seq=g[0].seq,
-                last_seq=g[-1].seq,
-                content=text,
-                tokens=self.counter.count_text(text),
-                session_date=g[0].created_at,
+                first_seq=d.first_seq,
+                last_seq=d.last_seq,
+                content=d.content,
+                tokens=self.counter.count_text(d.content),
+                session_date=d.session_date,
                 embedding=vec,
             )
-            for g, text, vec in zip(groups, texts, vectors)
+            for d, vec in zip(drafts, vectors)
         ]
         first_seq = min([rolled[0].seq, *[i["seq"] for i in prev_items]])
         self.store.commit_compaction(
