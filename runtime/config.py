@@ -52,6 +52,12 @@ class Settings:
     """``COMPANION_API_BASE``: base URL of an OpenAI-compatible server, if not the provider's."""
     context_window: int | None = None
     """``COMPANION_CONTEXT_WINDOW``: the model's context window in tokens. Budgets scale to it."""
+    model_timeout: float = 60.0
+    """``COMPANION_MODEL_TIMEOUT``: seconds to wait for one reply request (for a stream: between chunks)."""
+    model_retries: int = 3
+    """``COMPANION_MODEL_RETRIES``: retries after a rate limit, 5xx, timeout or lost connection (0: none)."""
+    model_retry_seconds: float = 30.0
+    """``COMPANION_MODEL_RETRY_SECONDS``: no retry starts later than this many seconds after the first request."""
     budgets: Budgets = field(default_factory=Budgets)
     """``COMPANION_BUDGET_{PERSONA,MEMORY,RETRIEVAL,SUMMARY,RECENT}`` and ``COMPANION_REPLY_RESERVE``, tokens."""
     keep_exchanges: int = 2
@@ -60,10 +66,24 @@ class Settings:
     """``COMPANION_COMPACTION_TARGET``: after compaction, ``recent`` holds at most this share of its cap."""
     breaker_threshold: int = 3
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
+    breaker_cooldown: float | None = None
+    """``COMPANION_BREAKER_COOLDOWN``: seconds after which an open breaker allows one half-open
+    summarization attempt; ``None`` (unset or 0) keeps it open until ``companion breaker reset``."""
+    summarizer: str = "extractive"
+    """``COMPANION_SUMMARIZER``: ``extractive`` (model-free) or ``model`` (litellm, ``summary_model``)."""
+    summary_model: str | None = None
+    """``COMPANION_SUMMARY_MODEL``: litellm model string for summaries; ``None`` uses ``model``."""
+    summary_timeout: float = 60.0
+    """``COMPANION_SUMMARY_TIMEOUT``: seconds to wait for one summary; a timeout counts as a failure."""
     embedding_model: str = BUNDLED_EMBEDDING_MODEL
     """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
     recall_candidates: int = 20
     """``COMPANION_RECALL_CANDIDATES``: segments fetched from pgvector before the memory budget is filled."""
+    recall_pool: int = 200
+    """``COMPANION_RECALL_POOL``: candidates each recall ranker (vector, full text) hands to rank fusion."""
+    recall_neighbours: int = 2
+    """``COMPANION_RECALL_NEIGHBOURS``: turns before and after each of the best recalled hits
+    (``memory.recall.EXPAND_HITS``, 5) added with it, memory budget permitting (0: none)."""
     max_message_chars: int = 100_000
     """``COMPANION_MAX_MESSAGE_CHARS``: the longest message accepted, in characters."""
     persona_file: Path | None = None
@@ -103,7 +123,7 @@ class Settings:
             ("recent", "COMPANION_BUDGET_RECENT"),
             ("reply_reserve", "COMPANION_REPLY_RESERVE"),
         ):
-            if var in env:
+            if env.get(var, "").strip():
                 budget_values[name] = _int(env, var, minimum=0)
         try:
             budgets = Budgets.create(**budget_values)
@@ -118,19 +138,43 @@ class Settings:
             values["model"] = env["COMPANION_MODEL"]
         if env.get("COMPANION_API_BASE"):
             values["api_base"] = env["COMPANION_API_BASE"]
-        if "COMPANION_CONTEXT_WINDOW" in env:
+        if env.get("COMPANION_CONTEXT_WINDOW", "").strip():
             values["context_window"] = _int(env, "COMPANION_CONTEXT_WINDOW", minimum=256)
-        if "COMPANION_KEEP_EXCHANGES" in env:
+        if "COMPANION_MODEL_TIMEOUT" in env:
+            values["model_timeout"] = _float(env, "COMPANION_MODEL_TIMEOUT", 0.1, 3600.0)
+        if "COMPANION_MODEL_RETRIES" in env:
+            values["model_retries"] = _int(env, "COMPANION_MODEL_RETRIES", minimum=0)
+        if "COMPANION_MODEL_RETRY_SECONDS" in env:
+            values["model_retry_seconds"] = _float(env, "COMPANION_MODEL_RETRY_SECONDS", 0.0, 3600.0)
+        if env.get("COMPANION_KEEP_EXCHANGES", "").strip():
             values["keep_exchanges"] = _int(env, "COMPANION_KEEP_EXCHANGES", minimum=0)
-        if "COMPANION_COMPACTION_TARGET" in env:
+        if env.get("COMPANION_COMPACTION_TARGET", "").strip():
             values["compaction_target"] = _float(env, "COMPANION_COMPACTION_TARGET", 0.1, 1.0)
-        if "COMPANION_BREAKER_THRESHOLD" in env:
+        if env.get("COMPANION_BREAKER_THRESHOLD", "").strip():
             values["breaker_threshold"] = _int(env, "COMPANION_BREAKER_THRESHOLD", minimum=1)
+        if "COMPANION_BREAKER_COOLDOWN" in env:
+            cooldown = _float(env, "COMPANION_BREAKER_COOLDOWN", 0.0, 365 * 86400.0)
+            values["breaker_cooldown"] = cooldown or None
+        if env.get("COMPANION_SUMMARIZER"):
+            kind = env["COMPANION_SUMMARIZER"].lower()
+            if kind not in ("extractive", "model"):
+                raise ConfigurationError(
+                    f"COMPANION_SUMMARIZER must be extractive or model, got {kind!r}.", setting="COMPANION_SUMMARIZER"
+                )
+            values["summarizer"] = kind
+        if env.get("COMPANION_SUMMARY_MODEL"):
+            values["summary_model"] = env["COMPANION_SUMMARY_MODEL"]
+        if "COMPANION_SUMMARY_TIMEOUT" in env:
+            values["summary_timeout"] = _float(env, "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0)
         if env.get("COMPANION_EMBEDDING_MODEL"):
             values["embedding_model"] = env["COMPANION_EMBEDDING_MODEL"]
-        if "COMPANION_RECALL_CANDIDATES" in env:
+        if env.get("COMPANION_RECALL_CANDIDATES", "").strip():
             values["recall_candidates"] = _int(env, "COMPANION_RECALL_CANDIDATES", minimum=1)
-        if "COMPANION_MAX_MESSAGE_CHARS" in env:
+        if "COMPANION_RECALL_POOL" in env:
+            values["recall_pool"] = _int(env, "COMPANION_RECALL_POOL", minimum=1)
+        if "COMPANION_RECALL_NEIGHBOURS" in env:
+            values["recall_neighbours"] = _int(env, "COMPANION_RECALL_NEIGHBOURS", minimum=0)
+        if env.get("COMPANION_MAX_MESSAGE_CHARS", "").strip():
             values["max_message_chars"] = _int(env, "COMPANION_MAX_MESSAGE_CHARS", minimum=1)
         if env.get("COMPANION_PERSONA"):
             values["persona_file"] = Path(env["COMPANION_PERSONA"]).expanduser()

@@ -15,6 +15,7 @@ never exceeds the window.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -24,7 +25,9 @@ from memory.tables import Summary, Turn
 from persona import Persona
 from prompts import render
 from runtime.budgets import SOURCES, Budgets
+from runtime.calibration import Baseline, baseline_total
 from runtime.tokens import REPLY_PRIMING, TokenCounter
+from runtime.trim import fit_messages
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +65,13 @@ class AssembledContext:
     """Seqs of the stored turns shown in the recent window."""
     source_text: dict[str, str] = field(default_factory=dict)
     """The rendered text each source contributed (for inspection and evaluation)."""
+    calibration: float = 1.0
+    """The session's correction factor applied to every estimate (>= 1.0)."""
+    overhead_tokens: int = 0
+    """Tokens the provider adds per request beyond our estimate (from calibration), included in ``total_tokens``."""
+    baseline_tokens: int | None = None
+    """The request's size by the provider's last reported usage plus the messages added since,
+    when the request starts with that last request; ``total_tokens`` is never below it."""
 
     @property
     def overflow(self) -> bool:
@@ -80,6 +90,9 @@ def assemble_context(
     budgets: Budgets,
     window: int,
     counter: TokenCounter,
+    baseline: Baseline | None = None,
+    calibration: float = 1.0,
+    overhead: int = 0,
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
@@ -90,6 +103,13 @@ def assemble_context(
         pending: a user message to end the prompt with that is *not* stored (e.g. an
             evaluation question); ``None`` when the last stored turn is the current message.
         window: the context window in tokens; ``budgets`` should total to it.
+        counter: the session's (calibrated) counter.
+        baseline: the provider's last reported request size; when this request starts
+            with that one, its size is the baseline plus the messages added, and the
+            recent window shrinks if that says it does not fit.
+        calibration: the factor already applied by ``counter``, reported back as is.
+        overhead: tokens the provider adds per request (from calibration); reserved
+            out of the room for ``recent`` and included in the total.
 
     Raises:
         ConfigurationError: the persona alone exceeds its cap.
@@ -99,9 +119,10 @@ def assemble_context(
 
     persona_msg = {"role": "system", "content": persona.system_prompt}
     persona_tokens = counter.count_message(persona_msg)
-    if persona_tokens > budgets.persona:
+    raw_persona = math.ceil(persona_tokens / calibration)  # the cap is checked on the raw count: calibration
+    if raw_persona > budgets.persona:  # must not turn a valid persona into a configuration error mid-session
         raise ConfigurationError(
-            f"The persona {persona.name!r} is {persona_tokens} tokens; its budget is {budgets.persona}. "
+            f"The persona {persona.name!r} is {raw_persona} tokens; its budget is {budgets.persona}. "
             "Shorten the system prompt or raise COMPANION_BUDGET_PERSONA.",
             setting="COMPANION_BUDGET_PERSONA",
         )
@@ -129,13 +150,22 @@ def assemble_context(
         sources[first] = _add_tokens(sources[first], framing)
 
     used_by_others = sum(s.tokens for s in sources.values())
-    room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others
+    room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
     recent_msgs, shown, recent_report = _recent(turns, pending, room, budgets.recent, counter)
-    sources["recent"] = recent_report
-    texts["recent"] = "\n".join(m["content"] for m in recent_msgs)
-
     messages = head + recent_msgs
     total = counter.count_messages(messages)
+    by_baseline = baseline_total(baseline, messages, counter)
+    if by_baseline is not None and by_baseline > total:
+        # the provider counts this prefix higher than we do: shrink recent by the difference
+        recent_msgs, shown, recent_report = _recent(turns, pending, room - (by_baseline - total), budgets.recent, counter)
+        messages = head + recent_msgs
+        total = counter.count_messages(messages)
+        refit = baseline_total(baseline, messages, counter)
+        by_baseline = refit
+        total = max(total, refit or 0)
+    sources["recent"] = recent_report
+    texts["recent"] = "\n".join(_text(m) for m in recent_msgs)
+    total += overhead
     return AssembledContext(
         session_id=session_id,
         messages=messages,
@@ -146,7 +176,15 @@ def assemble_context(
         recalled=recalled,
         recent_seqs=shown,
         source_text=texts,
+        calibration=calibration,
+        overhead_tokens=overhead,
+        baseline_tokens=by_baseline,
     )
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    return content if isinstance(content, str) else ""
 
 
 def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
@@ -209,56 +247,19 @@ def _memory_block(
 def _recent(
     turns: Sequence[Turn], pending: str | None, room: int, cap: int, counter: TokenCounter
 ) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
-    """Newest turns first until ``room`` is full; the newest is cut rather than dropped."""
-    entries: list[tuple[int | None, dict[str, Any]]] = [(t.seq, {"role": t.role, "content": t.content}) for t in turns]
+    """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped."""
+    seqs: list[int | None] = [t.seq for t in turns]
+    messages: list[dict[str, Any]] = [{"role": t.role, "content": t.content} for t in turns]
     if pending is not None:
-        entries.append((None, {"role": "user", "content": pending}))
-    effective_cap = max(room, 0)
-    chosen: list[tuple[int | None, dict[str, Any]]] = []
-    used = 0
-    current_cut = False
-    for seq, msg in reversed(entries):
-        cost = counter.count_message(msg)
-        if used + cost <= effective_cap:
-            chosen.append((seq, msg))
-            used += cost
-            continue
-        if not chosen:  # the current message alone is too big: cut it, with a notice
-            cut_msg = _cut_message(msg, effective_cap, counter)
-            if cut_msg is not None:
-                chosen.append((seq, cut_msg))
-                used += counter.count_message(cut_msg)
-                current_cut = True
-        break
-    chosen.reverse()
-    while chosen and chosen[0][1]["role"] != "user" and len(chosen) > 1:
-        used -= counter.count_message(chosen.pop(0)[1])  # the first turn after the system messages is a user turn
-    hidden = len(entries) - len(chosen)
-    cut = None
-    messages = [m for _, m in chosen]
-    if hidden:
-        notice = render("notice_recent_cut", count=hidden)
-        cut = notice.strip("[]")
-        if messages and messages[0]["role"] == "user":
-            candidate = {**messages[0], "content": notice + "\n" + messages[0]["content"]}
-            extra = counter.count_message(candidate) - counter.count_message(messages[0])
-            if used + extra <= effective_cap:
-                messages[0] = candidate
-                used += extra
-    if current_cut:
-        cut = "; ".join(filter(None, [cut, "the current message was cut to fit"]))
-    return messages, [s for s, _ in chosen if s is not None], SourceReport(
-        source="recent", tokens=used, cap=max(cap, effective_cap), items=len(messages), cut=cut
+        seqs.append(None)
+        messages.append({"role": "user", "content": pending})
+    fit = fit_messages(messages, limit=max(room, 0) + REPLY_PRIMING, counter=counter)
+    shown = [seqs[i] for i in fit.kept if seqs[i] is not None]
+    report = SourceReport(
+        source="recent",
+        tokens=fit.tokens - REPLY_PRIMING if fit.messages else 0,
+        cap=max(cap, room),
+        items=len(fit.messages),
+        cut="; ".join(fit.cut) or None,
     )
-
-
-def _cut_message(msg: dict[str, Any], room: int, counter: TokenCounter) -> dict[str, Any] | None:
-    text = msg["content"]
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        trial = {**msg, "content": text[:mid] + render("notice_turn_cut", shown=mid, total=len(text))}
-        lo, hi = (mid, hi) if counter.count_message(trial) <= room else (lo, mid - 1)
-    if lo == 0:
-        return None
-    return {**msg, "content": text[:lo] + render("notice_turn_cut", shown=lo, total=len(text))}
+    return list(fit.messages), shown, report

@@ -9,34 +9,45 @@ A turn (:meth:`Engine.turn`):
 5. stores the reply, then compacts again if the reply pushed the window over its cap.
 
 If the reply step raises, the user turn stays stored and the error propagates as
-:class:`~memory.errors.ModelCallError`.
+:class:`~memory.errors.ModelCallError`. If the provider says the context is too long,
+the turn compacts harder (``recent`` and ``memory`` at half their caps, a 10 % margin
+off the window) and asks once more; a second overflow raises
+:class:`~memory.errors.ContextOverflowError`. A reply whose stream broke off is
+stored as far as it arrived, marked ``interrupted``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Callable
 
 import structlog
 
 from memory.embeddings import Embedder
-from memory.errors import InvalidMessageError
+from memory.errors import ContextOverflowError, InvalidMessageError
 from memory.recall import recall_segments
 from memory.store import Store
 from memory.tables import Turn, TurnState
 from persona import Persona
 from runtime.budgets import Budgets
+from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter, correction, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
 from runtime.context import AssembledContext, assemble_context
 from runtime.messages import validate_message
-from runtime.model import Replier
-from runtime.summarizer import ExtractiveSummarizer, Summarizer
+from runtime.model import Replier, Reply
+from runtime.summarizer import Summarizer, summarizer_for
 from runtime.tokens import TokenCounter, counter_for
 
 log = structlog.get_logger("companion.engine")
 
 ROLES = ("user", "assistant")
+
+OVERFLOW_SHRINK = 0.5
+"""After a provider overflow, ``recent`` and ``memory`` get this share of their caps for the one retry."""
+OVERFLOW_MARGIN = 0.1
+"""...and this share of the window is kept free besides, against a provider that counts more than we do."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,11 +92,12 @@ class Engine:
         self.compactor = Compactor(
             store=store,
             embedder=embedder,
-            summarizer=summarizer or ExtractiveSummarizer(),
+            summarizer=summarizer or summarizer_for(settings),
             counter=self.counter,
             keep_exchanges=settings.keep_exchanges,
             target=settings.compaction_target,
             breaker_threshold=settings.breaker_threshold,
+            breaker_cooldown=settings.breaker_cooldown,
         )
 
     def derive(self, *, window: int | None = None, persona: Persona | None = None) -> "Engine":
@@ -111,6 +123,7 @@ class Engine:
         message: str | bytes,
         at: datetime | None = None,
         reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
     ) -> TurnResult:
         """Run one turn: store the user message, assemble the context, reply, store the reply.
 
@@ -119,10 +132,15 @@ class Engine:
             at: when the message was said (default: now); the reply gets the same time.
             reply: the assistant's reply, if already known (replay); otherwise the
                 engine's replier is asked.
+            on_delta: called with each piece of the reply as it streams in; ``None``
+                asks for the reply whole. Either way the reply is stored once, complete
+                (or, if the stream broke off, as far as it came, marked ``interrupted``).
 
         Raises:
             InvalidMessageError: the message is invalid; nothing was stored.
-            ModelCallError: the reply failed; the user turn stays stored.
+            ModelCallError: the reply failed; the user turn stays stored. Its subclass
+                says why: ContextOverflowError (twice too long), ModelAuthError,
+                ModelRequestError, ModelUnavailableError (after bounded retries).
             StorageError: the database failed.
         """
         text = validate_message(message, max_chars=self.settings.max_message_chars)
@@ -137,15 +155,17 @@ class Engine:
         compactions = [c for c in [self._compact(session_id, user_id)] if c is not None]
         context = self.assemble(user_id=user_id, session_id=session_id)
         if reply is not None:
-            content, prompt_tokens, completion_tokens = reply, None, None
+            answer = Reply(content=reply)
         else:
-            assert self.replier is not None
             try:
-                answer = self.replier.reply(context.messages, session_id=session_id)
-            except Exception:
-                log.warning("turn.reply_failed", session_id=session_id, user_seq=user_turn.seq)
+                answer, context, harder = self._model_reply(user_id, session_id, context, on_delta)
+            except Exception as exc:
+                log.warning(
+                    "turn.reply_failed", session_id=session_id, user_seq=user_turn.seq, error=type(exc).__name__
+                )
                 raise
-            content, prompt_tokens, completion_tokens = answer.content, answer.prompt_tokens, answer.completion_tokens
+            compactions.extend(c for c in [harder] if c is not None)
+        content, prompt_tokens, completion_tokens = answer.content, answer.prompt_tokens, answer.completion_tokens
         assistant_turn = self.store.add_turn(
             session_id=session_id,
             role="assistant",
@@ -154,8 +174,13 @@ class Engine:
             created_at=at,
             usage_prompt_tokens=prompt_tokens,
             usage_completion_tokens=completion_tokens,
+            request_estimate_tokens=self.counter.count_messages(context.messages),
+            request_messages=len(context.messages),
+            request_fingerprint=fingerprint(context.messages),
+            interrupted=answer.interrupted,
         )
-        after = self._compact(session_id, user_id)
+        # a failed compaction is not retried in the same turn; the breaker counts it once
+        after = None if any(not c.ok for c in compactions) else self._compact(session_id, user_id)
         if after is not None:
             compactions.append(after)
         log.info(
@@ -164,7 +189,15 @@ class Engine:
             user_seq=user_turn.seq,
             total_tokens=context.total_tokens,
             window=context.window,
+            reply_reserve=context.reply_reserve,
             **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
+            **{f"cap_{s}": r.cap for s, r in context.sources.items()},
+            cut={s: r.cut for s, r in context.sources.items() if r.cut},
+            calibration=round(context.calibration, 4),
+            overhead_tokens=context.overhead_tokens,
+            baseline_tokens=context.baseline_tokens,
+            usage_prompt_tokens=prompt_tokens,
+            breaker_state="open" if self.store.compaction_state(session_id).breaker_opened_at else "closed",
             compactions=len(compactions),
         )
         return TurnResult(
@@ -194,12 +227,22 @@ class Engine:
         return turn
 
     # -- reading ----------------------------------------------------------------
-    def assemble(self, *, user_id: str, session_id: str, pending: str | None = None) -> AssembledContext:
+    def assemble(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        pending: str | None = None,
+        budgets: Budgets | None = None,
+        window: int | None = None,
+    ) -> AssembledContext:
         """Assemble the context for the session's next reply. Changes nothing.
 
         Args:
             pending: a user message to answer that is not stored (e.g. an evaluation
                 question); by default the newest stored user turn is the query.
+            budgets, window: smaller ones than the engine's, for one harder attempt
+                (tokens); by default the engine's.
         """
         turns = self.store.turns(session_id, state=TurnState.context)
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
@@ -211,10 +254,22 @@ class Engine:
                 self.store.engine,
                 user_id=user_id,
                 query_embedding=vector,
+                query_text=query,
                 limit=self.settings.recall_candidates,
+                pool=self.settings.recall_pool,
+                token_budget=(budgets or self.budgets).memory,
+                neighbours=self.settings.recall_neighbours,
                 exclude_session_id=session_id if first_recent is not None else None,
                 exclude_from_seq=first_recent,
             )
+        usage = self.store.usage_turns(session_id, limit=CALIBRATION_WINDOW)
+        calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
+        last = usage[0] if usage else None
+        baseline = (
+            Baseline(fingerprint=last.request_fingerprint, messages=last.request_messages, prompt_tokens=last.usage_prompt_tokens)
+            if last is not None and last.request_fingerprint and last.request_messages and last.usage_prompt_tokens
+            else None
+        )
         return assemble_context(
             session_id=session_id,
             persona=self.persona,
@@ -222,12 +277,77 @@ class Engine:
             candidates=candidates,
             turns=turns,
             pending=pending,
-            budgets=self.budgets,
-            window=self.window,
-            counter=self.counter,
+            budgets=budgets or self.budgets,
+            window=window or self.window,
+            counter=CalibratedCounter(self.counter, calibration.factor),
+            baseline=baseline,
+            calibration=calibration.factor,
+            overhead=calibration.overhead,
         )
 
     # -- internals ------------------------------------------------------------
+    def _model_reply(
+        self, user_id: str, session_id: str, context: AssembledContext, on_delta: Callable[[str], None] | None
+    ) -> tuple[Reply, AssembledContext, CompactionOutcome | None]:
+        """The replier's answer to ``context``. On a provider overflow: compact harder,
+        assemble within smaller budgets and a margin, and ask once more.
+
+        Returns the reply, the context it answers, and the harder compaction (if one ran).
+        """
+        assert self.replier is not None
+        kwargs = {"on_delta": on_delta} if on_delta is not None else {}
+        try:
+            return self.replier.reply(context.messages, session_id=session_id, **kwargs), context, None
+        except ContextOverflowError as first:
+            overflow = first
+        budgets = replace(
+            self.budgets,
+            recent=max(1, int(self.budgets.recent * OVERFLOW_SHRINK)),
+            memory=int(self.budgets.memory * OVERFLOW_SHRINK),
+        )
+        window = (
+            self.window
+            - (self.budgets.recent - budgets.recent)
+            - (self.budgets.memory - budgets.memory)
+            - int(self.window * OVERFLOW_MARGIN)
+        )
+        log.warning(
+            "turn.context_overflow",
+            session_id=session_id,
+            total_tokens=context.total_tokens,
+            window=self.window,
+            provider_limit=overflow.provider_limit,
+            retry_window=window,
+            retry_cap_recent=budgets.recent,
+            retry_cap_memory=budgets.memory,
+        )
+        compaction = self.compactor.maybe_compact(
+            session_id=session_id,
+            user_id=user_id,
+            recent_cap=budgets.recent,
+            summary_cap=self.budgets.summary,
+            assistant_name=self.persona.name,
+        )
+        harder = self.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
+        try:
+            return self.replier.reply(harder.messages, session_id=session_id, **kwargs), harder, compaction
+        except ContextOverflowError as second:
+            limit = second.provider_limit or overflow.provider_limit
+            raise ContextOverflowError(
+                f"The model {second.model!r} rejected the context as too long twice for session {session_id!r}: "
+                f"{context.total_tokens} tokens (estimated) of a {self.window}-token window, then "
+                f"{harder.total_tokens} after compacting harder (recent cap {budgets.recent}, memory cap "
+                f"{budgets.memory}, window {window})"
+                + (f"; the provider's limit is {limit} tokens" if limit else "")
+                + ". Set COMPANION_CONTEXT_WINDOW to the model's real window. The history is intact.",
+                session_id=session_id,
+                model=second.model,
+                status=second.status,
+                sent_tokens=(context.total_tokens, harder.total_tokens),
+                window=self.window,
+                provider_limit=limit,
+            ) from second
+
     def _tokens(self, role: str, content: str) -> int:
         return self.counter.count_message({"role": role, "content": content})
 

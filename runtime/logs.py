@@ -1,7 +1,10 @@
 """structlog configuration: events with stable names and ids, never whole messages at info.
 
 Event names used by the runtime: ``turn.completed``, ``turn.reply_failed``,
-``compaction.completed``, ``compaction.failed``, ``breaker.opened``, ``breaker.reset``.
+``compaction.completed``, ``compaction.failed``, ``compaction.archived_only``,
+``compaction.skipped``, ``summary.quotes_dropped``, ``breaker.opened``,
+``breaker.half_open``, ``breaker.closed``, ``breaker.reopened``,
+``breaker.failures_cleared``, ``breaker.reset`` (see ``runtime/compaction.py``).
 """
 
 from __future__ import annotations

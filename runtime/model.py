@@ -1,16 +1,63 @@
 """Model calls: the reply step of a turn.
 
-:class:`LiteLLMReplier` calls any model litellm supports. litellm's exceptions are
-mapped to :class:`~memory.errors.ModelCallError` in :func:`map_model_error`, the
-one place that does it.
+:class:`LiteLLMReplier` calls any model litellm supports, whole or streamed. Errors
+are classified once, here, by :func:`map_model_error`:
+
+- context too long (``ContextWindowExceededError``, or a plain 400 worded as in
+  :data:`OVERFLOW_WORDING`) -> :class:`~memory.errors.ContextOverflowError`; the engine
+  compacts harder and asks once more;
+- 401, 403 -> :class:`~memory.errors.ModelAuthError`, not retried;
+- 429, 5xx, timeout, lost connection -> :class:`~memory.errors.ModelUnavailableError`,
+  retried within bounds;
+- any other 4xx, content policy, guardrail, spend budget ->
+  :class:`~memory.errors.ModelRequestError`, not retried.
+
+Retries happen here and only here (litellm and the OpenAI client are told
+``num_retries=0, max_retries=0``): exponential backoff with jitter, at least the
+provider's ``Retry-After``, at most :attr:`RetryPolicy.retries` times, and none
+that would start after :attr:`RetryPolicy.total_seconds`.
+
+A stream that breaks after some text arrived is not retried (the caller already
+showed that text): the reply comes back with ``interrupted=True`` and what arrived.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+import random
+import re
+import time
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Protocol, Sequence
 
-from memory.errors import ModelCallError
+import structlog
+
+from memory.errors import (
+    ContextOverflowError,
+    ModelAuthError,
+    ModelCallError,
+    ModelRequestError,
+    ModelUnavailableError,
+    UnknownModelError,
+)
+
+log = structlog.get_logger("companion.model")
+
+OVERFLOW_WORDING = re.compile(
+    r"maximum context length"  # OpenAI, Azure, vLLM
+    r"|context_length_exceeded"  # OpenAI/Azure error code
+    r"|reduce the length of the (?:input )?messages"  # OpenAI, Azure, vLLM
+    r"|is longer than the (?:model's )?maximum (?:context|model) length"  # vLLM
+    r"|exceeds? the (?:available )?context (?:size|window)"  # llama.cpp, others
+    r"|prompt is too long|input is too long",  # Anthropic, Bedrock
+    re.IGNORECASE,
+)
+"""How providers word a context overflow inside a plain 400 (or 413)."""
+
+_LIMIT = re.compile(r"maximum context length (?:is |of )?(\d+)", re.IGNORECASE)
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses worth another attempt: timeouts, rate limits, overload and server errors."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,60 +69,386 @@ class Reply:
     """Prompt tokens the provider reported for the request, if it did."""
     completion_tokens: int | None = None
     """Completion tokens the provider reported, if it did."""
+    interrupted: bool = False
+    """True if the stream broke off: ``content`` is what arrived before it did."""
+    attempts: int = 1
+    """Requests made for this reply, the first one included."""
 
 
 class Replier(Protocol):
     """Produces the assistant's reply to an assembled message list."""
 
-    def reply(self, messages: Sequence[dict[str, Any]], *, session_id: str) -> Reply:
-        """Raises :class:`~memory.errors.ModelCallError` when no reply can be had."""
+    def reply(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> Reply:
+        """Reply whole, or streamed to ``on_delta`` piece by piece when it is given.
+
+        Raises:
+            ModelCallError: one of its subclasses, when no reply can be had.
+        """
         ...
 
 
-def map_model_error(exc: BaseException, *, model: str, session_id: str) -> ModelCallError:
-    """Turn an exception from litellm (or the network under it) into a :class:`ModelCallError`."""
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """Bounded retries for rate limits, server errors, timeouts and lost connections."""
+
+    retries: int = 0
+    """Attempts after the first one; 0 means none."""
+    total_seconds: float = 30.0
+    """No retry starts later than this many seconds after the first request."""
+    base_delay: float = 0.5
+    """Seconds before the first retry (before jitter); doubles with each retry."""
+    max_delay: float = 8.0
+    """Largest backoff between two attempts, seconds (a longer ``Retry-After`` still wins)."""
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (from 1): the exponential backoff with
+        jitter in [½, 1] of it, or, when the provider sent ``Retry-After``, that plus up to half
+        the backoff (so that clients told the same time do not all come back at once)."""
+        backoff = min(self.max_delay, self.base_delay * 2 ** (retry - 1))
+        if retry_after is not None:
+            return retry_after + random.uniform(0, backoff / 2)
+        return backoff * random.uniform(0.5, 1.0)
+
+
+# -- classification -------------------------------------------------------------
+def _text(exc: BaseException) -> str:
+    """The provider's message: ``message``, else ``str(exc)``, first line."""
+    try:
+        raw = getattr(exc, "message", None) or str(exc)
+    except Exception:  # an exception whose __str__ fails still gets classified
+        raw = ""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):  # the JSON error body, when the client kept it
+        raw = f"{raw} {body.get('message') or ''} {body.get('code') or ''} {body.get('type') or ''}"
+    return str(raw)
+
+
+def is_overflow(exc: BaseException) -> bool:
+    """True if ``exc`` says the prompt exceeds the model's context window."""
+    import litellm
+
+    if isinstance(exc, litellm.exceptions.ContextWindowExceededError):
+        return True
     status = getattr(exc, "status_code", None)
-    detail = str(exc).splitlines()[0] if str(exc) else ""
+    return status in (None, 400, 413) and bool(OVERFLOW_WORDING.search(_text(exc)))
+
+
+def provider_limit(exc: BaseException) -> int | None:
+    """The context limit the provider named in its message, tokens, if it named one."""
+    match = _LIMIT.search(_text(exc))
+    return int(match.group(1)) if match else None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The provider's ``Retry-After`` (or ``retry-after-ms``) from the error's response, seconds."""
+    headers: Any = getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        raw = headers.get("retry-after")
+        if raw is None:
+            return None
+        try:
+            return max(0.0, float(raw))
+        except ValueError:  # an HTTP date
+            return max(0.0, parsedate_to_datetime(raw).timestamp() - time.time())
+    except (TypeError, ValueError, AttributeError):  # an unreadable header is no header
+        return None
+
+
+def _litellm(*names: str) -> tuple[type[BaseException], ...]:
+    """litellm's exception classes of these names that this litellm version has (the test
+    that iterates ``litellm.exceptions`` catches a new class that none of the rules covers)."""
+    import litellm.exceptions as lx
+
+    return tuple(getattr(lx, n) for n in names if isinstance(getattr(lx, n, None), type))
+
+
+def error_class_for(exc: BaseException) -> type[ModelCallError]:
+    """Which of our errors ``exc`` (from litellm, the OpenAI client or httpx) becomes."""
+    import httpx
+    import openai
+
+    if is_overflow(exc):
+        return ContextOverflowError
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return ModelAuthError
+    if isinstance(
+        exc,
+        (
+            openai.RateLimitError,
+            openai.InternalServerError,
+            *_litellm("ServiceUnavailableError", "BadGatewayError", "MidStreamFallbackError"),
+            openai.APIConnectionError,  # openai.APITimeoutError and litellm.Timeout are subclasses
+            httpx.TransportError,
+        ),
+    ):
+        return ModelUnavailableError
+    if isinstance(
+        exc,
+        (
+            openai.BadRequestError,  # litellm's policy, unsupported-param, unknown-provider errors are subclasses
+            openai.NotFoundError,
+            openai.UnprocessableEntityError,
+            openai.APIResponseValidationError,
+            *_litellm(
+                "BudgetExceededError",
+                "GuardrailRaisedException",
+                "BlockedPiiEntityError",
+                "ModifyResponseException",
+                "SensitiveDataRouteException",
+                "ModelNotMappedError",
+            ),
+        ),
+    ):
+        return ModelRequestError
+    if isinstance(exc, (openai.OpenAIError, httpx.HTTPError)):  # generic ones: decide by status
+        status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+        if status in (401, 403):
+            return ModelAuthError
+        if status is None or status in RETRYABLE_STATUS or status >= 500:
+            return ModelUnavailableError
+        return ModelRequestError
+    return ModelCallError
+
+
+def map_model_error(exc: BaseException, *, model: str, session_id: str | None) -> ModelCallError:
+    """Turn an exception from litellm (or the network under it) into the most specific
+    :class:`ModelCallError`. The message names the model, the HTTP status and the original
+    class, never conversation text."""
+    cls = error_class_for(exc)
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    detail = _text(exc).strip().splitlines()[0] if _text(exc).strip() else ""
     where = f" (HTTP {status})" if status else ""
+    kwargs: dict[str, Any] = dict(session_id=session_id, model=model, status=status)
+    if cls is ContextOverflowError:
+        limit = provider_limit(exc)
+        return ContextOverflowError(
+            f"The model {model!r} rejected the prompt as longer than its context window{where}"
+            + (f" of {limit} tokens" if limit else "") + f": {detail[:300]}",
+            provider_limit=limit,
+            **kwargs,
+        )
+    if cls is ModelAuthError:
+        return ModelAuthError(
+            f"The model {model!r} refused the credentials{where}: {type(exc).__name__}: {detail[:300]} "
+            "Check the provider's API key variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and COMPANION_MODEL.",
+            **kwargs,
+        )
+    if cls is ModelUnavailableError:
+        return ModelUnavailableError(
+            f"The model {model!r} is unavailable{where}: {type(exc).__name__}: {detail[:300]}",
+            retry_after=retry_after(exc),
+            **kwargs,
+        )
+    if cls is ModelRequestError:
+        return ModelRequestError(
+            f"The model {model!r} refused the request{where}: {type(exc).__name__}: {detail[:300]}", **kwargs
+        )
     return ModelCallError(
-        f"The model {model!r} did not reply{where}: {type(exc).__name__}: {detail[:500]}", session_id=session_id
+        f"The model call to {model!r} failed unexpectedly: {type(exc).__name__}: {detail[:300]}", **kwargs
     )
 
 
+# -- the model's window ---------------------------------------------------------
+def model_window(model: str) -> int:
+    """The model's input context window in tokens, from litellm's model map
+    (``max_input_tokens``, else ``max_tokens``).
+
+    Raises:
+        UnknownModelError: litellm does not know the model, or not its window.
+    """
+    import litellm
+
+    previous = litellm.suppress_debug_info
+    litellm.suppress_debug_info = True
+    try:
+        info = litellm.get_model_info(model)
+    except Exception as exc:  # litellm raises ModelNotMappedError, or a bare Exception in older versions
+        raise UnknownModelError(
+            f"litellm does not know the context window of {model!r}. Set COMPANION_CONTEXT_WINDOW to the "
+            "model's window in tokens (e.g. vLLM's --max-model-len, Ollama's num_ctx, llama.cpp's --ctx-size).",
+            model=model,
+        ) from exc
+    finally:
+        litellm.suppress_debug_info = previous
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    if not window:
+        raise UnknownModelError(
+            f"litellm knows {model!r} but not its context window. Set COMPANION_CONTEXT_WINDOW.", model=model
+        )
+    return int(window)
+
+
+# -- the replier ----------------------------------------------------------------
+class _ProviderFailure(Exception):
+    """Carries an exception raised by litellm (not by the caller's ``on_delta``) to the retry loop."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
 class LiteLLMReplier:
-    """Replies through ``litellm.completion``.
+    """Replies through ``litellm.completion``, whole or streamed.
 
     Args:
         model: a litellm model string, e.g. ``gpt-4o-mini`` or ``openai/my-model``.
         api_base: base URL of an OpenAI-compatible server, or ``None`` for the provider's.
-        timeout: seconds to wait for the whole reply.
-        extra: more keyword arguments for ``litellm.completion`` (e.g. ``mock_response``).
+        timeout: seconds to wait for one request (for a stream: for each chunk).
+        retry: retries for transient failures; the default is none
+            (:func:`runtime.bootstrap.open_engine` passes ``COMPANION_MODEL_RETRIES``).
+        sleep: how to wait between attempts (tests may replace it).
+        extra: more keyword arguments for ``litellm.completion`` (e.g. ``api_key``).
     """
 
-    def __init__(self, *, model: str, api_base: str | None = None, timeout: float = 60.0, **extra: Any) -> None:
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_base: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        **extra: Any,
+    ) -> None:
         self.model = model
         self.api_base = api_base
         self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.sleep = sleep
         self.extra = extra
 
-    def reply(self, messages: Sequence[dict[str, Any]], *, session_id: str) -> Reply:
+    def reply(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> Reply:
+        """Ask the model; stream to ``on_delta`` when it is given.
+
+        Raises:
+            ContextOverflowError, ModelAuthError, ModelRequestError: at once, without a retry.
+            ModelUnavailableError: once the retries or their time are used up.
+        """
+        started = time.monotonic()
+        waited = 0.0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return replace(self._once(messages, session_id=session_id, on_delta=on_delta), attempts=attempt)
+            except _ProviderFailure as failure:
+                exc = failure.exc
+            error = map_model_error(exc, model=self.model, session_id=session_id)
+            if not isinstance(error, ModelUnavailableError):
+                raise error from exc
+            elapsed = time.monotonic() - started
+            if attempt > self.retry.retries:
+                raise self._gave_up(error, attempt, waited, elapsed, "no retries left") from exc
+            delay = self.retry.delay(attempt, error.retry_after)
+            if elapsed + delay > self.retry.total_seconds:
+                reason = f"waiting {delay:.1f} s more would pass the {self.retry.total_seconds:g} s retry limit"
+                raise self._gave_up(error, attempt, waited, elapsed, reason) from exc
+            log.warning(
+                "model.retry",
+                session_id=session_id,
+                model=self.model,
+                attempt=attempt,
+                status=error.status,
+                error=type(exc).__name__,
+                delay_seconds=round(delay, 3),
+                retry_after=error.retry_after,
+            )
+            self.sleep(delay)
+            waited += delay
+
+    def _gave_up(
+        self, error: ModelUnavailableError, attempts: int, waited: float, elapsed: float, reason: str
+    ) -> ModelUnavailableError:
+        return ModelUnavailableError(
+            f"{error} Gave up after {attempts} attempt{'s' if attempts != 1 else ''} in {elapsed:.1f} s ({reason}; "
+            f"COMPANION_MODEL_RETRIES={self.retry.retries}, COMPANION_MODEL_RETRY_SECONDS={self.retry.total_seconds:g}).",
+            session_id=error.session_id,
+            model=error.model,
+            status=error.status,
+            attempts=attempts,
+            waited=waited,
+            retry_after=error.retry_after,
+        )
+
+    def _once(
+        self, messages: Sequence[dict[str, Any]], *, session_id: str, on_delta: Callable[[str], None] | None
+    ) -> Reply:
+        """One request. litellm's exceptions come out wrapped in :class:`_ProviderFailure`;
+        ``on_delta``'s own exceptions come out as they are."""
         import litellm
 
-        try:
-            response = litellm.completion(
-                model=self.model,
-                messages=list(messages),
-                api_base=self.api_base,
-                timeout=self.timeout,
-                num_retries=0,
-                **self.extra,
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            messages=list(messages),
+            api_base=self.api_base,
+            timeout=self.timeout,
+            num_retries=0,
+            max_retries=0,
+            **self.extra,
+        )
+        if on_delta is None:
+            try:
+                response = litellm.completion(**kwargs)
+                content = response.choices[0].message.content or ""
+            except Exception as exc:
+                raise _ProviderFailure(exc) from exc
+            usage = getattr(response, "usage", None)
+            return Reply(
+                content=content,
+                prompt_tokens=getattr(usage, "prompt_tokens", None),
+                completion_tokens=getattr(usage, "completion_tokens", None),
             )
-        except Exception as exc:  # every litellm/httpx/openai error becomes one ModelCallError
-            raise map_model_error(exc, model=self.model, session_id=session_id) from exc
-        content = response.choices[0].message.content or ""
-        usage = getattr(response, "usage", None)
+
+        parts: list[str] = []
+        usage = None
+        try:
+            chunks = iter(litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True}))
+        except Exception as exc:
+            raise _ProviderFailure(exc) from exc
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except Exception as exc:
+                if not parts:  # nothing shown yet: as good as a failed request, and retried like one
+                    raise _ProviderFailure(exc) from exc
+                log.warning(
+                    "model.stream_interrupted",
+                    session_id=session_id,
+                    model=self.model,
+                    error=type(exc).__name__,
+                    received_chars=sum(len(p) for p in parts),
+                )
+                return Reply(content="".join(parts), interrupted=True)
+            usage = getattr(chunk, "usage", None) or usage
+            for choice in getattr(chunk, "choices", None) or []:
+                delta = getattr(getattr(choice, "delta", None), "content", None)
+                if delta:
+                    parts.append(delta)
+                    on_delta(delta)
         return Reply(
-            content=content,
+            content="".join(parts),
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
         )

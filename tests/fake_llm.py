@@ -1,29 +1,135 @@
 """A loopback OpenAI-compatible chat completions server for tests.
 
 It answers ``POST /v1/chat/completions`` from a script: each queued entry is a
-reply text or an HTTP error ``(status, body)``. When the queue is empty it
-echoes a fixed reply. Every request body is kept in ``requests``.
+reply text, an HTTP error ``(status, body)``, or a callable that takes the request
+body and returns either (it may also block, to play a hanging server). When the
+queue is empty, ``responder`` (a callable like that) answers if set, else a fixed
+reply. Every request body is kept in ``requests``.
+
+Requests with ``"stream": true`` get server-sent events (``data: {chunk}`` lines,
+then ``data: [DONE]``), one chunk per word, and a final chunk with ``usage`` when
+``stream_options.include_usage`` is set. Besides reply texts and ``(status, body)``
+tuples, a script entry can be a scripted fault: :class:`HTTPError` (any status,
+OpenAI-style body, extra headers such as ``Retry-After``; see :func:`rate_limited`
+and :data:`OVERFLOW`), :class:`Hang` (sleep past the client's timeout) or
+:class:`Cut` (close the connection halfway through the reply).
+
+Run it alone for a manual session (``python -m tests.fake_llm --port 0``); it
+prints its ``api_base``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+@dataclass(frozen=True)
+class HTTPError:
+    """An HTTP error reply with an OpenAI-style body ``{"error": {message, type, code}}``."""
+
+    status: int
+    message: str
+    type: str = "server_error"
+    code: str | int | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra response headers, e.g. ``{"Retry-After": "1"}``."""
+
+
+def rate_limited(retry_after: float | None = None) -> HTTPError:
+    """A 429 as OpenAI sends it, with ``Retry-After`` (seconds) when given."""
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    return HTTPError(429, "Rate limit reached for requests. Please try again later.", type="requests",
+                     code="rate_limit_exceeded", headers=headers)
+
+
+OVERFLOW: dict[str, HTTPError] = {
+    "openai": HTTPError(
+        400,
+        "This model's maximum context length is 1024 tokens. However, your messages resulted in 1391 tokens. "
+        "Please reduce the length of the messages.",
+        type="invalid_request_error", code="context_length_exceeded",
+    ),
+    "azure": HTTPError(
+        400,
+        "This model's maximum context length is 1024 tokens. However, you requested 1391 tokens "
+        "(1135 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
+        type="invalid_request_error", code="context_length_exceeded",
+    ),
+    "vllm": HTTPError(
+        400,
+        "This model's maximum context length is 1024 tokens. However, you requested 1391 tokens "
+        "(1135 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
+        type="BadRequestError", code=400,
+    ),
+    "vllm-prompt": HTTPError(
+        400,
+        "The prompt (total length 1391) is longer than the model's maximum context length of 1024 tokens.",
+        type="BadRequestError", code=400,
+    ),
+    "llama.cpp": HTTPError(
+        400, "the request exceeds the available context size, try increasing it",
+        type="exceed_context_size_error", code=400,
+    ),
+}
+"""Context-overflow 400s worded the way each server words them."""
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Sleep ``seconds`` before answering with ``then`` (default: the usual reply), so that a
+    client with a shorter timeout gives up first."""
+
+    seconds: float
+    then: Any = None
+
+
+@dataclass(frozen=True)
+class Cut:
+    """Send the first ``after`` chunks of ``text`` (streamed), or half its body (whole),
+    then close the connection without finishing the reply."""
+
+    text: str
+    after: int = 2
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` split into word chunks that join back to it exactly."""
+    return [p for p in re.findall(r"\S*\s*", text) if p]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:  # a client that hung up is expected
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
+
 class FakeLLM:
-    def __init__(self) -> None:
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0) -> None:
         self.script: deque[Any] = deque()
         self.requests: list[dict[str, Any]] = []
         self.default_reply = "I hear you."
-        self.prompt_tokens = 123
+        self.responder: Any = None
+        self.prompt_tokens: Any = 123
+        """Reported prompt tokens: a number, or a callable of the request body."""
+        self.stream_delay = 0.0
+        """Seconds to wait before each streamed word."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # chunked streams, so that a cut stream is an error, not an end
+
             def log_message(self, *args: Any) -> None:  # keep test output clean
                 pass
 
@@ -31,16 +137,41 @@ class FakeLLM:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.requests.append(body)
-                step = fake.script.popleft() if fake.script else fake.default_reply
+                step = fake.script.popleft() if fake.script else (fake.responder or fake.default_reply)
+                while True:
+                    if callable(step):
+                        step = step(body)
+                    if isinstance(step, Hang):
+                        time.sleep(step.seconds)
+                        step = fake.default_reply if step.then is None else step.then
+                        continue
+                    break
                 if isinstance(step, tuple):
                     status, payload = step
-                    data = json.dumps({"error": {"message": payload, "type": "server_error", "code": status}}).encode()
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
+                    step = HTTPError(status, payload, code=status)
+                if isinstance(step, HTTPError):
+                    self._error(step)
+                elif body.get("stream"):
+                    self._stream(body, step)
+                else:
+                    self._whole(body, step)
+
+            def _error(self, error: HTTPError) -> None:
+                data = json.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}}).encode()
+                self.send_response(error.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in error.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _usage(self, body: dict[str, Any]) -> dict[str, int]:
+                prompt = fake.prompt_tokens(body) if callable(fake.prompt_tokens) else fake.prompt_tokens
+                return {"prompt_tokens": prompt, "completion_tokens": 7, "total_tokens": prompt + 7}
+
+            def _whole(self, body: dict[str, Any], step: Any) -> None:
+                text = step.text if isinstance(step, Cut) else step
                 data = json.dumps(
                     {
                         "id": "chatcmpl-fake",
@@ -48,22 +179,61 @@ class FakeLLM:
                         "created": int(time.time()),
                         "model": body.get("model", "fake"),
                         "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": step}, "finish_reason": "stop"}
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
                         ],
-                        "usage": {
-                            "prompt_tokens": fake.prompt_tokens,
-                            "completion_tokens": 7,
-                            "total_tokens": fake.prompt_tokens + 7,
-                        },
+                        "usage": self._usage(body),
                     }
                 ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
+                if isinstance(step, Cut):
+                    self.wfile.write(data[: len(data) // 2])
+                    self._hang_up()
+                    return
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def _stream(self, body: dict[str, Any], step: Any) -> None:
+                text = step.text if isinstance(step, Cut) else step
+                base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
+                        "model": body.get("model", "fake")}
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+                for i, piece in enumerate(_pieces(text)):
+                    if isinstance(step, Cut) and i >= step.after:
+                        self.wfile.write(b"40\r\ndata: {\"id\": \"chatcmpl-fa")  # a chunk that never ends
+                        self._hang_up()
+                        return
+                    if fake.stream_delay:
+                        time.sleep(fake.stream_delay)
+                    self._event({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    self._event({**base, "choices": [], "usage": self._usage(body)})
+                self._event("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+
+            def _event(self, payload: Any) -> None:
+                data = payload if isinstance(payload, str) else json.dumps(payload)
+                line = f"data: {data}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(line), line))
+                self.wfile.flush()
+
+            def _hang_up(self) -> None:
+                import socket
+
+                self.wfile.flush()
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        self.server = _Server((host, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -78,3 +248,42 @@ class FakeLLM:
     def __exit__(self, *exc: Any) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def echo_reply(body: dict[str, Any]) -> str:
+    """A reply that quotes the last user message, so a manual session reads like one."""
+    users = [m.get("content") or "" for m in body.get("messages", []) if m.get("role") == "user"]
+    last = " ".join(str(users[-1]).split()) if users else ""
+    quoted = last if len(last) <= 60 else last[:57] + "..."
+    return f"I hear you: \u201c{quoted}\u201d Tell me more."
+
+
+def estimate_prompt_tokens(body: dict[str, Any]) -> int:
+    """A rough provider count for a manual session: 4 characters a token plus 4 per message."""
+    messages = body.get("messages", [])
+    return sum(len(str(m.get("content") or "")) for m in messages) // 4 + 4 * len(messages)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="A loopback OpenAI-compatible chat server for manual runs.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--reply", choices=("echo", "fixed"), default="echo", help="echo quotes the user's message")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds before each streamed word")
+    args = parser.parse_args(argv)
+    fake = FakeLLM(host=args.host, port=args.port)
+    if args.reply == "echo":
+        fake.responder = echo_reply
+    fake.prompt_tokens = estimate_prompt_tokens
+    fake.stream_delay = args.delay
+    print(fake.api_base, flush=True)
+    try:
+        fake.server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        fake.server.server_close()
+
+
+if __name__ == "__main__":
+    main()

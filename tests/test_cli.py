@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+from memory.database import head_revision
 from tests.conftest import SAMPLE
 
 
@@ -20,7 +21,7 @@ def test_db_upgrade_then_replay_reports_compaction_recall_and_no_overflow(empty_
     env = {**os.environ, "DATABASE_URL": empty_db_url}
     upgrade = _run(["db", "upgrade", "--embedding-dim", "384"], env)
     assert upgrade.returncode == 0, upgrade.stderr
-    assert "revision 0001" in upgrade.stdout
+    assert f"revision {head_revision()}" in upgrade.stdout
 
     report_path = tmp_path / "report.json"
     result = _run(["replay", str(SAMPLE), "--window", "1024", "--report", str(report_path)], env)

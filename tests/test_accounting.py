@@ -1,0 +1,41 @@
+"""Provider usage as the baseline, and self-calibration, through the real litellm path."""
+
+from __future__ import annotations
+
+from runtime.calibration import MIN_CALIBRATION_TOKENS
+
+
+def test_usage_is_stored_and_used_as_the_next_turns_baseline(make_engine_for, store, fake_llm):
+    engine = make_engine_for()
+    fake_llm.prompt_tokens = 500
+    fake_llm.script.extend(["Nice to meet you, Ana.", "Lisbon is lovely."])
+    engine.turn(user_id="u1", session_id="s1", message="Hi, I'm Ana.")
+    first_reply = store.turns("s1")[-1]
+    assert first_reply.usage_prompt_tokens == 500 and first_reply.usage_completion_tokens == 7
+    raw_first = first_reply.request_estimate_tokens
+    assert raw_first == engine.counter.count_messages(fake_llm.requests[0]["messages"])
+
+    result = engine.turn(user_id="u1", session_id="s1", message="I live in Lisbon now.")
+    context = result.context
+    # a tiny request does not set the factor: its excess is a fixed per-request overhead
+    assert raw_first < MIN_CALIBRATION_TOKENS
+    assert context.calibration == 1.0
+    assert context.overhead_tokens == 500 - raw_first
+    added = context.messages[first_reply.request_messages:]
+    assert [m["content"] for m in added] == ["Nice to meet you, Ana.", "I live in Lisbon now."]
+    assert context.baseline_tokens == 500 + sum(engine.counter.count_message(m) for m in added)
+    assert context.total_tokens >= context.baseline_tokens
+
+
+def test_a_provider_that_counts_more_shrinks_what_we_send(make_engine_for, store, fake_llm):
+    engine = make_engine_for(window=1024)
+    for i in range(8):
+        engine.turn(user_id="u1", session_id="cal", message=f"message {i}: " + "talk " * 30, reply=f"reply {i}: " + "ok " * 30)
+    honest = engine.assemble(user_id="u1", session_id="cal")
+    fake_llm.prompt_tokens = 3 * honest.total_tokens  # the provider says we undercount 3x
+    engine.turn(user_id="u1", session_id="cal", message="and now?")
+    after = engine.assemble(user_id="u1", session_id="cal")
+    assert after.calibration > 2.5
+    assert after.total_tokens + after.reply_reserve <= after.window
+    assert len(after.recent_seqs) < len(honest.recent_seqs) + 2  # fewer turns fit once calibrated
+    assert after.sources["recent"].cut  # and the prompt says what it left out
