@@ -77,8 +77,9 @@ class Settings:
     """``COMPANION_SUMMARY_TIMEOUT``: seconds to wait for one summary; a timeout counts as a failure."""
     embedding_model: str = BUNDLED_EMBEDDING_MODEL
     """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
-    recall_candidates: int = 20
-    """``COMPANION_RECALL_CANDIDATES``: segments fetched from pgvector before the memory budget is filled."""
+    recall_candidates: int = 100
+    """``COMPANION_RECALL_CANDIDATES``: most fused hits (one turn each) offered to the memory budget.
+    100 lets the default 2,000-token budget fill (a LoCoMo turn is about 30 tokens with neighbours)."""
     recall_pool: int = 200
     """``COMPANION_RECALL_POOL``: candidates each recall ranker (vector, full text) hands to rank fusion."""
     recall_neighbours: int = 2
@@ -140,11 +141,11 @@ class Settings:
             values["api_base"] = env["COMPANION_API_BASE"]
         if env.get("COMPANION_CONTEXT_WINDOW", "").strip():
             values["context_window"] = _int(env, "COMPANION_CONTEXT_WINDOW", minimum=256)
-        if "COMPANION_MODEL_TIMEOUT" in env:
+        if env.get("COMPANION_MODEL_TIMEOUT", "").strip():
             values["model_timeout"] = _float(env, "COMPANION_MODEL_TIMEOUT", 0.1, 3600.0)
-        if "COMPANION_MODEL_RETRIES" in env:
+        if env.get("COMPANION_MODEL_RETRIES", "").strip():
             values["model_retries"] = _int(env, "COMPANION_MODEL_RETRIES", minimum=0)
-        if "COMPANION_MODEL_RETRY_SECONDS" in env:
+        if env.get("COMPANION_MODEL_RETRY_SECONDS", "").strip():
             values["model_retry_seconds"] = _float(env, "COMPANION_MODEL_RETRY_SECONDS", 0.0, 3600.0)
         if env.get("COMPANION_KEEP_EXCHANGES", "").strip():
             values["keep_exchanges"] = _int(env, "COMPANION_KEEP_EXCHANGES", minimum=0)
@@ -152,7 +153,7 @@ class Settings:
             values["compaction_target"] = _float(env, "COMPANION_COMPACTION_TARGET", 0.1, 1.0)
         if env.get("COMPANION_BREAKER_THRESHOLD", "").strip():
             values["breaker_threshold"] = _int(env, "COMPANION_BREAKER_THRESHOLD", minimum=1)
-        if "COMPANION_BREAKER_COOLDOWN" in env:
+        if env.get("COMPANION_BREAKER_COOLDOWN", "").strip():
             cooldown = _float(env, "COMPANION_BREAKER_COOLDOWN", 0.0, 365 * 86400.0)
             values["breaker_cooldown"] = cooldown or None
         if env.get("COMPANION_SUMMARIZER"):
@@ -164,15 +165,15 @@ class Settings:
             values["summarizer"] = kind
         if env.get("COMPANION_SUMMARY_MODEL"):
             values["summary_model"] = env["COMPANION_SUMMARY_MODEL"]
-        if "COMPANION_SUMMARY_TIMEOUT" in env:
+        if env.get("COMPANION_SUMMARY_TIMEOUT", "").strip():
             values["summary_timeout"] = _float(env, "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0)
         if env.get("COMPANION_EMBEDDING_MODEL"):
             values["embedding_model"] = env["COMPANION_EMBEDDING_MODEL"]
         if env.get("COMPANION_RECALL_CANDIDATES", "").strip():
             values["recall_candidates"] = _int(env, "COMPANION_RECALL_CANDIDATES", minimum=1)
-        if "COMPANION_RECALL_POOL" in env:
+        if env.get("COMPANION_RECALL_POOL", "").strip():
             values["recall_pool"] = _int(env, "COMPANION_RECALL_POOL", minimum=1)
-        if "COMPANION_RECALL_NEIGHBOURS" in env:
+        if env.get("COMPANION_RECALL_NEIGHBOURS", "").strip():
             values["recall_neighbours"] = _int(env, "COMPANION_RECALL_NEIGHBOURS", minimum=0)
         if env.get("COMPANION_MAX_MESSAGE_CHARS", "").strip():
             values["max_message_chars"] = _int(env, "COMPANION_MAX_MESSAGE_CHARS", minimum=1)

@@ -49,3 +49,17 @@ def test_replay_on_unmigrated_database_says_to_run_db_upgrade(empty_db_url):
     result = _run(["replay", str(SAMPLE)], env)
     assert result.returncode == 2
     assert "companion db upgrade" in result.stderr
+
+
+def test_unreachable_database_is_a_one_line_error_naming_database_url():
+    env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x", "PGCONNECT_TIMEOUT": "2"}
+    result = _run(["db", "upgrade", "--embedding-dim", "384"], env)
+    assert result.returncode == 2
+    assert "DATABASE_URL" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_report_into_a_missing_directory_is_refused_before_the_run(empty_db_url, tmp_path):
+    env = {**os.environ, "DATABASE_URL": empty_db_url}
+    result = _run(["replay", str(SAMPLE), "--report", str(tmp_path / "missing" / "out.json")], env)
+    assert result.returncode == 2
+    assert "--report" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,150 @@
+"""Hybrid recall on the real database with the real embedder: full text, CJK bigrams, the user filter."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import text
+
+from memory.archive import build_segments
+from memory.recall import RRF_K, recall_segments
+from memory.store import NewSegment
+from memory.tables import Turn
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+
+ENGLISH = [
+    "User: I picked up the pills my GP ordered from the pharmacy this morning.",
+    "User: My physician changed the dose of my blood pressure pills.",
+    "User: I keep forgetting my vitamins after breakfast.",
+    "User: The pharmacist said the new tablets may make me sleepy.",
+    "User: I ran out of painkillers and the shop was closed.",
+    "User: The clinic moved my check-up to next month.",
+    "User: My insurance finally covers my allergy medication.",
+    "User: I went hiking in the mountains with my sister last weekend.",
+    "User: We cooked a big pasta dinner for my parents on Sunday.",
+    "User: I adopted a kitten from the shelter, she is tiny and grey.",
+    "User: The kids loved the aquarium, sharks and jellyfish everywhere, then pizza on the pier. Oh, and Qwerbol.",
+    "User: I planted tomatoes and basil in the garden today.",
+]
+RARE = ENGLISH[10]
+QUERY = "How often should I take the Qwerbol the doctor prescribed?"
+"""A made-up drug name: one segment has it, in a sentence about something else, while
+other segments are about pills and prescriptions in other words, which is what the
+embedding sees."""
+
+CHINESE = [
+    "User: 我上个月去杭州旅游了，西湖特别漂亮。",
+    "User: 最近工作压力很大，经常加班到很晚。",
+    "User: 我很喜欢弹钢琴，每天练习一个小时。",
+    "User: 周末和朋友一起去看了一部科幻电影。",
+    "User: 我妈妈做的红烧肉是世界上最好吃的。",
+]
+
+
+def _archive(store, embedder, *, user_id: str, session_id: str, contents: list[str]) -> None:
+    store.ensure_session(session_id=session_id, user_id=user_id)
+    vectors = embedder.embed(contents)
+    store.commit_compaction(
+        session_id=session_id,
+        user_id=user_id,
+        turn_ids=[],
+        segments=[
+            NewSegment(first_seq=i + 1, last_seq=i + 1, content=c, tokens=len(c) // 4 + 1, session_date=T0 + timedelta(days=i), embedding=v)
+            for i, (c, v) in enumerate(zip(contents, vectors))
+        ],
+        summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=len(contents), summary_tokens=1,
+    )
+
+
+def _recall(store, embedder, user_id: str, query: str, *, hybrid: bool = True, **kw):
+    return recall_segments(
+        store.engine, user_id=user_id, query_embedding=embedder.embed([query])[0],
+        query_text=query if hybrid else None, limit=kw.pop("limit", 5), **kw,
+    )
+
+
+def test_full_text_finds_a_rare_exact_word_that_the_embedding_ranks_low(store, embedder):
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
+    query = QUERY
+
+    by_vector = _recall(store, embedder, "ana", query, hybrid=False, limit=len(ENGLISH))
+    hybrid = _recall(store, embedder, "ana", query, limit=3, pool=len(ENGLISH))
+
+    assert RARE not in [s.content for s in by_vector[:4]]  # the embedding alone ranks it 6th
+    assert hybrid[0].content == RARE  # the only full-text match, and fusion puts it first
+    assert hybrid[0].text_rank == 1 and hybrid[0].vector_rank > 3
+    assert hybrid[0].score == pytest.approx(1 / (RRF_K + 1) + 1 / (RRF_K + hybrid[0].vector_rank))
+    assert all(s.text_rank is None for s in hybrid[1:])
+
+
+def test_chinese_matches_by_character_bigrams_without_spaces(store, embedder):
+    _archive(store, embedder, user_id="li", session_id="li-1", contents=CHINESE)
+    with store.engine.connect() as conn:
+        bigrams = conn.execute(text("SELECT companion_cjk_bigrams('去杭州旅游')")).scalar()
+        terms = conn.execute(text("SELECT companion_search_terms('I went to 杭州')")).scalar()
+    assert sorted(bigrams) == sorted(["去杭", "杭州", "州旅", "旅游"])
+    assert "杭州" in terms and "went" in terms  # English lexemes and bigrams side by side
+
+    found = _recall(store, embedder, "li", "你还记得我去杭州玩的事吗？", limit=2)
+    assert found[0].content == CHINESE[0]
+    assert found[0].text_rank == 1
+
+    piano = _recall(store, embedder, "li", "钢琴", limit=1, pool=5)
+    assert piano[0].content == CHINESE[2] and piano[0].text_rank == 1
+
+
+def test_recall_never_returns_another_users_segment_even_on_an_exact_word_match(store, embedder):
+    _archive(store, embedder, user_id="bob", session_id="bob-1", contents=[RARE, CHINESE[0]])
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH[:3])
+
+    for query in (QUERY, "杭州西湖"):
+        found = _recall(store, embedder, "ana", query, limit=10, pool=10)
+        assert found and all(s.session_id == "ana-1" for s in found)
+        assert RARE not in [s.content for s in found] and CHINESE[0] not in [s.content for s in found]
+    assert _recall(store, embedder, "nobody", QUERY) == []
+
+
+def test_token_budget_and_neighbours_fill_in_rank_order_and_never_exceed_the_budget(store, embedder):
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
+    query = QUERY
+    plain = _recall(store, embedder, "ana", query, limit=12, pool=12, token_budget=40)
+    assert sum(s.tokens for s in plain) <= 40 and RARE in [s.content for s in plain]
+
+    wide = _recall(store, embedder, "ana", "Qwerbol", limit=12, pool=12, token_budget=80, neighbours=1)
+    assert sum(s.tokens for s in wide) <= 80
+    assert [s.first_seq for s in wide[:3]] == [11, 10, 12]  # the hit, then the turns around it
+    assert wide[1].neighbour_of == wide[0].id and wide[1].score == 0
+
+
+def test_recall_excludes_turns_still_in_the_recent_window(store, embedder):
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
+    found = _recall(store, embedder, "ana", "Qwerbol", limit=20, pool=20, neighbours=2, exclude_session_id="ana-1", exclude_from_seq=11)
+    assert found and max(s.last_seq for s in found) < 11
+    assert any(s.neighbour_of is not None for s in found)  # neighbours obey the exclusion too
+
+
+def test_recall_is_a_read_that_changes_no_row_and_no_setting(store, embedder):
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
+    snapshot = "SELECT md5(string_agg(id || content || search::text, ',' ORDER BY id)) FROM archived_segments"
+    with store.engine.connect() as conn:
+        before = conn.execute(text(snapshot)).scalar()
+    first = _recall(store, embedder, "ana", QUERY, neighbours=1)
+    second = _recall(store, embedder, "ana", QUERY, neighbours=1)
+    with store.engine.connect() as conn:
+        assert conn.execute(text(snapshot)).scalar() == before
+        assert conn.execute(text("SELECT coalesce(current_setting('hnsw.iterative_scan', true), 'off')")).scalar() == "off"
+    assert first == second
+
+
+def test_build_segments_cuts_one_verbatim_segment_per_turn_keyed_with_the_turns_around_it():
+    turns = [
+        Turn(session_id="s", seq=1, role="user", content="I love Lisbon.", tokens=5, created_at=T0),
+        Turn(session_id="s", seq=2, role="assistant", content="Tell me more!", tokens=5, created_at=T0),
+        Turn(session_id="s", seq=3, role="user", content="The trams are great.", tokens=5, created_at=T0),
+    ]
+    drafts = build_segments([turns[:2], turns[2:]], assistant_name="Mira")
+    assert [d.content for d in drafts] == ["User: I love Lisbon.", "Mira: Tell me more!", "User: The trams are great."]
+    assert [(d.first_seq, d.last_seq) for d in drafts] == [(1, 1), (2, 2), (3, 3)]
+    assert drafts[1].key == "User: I love Lisbon.\nMira: Tell me more!\nUser: The trams are great."

@@ -1,0 +1,60 @@
+"""Replay input files: every bad file is a clear error, and nothing is half-written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory.errors import ConfigurationError, InvalidMessageError
+from runtime.replay import load_conversations, replay_conversation
+
+
+def _jsonl(tmp_path, lines, name="conv.jsonl"):
+    path = tmp_path / name
+    path.write_bytes(b"\n".join(lines))
+    return path
+
+
+GOOD = json.dumps({"role": "user", "content": "hi", "timestamp": "2026-03-01T09:00:00+00:00"}).encode()
+REPLY = json.dumps({"role": "assistant", "content": "hello", "timestamp": "2026-03-01T09:00:05+00:00"}).encode()
+
+
+@pytest.mark.parametrize(
+    "lines, words",
+    [
+        pytest.param([GOOD, b'{"role": "user", "content": "caf\xe9", "timestamp": "2026-03-01T09:01:00"}'], "not valid UTF-8", id="invalid-utf8"),
+        pytest.param([GOOD, b'{"role": "user", "content": null, "timestamp": "2026-03-01T09:01:00"}'], "Line 2", id="null-content"),
+        pytest.param([], "no turns", id="empty-file"),
+        pytest.param([GOOD, b"not json"], "Line 2", id="bad-line"),
+        pytest.param([b'{"role": "system", "content": "x", "timestamp": "2026-03-01T09:00:00"}'], "role must be user or assistant", id="system-role"),
+    ],
+)
+def test_bad_jsonl_is_a_clear_error(tmp_path, lines, words):
+    with pytest.raises(ConfigurationError, match=words):
+        load_conversations(_jsonl(tmp_path, lines))
+
+
+def test_locomo_file_missing_a_field_is_a_clear_error(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"sample_id": "x", "conversation": {"speaker_a": "A"}}]))
+    with pytest.raises(ConfigurationError, match="not a well-formed LoCoMo file"):
+        load_conversations(path)
+
+
+def test_a_directory_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="Cannot read"):
+        load_conversations(tmp_path)
+
+
+def test_a_replay_with_a_bad_turn_stores_nothing(tmp_path, make_engine_for, store):
+    nul = json.dumps({"role": "user", "content": "bad\u0000turn", "timestamp": "2026-03-01T09:02:00+00:00"}).encode()
+    conv = load_conversations(_jsonl(tmp_path, [GOOD, REPLY, nul]))[0]
+    with pytest.raises(InvalidMessageError, match="Turn 3") as info:
+        replay_conversation(make_engine_for(), conv, run_id="t")
+    assert info.value.reason == "nul_byte"
+    with store.engine.connect() as conn:
+        from sqlalchemy import text
+
+        assert conn.execute(text("SELECT count(*) FROM turns")).scalar() == 0
+        assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
