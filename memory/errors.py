@@ -11,7 +11,8 @@ It lives in ``memory`` because that is the lowest layer: ``runtime`` and
     │   ├── UnknownModelError       the model name is not known and no override was given
     │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
     │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
-    │   ├── PersonaError            a persona file is missing a field or malformed
+    │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
+    │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, binary or not UTF-8
     │   ├── SessionOwnershipError   the session id belongs to another user
     │   └── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
     └── TurnError                   a failure while a turn runs; the user turn is already stored
@@ -92,6 +93,20 @@ class PersonaError(UsageError):
         super().__init__(message)
         self.path = path
         self.field = field
+
+
+class KnowledgeFileError(UsageError):
+    """A file cannot be added to a knowledge base. Nothing was written.
+
+    Attributes:
+        path: the file.
+        reason: a stable code: ``missing``, ``unreadable``, ``binary``, ``invalid_utf8``, ``empty``, ``unsupported``.
+    """
+
+    def __init__(self, message: str, *, path: str, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
 
 
 class SessionOwnershipError(UsageError):

@@ -137,3 +137,42 @@ class CompactionState(SQLModel, table=True):
     """Reasons of the current run of consecutive failures, oldest first (at most the threshold)."""
     compactions: int = 0
     """Successful compactions so far."""
+
+
+# -- issue 7: knowledge base and pinned user profiles ----------------------------
+class KnowledgeChunk(SQLModel, table=True):
+    """One chunk of a persona's knowledge base, embedded for retrieval (migration 0006)."""
+
+    __tablename__ = "knowledge_chunks"
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    persona: str = Field(max_length=200)
+    """Name of the persona whose knowledge this is; retrieval filters on it."""
+    source: str = Field(max_length=500)
+    """The file name the chunk came from; adding that file again replaces its chunks."""
+    chunk_index: int
+    """Position of the chunk in its file, from 0."""
+    content: str = Field(sa_column=Column(Text, nullable=False))
+    tokens: int
+    """Estimated tokens of ``content``."""
+    sha256: str = Field(max_length=64)
+    """SHA-256 (hex) of ``content``."""
+    embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
+    """``vector(N)``, N as in ``archived_segments``."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class UserProfile(SQLModel, table=True):
+    """A user's pinned facts, rendered first in the ``memory`` source (migration 0006)."""
+
+    __tablename__ = "user_profiles"
+
+    user_id: str = Field(primary_key=True, foreign_key="users.id", max_length=200)
+    name: Optional[str] = Field(default=None, max_length=200)
+    """What the user wants to be called; also what ``{{user}}`` becomes."""
+    pronouns: Optional[str] = Field(default=None, max_length=100)
+    facts: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
+    """Facts the user or app set; only an explicit set changes them."""
+    learned: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
+    """Facts merged from the profile section of summaries, oldest first."""
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))

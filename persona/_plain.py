@@ -1,54 +1,65 @@
-"""Plain persona files: TOML with ``name`` and ``system_prompt``."""
+"""Our own persona files: TOML or YAML with the card's fields under our names.
+
+::
+
+    name = "Mira"                       # required
+    system_prompt = "..."               # optional if description is given
+    description = "..."
+    personality = "..."
+    scenario = "..."
+    first_message = "..."
+    example_dialogues = ["{{user}}: hi\\n{{char}}: hello!", "..."]   # or one string split on <START>
+    post_history_instructions = "..."
+    creator_notes = "..."
+    tags = ["..."]
+    [character_book]                    # the V2 character_book shape
+    entries = [{keys = ["..."], content = "..."}]
+"""
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from memory.errors import PersonaError
+from persona._fields import build_persona
+from persona._model import Persona
 
 DEFAULT_PERSONA_FILE = Path(__file__).resolve().parent / "default.toml"
 """The bundled default companion."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class Persona:
-    """The character: a display name and the system prompt it speaks under."""
-
-    name: str
-    """Display name, e.g. ``Mira``; at most 200 characters."""
-    system_prompt: str
-    """The system message that opens every assembled context."""
-
-
-def load_persona(path: Path | str | None = None) -> Persona:
-    """Read a persona from a TOML file (``None``: the bundled default).
-
-    The file needs two string keys::
-
-        name = "Mira"
-        system_prompt = \"\"\"You are Mira, a warm and curious companion...\"\"\"
+def load_plain(file: Path, raw: bytes, kind: str) -> Persona:
+    """The persona in a TOML (``kind="toml"``) or YAML file's bytes.
 
     Raises:
-        PersonaError: the file is missing, is not valid TOML, or lacks a non-empty
-            ``name`` or ``system_prompt``; the message names the file and the field.
+        PersonaError: invalid UTF-8, TOML or YAML, or bad fields (named).
     """
-    file = Path(path) if path is not None else DEFAULT_PERSONA_FILE
+    path = str(file)
     try:
-        data = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PersonaError(f"Persona file {str(file)!r} does not exist.", path=str(file)) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise PersonaError(f"Persona file {str(file)!r} is not valid UTF-8 TOML: {exc}", path=str(file)) from exc
-    for field in ("name", "system_prompt"):
-        value = data.get(field)
-        if not isinstance(value, str) or not value.strip():
-            raise PersonaError(
-                f"Persona file {str(file)!r} needs a non-empty string field {field!r}.", path=str(file), field=field
-            )
-    if len(data["name"]) > 200:
-        raise PersonaError(f"Persona name in {str(file)!r} is longer than 200 characters.", path=str(file), field="name")
-    if "\x00" in data["name"] + data["system_prompt"]:
-        raise PersonaError(f"Persona file {str(file)!r} contains a NUL character.", path=str(file))
-    return Persona(name=data["name"].strip(), system_prompt=data["system_prompt"].strip())
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PersonaError(f"Persona file {path!r} is not valid UTF-8 (byte {exc.start}).", path=path) from None
+    if kind == "toml":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise PersonaError(f"Persona file {path!r} is not valid TOML: {exc}", path=path) from exc
+    else:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise PersonaError(f"Persona file {path!r} is not valid YAML: {exc}", path=path) from exc
+    if not isinstance(data, Mapping):
+        raise PersonaError(f"Persona file {path!r} must hold a table of fields (name, system_prompt, ...).", path=path)
+    return build_persona(
+        data,
+        path=path,
+        prefix="",
+        source=kind,
+        names={"first_message": "first_message", "example_dialogues": "example_dialogues"},
+        require_prompt=True,
+    )

@@ -8,6 +8,9 @@
     companion db upgrade
     companion breaker show SESSION
     companion breaker reset SESSION
+    companion persona show FILE [--user NAME]
+    companion kb add PERSONA FILE... | kb list PERSONA | kb remove PERSONA FILE
+    companion profile show USER | profile set USER [--name N] [--pronouns P] [--fact F ...] [--clear-facts]
 
 Errors of the runtime print one line to stderr and exit with status 2.
 """
@@ -205,6 +208,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
         f"window {engine.window} tokens. /context shows the context; /quit or Ctrl-D ends.",
         flush=True,
     )
+    if existing is None:  # a new session opens with the character's first message, if it has one
+        greeting = engine.greet(user_id=args.user, session_id=args.session)
+        if greeting is not None:
+            print(f"{name}> {greeting.content}", flush=True)
     while True:
         try:
             line = input("you> ")
@@ -310,6 +317,155 @@ def cmd_breaker_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- issue 7: personas, knowledge base, pinned profiles ---------------------------
+def cmd_persona_show(args: argparse.Namespace) -> int:
+    """Print the persona as the model sees it, with tokens per part and the budget."""
+    from persona import load_persona
+    from runtime.persona_render import render_persona
+    from runtime.tokens import counter_for
+
+    settings = _settings()
+    persona = load_persona(Path(args.file))
+    budgets = settings.scaled_budgets
+    rendered = render_persona(persona, cap=budgets.persona, counter=counter_for(settings.model), user_name=args.user)
+    print(rendered.system["content"])
+    if rendered.post_history:
+        print("\n[after the recent turns]\n" + rendered.post_history["content"])
+    print(f"\n{persona.name} ({persona.source}): {rendered.tokens} of {budgets.persona} persona tokens")
+    for part, tokens in rendered.parts.items():
+        print(f"  {part}: {tokens}")
+    print(f"  example dialogues: {rendered.examples_kept} of {rendered.examples_total} shown")
+    book = persona.character_book
+    print(f"  lorebook entries: {len(book.entries) if book else 0}; first message: {'yes' if persona.first_message else 'no'}")
+    return 0
+
+
+def _persona_name(value: str) -> str:
+    """A persona name, or the name inside a persona file when ``value`` is one."""
+    from persona import SUFFIXES, load_persona
+
+    path = Path(value).expanduser()
+    if path.suffix.lower() in SUFFIXES and path.is_file():
+        return load_persona(path).name
+    return value
+
+
+def _kb_engine():
+    from runtime.bootstrap import open_engine
+
+    return open_engine(_settings(), with_model=False)
+
+
+def cmd_kb_add(args: argparse.Namespace) -> int:
+    from runtime.knowledge import add_files, read_document
+
+    persona = _persona_name(args.persona)
+    paths = [Path(f).expanduser() for f in args.files]
+    for path in paths:  # a bad file fails before the database and the embedding model start
+        read_document(path)
+    engine = _kb_engine()
+    added = add_files(
+        engine.store.engine, persona=persona, paths=paths, embedder=engine.embedder, counter=engine.counter,
+        max_tokens=engine.settings.knowledge_chunk_tokens,
+    )
+    for item in added:
+        print(f"{persona}: {item.source}: {item.chunks} chunks, {item.tokens} tokens")
+    return 0
+
+
+def cmd_kb_list(args: argparse.Namespace) -> int:
+    from memory.knowledge import list_sources
+
+    persona = _persona_name(args.persona)
+    sources = list_sources(_kb_engine().store.engine, persona=persona)
+    if not sources:
+        print(f"{persona}: no knowledge files")
+    for item in sources:
+        print(f"{persona}: {item.source}: {item.chunks} chunks, {item.tokens} tokens, added {item.added_at:%Y-%m-%d %H:%M}")
+    return 0
+
+
+def cmd_kb_remove(args: argparse.Namespace) -> int:
+    from memory.knowledge import remove_source
+
+    persona = _persona_name(args.persona)
+    deleted = remove_source(_kb_engine().store.engine, persona=persona, source=Path(args.file).name)
+    if not deleted:
+        print(f"error: {persona} has no knowledge file {Path(args.file).name!r}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{persona}: removed {Path(args.file).name} ({deleted} chunks)")
+    return 0
+
+
+def _profiles():
+    from memory.profiles import Profiles
+    from runtime.bootstrap import connect
+
+    return Profiles(connect(_settings()).engine)
+
+
+def _print_profile(user: str, profile) -> None:
+    if profile is None:
+        print(f"{user}: no profile")
+        return
+    print(f"{user}: name {profile.name or '-'}; pronouns {profile.pronouns or '-'}")
+    for fact in profile.facts:
+        print(f"  fact: {fact}")
+    for fact in profile.learned:
+        print(f"  learned: {fact}")
+
+
+def cmd_profile_show(args: argparse.Namespace) -> int:
+    _print_profile(args.user, _profiles().get(args.user))
+    return 0
+
+
+def cmd_profile_set(args: argparse.Namespace) -> int:
+    profiles = _profiles()
+    facts = None
+    if args.clear_facts or args.fact:
+        before = profiles.get(args.user)
+        facts = ([] if args.clear_facts or before is None else list(before.facts)) + list(args.fact or [])
+    _print_profile(args.user, profiles.set(args.user, name=args.name, pronouns=args.pronouns, facts=facts))
+    return 0
+
+
+def _add_issue7_commands(sub) -> None:
+    persona = sub.add_parser("persona", help="persona files")
+    p_sub = persona.add_subparsers(dest="persona_command", required=True)
+    show = p_sub.add_parser("show", help="print a persona as the model sees it, with tokens per part")
+    show.add_argument("file", help="a card (.json, .png) or our .toml/.yaml file")
+    show.add_argument("--user", default="User", help="what {{user}} becomes (default: User)")
+    show.set_defaults(func=cmd_persona_show)
+
+    kb = sub.add_parser("kb", help="a persona's knowledge base")
+    kb_sub = kb.add_subparsers(dest="kb_command", required=True)
+    add = kb_sub.add_parser("add", help="split text/Markdown files into chunks and embed them for the persona")
+    add.add_argument("persona", help="the persona's name, or a persona file to take the name from")
+    add.add_argument("files", nargs="+", help="plain text or Markdown files; adding a file again replaces it")
+    add.set_defaults(func=cmd_kb_add)
+    lst = kb_sub.add_parser("list", help="the persona's knowledge files")
+    lst.add_argument("persona")
+    lst.set_defaults(func=cmd_kb_list)
+    rm = kb_sub.add_parser("remove", help="remove one file's chunks")
+    rm.add_argument("persona")
+    rm.add_argument("file")
+    rm.set_defaults(func=cmd_kb_remove)
+
+    profile = sub.add_parser("profile", help="a user's pinned profile")
+    pr_sub = profile.add_subparsers(dest="profile_command", required=True)
+    pshow = pr_sub.add_parser("show", help="the user's name, pronouns, facts and learned facts")
+    pshow.add_argument("user")
+    pshow.set_defaults(func=cmd_profile_show)
+    pset = pr_sub.add_parser("set", help="set name, pronouns or facts")
+    pset.add_argument("user")
+    pset.add_argument("--name", help="what the user wants to be called ('' clears)")
+    pset.add_argument("--pronouns", help="e.g. she/her ('' clears)")
+    pset.add_argument("--fact", action="append", help="add a fact (repeatable)")
+    pset.add_argument("--clear-facts", action="store_true", help="remove the user-set facts first")
+    pset.set_defaults(func=cmd_profile_set)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="companion", description="companion-runtime: long-running companion chat.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -329,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat = sub.add_parser("chat", help="a terminal chat that streams the replies (/context, /quit)")
     chat.add_argument("--user", required=True, help="the user id")
     chat.add_argument("--session", required=True, help="the session id (new or existing)")
-    chat.add_argument("--persona", help="a persona TOML file (default: COMPANION_PERSONA or the bundled one)")
+    chat.add_argument("--persona", help="a persona file: card .json/.png, .toml, .yaml (default: COMPANION_PERSONA or the bundled one)")
     chat.set_defaults(func=cmd_chat)
 
     db = sub.add_parser("db", help="database commands")
@@ -346,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset = b_sub.add_parser("reset", help="close a session's breaker")
     reset.add_argument("session")
     reset.set_defaults(func=cmd_breaker_reset)
+    _add_issue7_commands(sub)
     return parser
 
 

@@ -88,7 +88,15 @@ class Settings:
     max_message_chars: int = 100_000
     """``COMPANION_MAX_MESSAGE_CHARS``: the longest message accepted, in characters."""
     persona_file: Path | None = None
-    """``COMPANION_PERSONA``: a persona file; ``None`` uses the bundled default companion."""
+    """``COMPANION_PERSONA``: a persona file (.json/.png card, .toml/.yaml/.yml); ``None`` uses the bundled default."""
+    lorebook_scan_depth: int = 2
+    """``COMPANION_LOREBOOK_SCAN_DEPTH``: turns before the current message that lorebook keys are
+    matched in (0: the current message only); a card's ``character_book.scan_depth`` wins."""
+    knowledge_chunks: int = 8
+    """``COMPANION_KNOWLEDGE_CHUNKS``: most knowledge-base chunks (nearest first) offered to the
+    retrieval budget per turn (0: none)."""
+    knowledge_chunk_tokens: int = 300
+    """``COMPANION_KNOWLEDGE_CHUNK_TOKENS``: largest chunk ``companion kb add`` makes, tokens."""
     log_level: str = "warning"
     """``COMPANION_LOG_LEVEL``: debug, info, warning or error."""
     log_format: str = "console"
@@ -179,6 +187,13 @@ class Settings:
             values["max_message_chars"] = _int(env, "COMPANION_MAX_MESSAGE_CHARS", minimum=1)
         if env.get("COMPANION_PERSONA"):
             values["persona_file"] = Path(env["COMPANION_PERSONA"]).expanduser()
+        # issue 7: lorebook and knowledge base
+        if env.get("COMPANION_LOREBOOK_SCAN_DEPTH", "").strip():
+            values["lorebook_scan_depth"] = _int(env, "COMPANION_LOREBOOK_SCAN_DEPTH", minimum=0)
+        if env.get("COMPANION_KNOWLEDGE_CHUNKS", "").strip():
+            values["knowledge_chunks"] = _int(env, "COMPANION_KNOWLEDGE_CHUNKS", minimum=0)
+        if env.get("COMPANION_KNOWLEDGE_CHUNK_TOKENS", "").strip():
+            values["knowledge_chunk_tokens"] = _int(env, "COMPANION_KNOWLEDGE_CHUNK_TOKENS", minimum=20)
         if env.get("COMPANION_LOG_LEVEL"):
             level = env["COMPANION_LOG_LEVEL"].lower()
             if level not in ("debug", "info", "warning", "error"):

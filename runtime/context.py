@@ -3,9 +3,11 @@
 Assembly is a read: it takes stored rows and returns messages, changing nothing.
 The message list is::
 
-    system   persona (never cut, never squeezed)
-    system   summary block, memory block (recalled segments), when there are any
+    system   persona (never cut, never squeezed; example dialogues go first when over its cap)
+    system   summary block, memory block (pinned profile, recalled segments), retrieval block
+             (lorebook entries, knowledge chunks), when there are any
     user / assistant ...  the recent turns, oldest first, ending with the current user message
+    system   the persona's post-history instructions, if it has any (counted to ``persona``)
 
 Each source is cut to its cap before it enters the prompt, and every cut says so
 in the prompt. Budget left unused by memory, retrieval and summary flows to
@@ -15,17 +17,18 @@ never exceeds the window.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from memory.errors import ConfigurationError
 from memory.recall import RecalledSegment
-from memory.tables import Summary, Turn
+from memory.tables import Summary, Turn, UserProfile
 from persona import Persona
 from prompts import render
 from runtime.budgets import SOURCES, Budgets
 from runtime.calibration import Baseline, baseline_total
+from runtime.persona_render import DEFAULT_USER_NAME, render_persona
+from runtime.profile import render_profile
+from runtime.retrieval import RetrievalItem, fit_retrieval
 from runtime.tokens import REPLY_PRIMING, TokenCounter
 from runtime.trim import fit_messages
 
@@ -93,6 +96,8 @@ def assemble_context(
     baseline: Baseline | None = None,
     calibration: float = 1.0,
     overhead: int = 0,
+    profile: UserProfile | None = None,
+    retrieval: Sequence[RetrievalItem] = (),
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
@@ -110,35 +115,53 @@ def assemble_context(
         calibration: the factor already applied by ``counter``, reported back as is.
         overhead: tokens the provider adds per request (from calibration); reserved
             out of the room for ``recent`` and included in the total.
+        profile: the user's pinned profile, shown first in ``memory``; its name is what
+            ``{{user}}`` becomes (default ``User``).
+        retrieval: fired lorebook entries and knowledge chunks (see ``runtime/retrieval.py``).
 
     Raises:
-        ConfigurationError: the persona alone exceeds its cap.
+        ConfigurationError: the persona's parts that are never cut exceed its cap.
     """
     sources: dict[str, SourceReport] = {}
     texts: dict[str, str] = {}
 
-    persona_msg = {"role": "system", "content": persona.system_prompt}
-    persona_tokens = counter.count_message(persona_msg)
-    raw_persona = math.ceil(persona_tokens / calibration)  # the cap is checked on the raw count: calibration
-    if raw_persona > budgets.persona:  # must not turn a valid persona into a configuration error mid-session
-        raise ConfigurationError(
-            f"The persona {persona.name!r} is {raw_persona} tokens; its budget is {budgets.persona}. "
-            "Shorten the system prompt or raise COMPANION_BUDGET_PERSONA.",
-            setting="COMPANION_BUDGET_PERSONA",
-        )
-    sources["persona"] = SourceReport(source="persona", tokens=persona_tokens, cap=budgets.persona, items=1)
-    texts["persona"] = persona.system_prompt
+    user_name = (profile.name if profile is not None and profile.name else None) or DEFAULT_USER_NAME
+    rendered = render_persona(persona, cap=budgets.persona, counter=counter, user_name=user_name, calibration=calibration)
+    persona_msg = rendered.system
+    post_history = [rendered.post_history] if rendered.post_history else []
+    sources["persona"] = SourceReport(
+        source="persona", tokens=rendered.tokens, cap=budgets.persona, items=1 + rendered.examples_kept + len(post_history),
+        cut=rendered.cut,
+    )
+    texts["persona"] = "\n\n".join(m["content"] for m in [persona_msg, *post_history])
 
     blocks: list[str] = []
     summary_text, sources["summary"] = _summary_block(summary, budgets.summary, counter)
     if summary_text:
         blocks.append(summary_text)
         texts["summary"] = summary_text
-    memory_text, recalled, sources["memory"] = _memory_block(candidates, budgets.memory, counter)
+    pinned = render_profile(profile, cap=budgets.memory, counter=counter)  # always first in memory
+    room_for_recalled = budgets.memory - pinned.tokens - (1 if pinned.text else 0)
+    memory_text, recalled, recalled_report = _memory_block(candidates, room_for_recalled, counter)
+    if pinned.text:
+        memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
+    sources["memory"] = SourceReport(
+        source="memory",
+        tokens=counter.count_text(memory_text) if memory_text else 0,
+        cap=budgets.memory,
+        items=recalled_report.items + (1 if pinned.text else 0),
+        cut="; ".join(c for c in (pinned.cut, recalled_report.cut) if c) or None,
+    )
     if memory_text:
         blocks.append(memory_text)
         texts["memory"] = memory_text
-    sources["retrieval"] = SourceReport(source="retrieval", tokens=0, cap=budgets.retrieval, items=0)
+    found = fit_retrieval(retrieval, cap=budgets.retrieval, counter=counter)
+    sources["retrieval"] = SourceReport(
+        source="retrieval", tokens=found.tokens, cap=budgets.retrieval, items=len(found.shown), cut=found.cut
+    )
+    if found.text:
+        blocks.append(found.text)
+        texts["retrieval"] = found.text
 
     head = [persona_msg]
     if blocks:
@@ -146,19 +169,19 @@ def assemble_context(
         head.append(context_msg)
         # framing of the shared system message is charged to the sources in it
         framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
-        first = "summary" if summary_text else "memory"
+        first = "summary" if summary_text else "memory" if memory_text else "retrieval"
         sources[first] = _add_tokens(sources[first], framing)
 
     used_by_others = sum(s.tokens for s in sources.values())
     room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
     recent_msgs, shown, recent_report = _recent(turns, pending, room, budgets.recent, counter)
-    messages = head + recent_msgs
+    messages = head + recent_msgs + post_history
     total = counter.count_messages(messages)
     by_baseline = baseline_total(baseline, messages, counter)
     if by_baseline is not None and by_baseline > total:
         # the provider counts this prefix higher than we do: shrink recent by the difference
         recent_msgs, shown, recent_report = _recent(turns, pending, room - (by_baseline - total), budgets.recent, counter)
-        messages = head + recent_msgs
+        messages = head + recent_msgs + post_history
         total = counter.count_messages(messages)
         refit = baseline_total(baseline, messages, counter)
         by_baseline = refit

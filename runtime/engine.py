@@ -26,15 +26,21 @@ import structlog
 
 from memory.embeddings import Embedder
 from memory.errors import ContextOverflowError, InvalidMessageError
+from memory.knowledge import search_chunks
+from memory.profiles import Profiles
 from memory.recall import recall_segments
 from memory.store import Store
-from memory.tables import Turn, TurnState
-from persona import Persona
+from memory.tables import Turn, TurnState, UserProfile
+from persona import Persona, apply_macros
 from runtime.budgets import Budgets
 from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter, correction, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
 from runtime.context import AssembledContext, assemble_context
+from runtime.lorebook import match_entries, scan_text
+from runtime.persona_render import DEFAULT_USER_NAME
+from runtime.profile import summary_profile_facts
+from runtime.retrieval import RetrievalItem, retrieval_items
 from runtime.messages import validate_message
 from runtime.model import Replier, Reply
 from runtime.summarizer import Summarizer, summarizer_for
@@ -89,6 +95,8 @@ class Engine:
         self.counter = counter or counter_for(settings.model)
         self.budgets: Budgets = settings.scaled_budgets
         self.window: int = settings.window
+        self.profiles = Profiles(store.engine)
+        """Users' pinned profiles (name, pronouns, facts)."""
         self.compactor = Compactor(
             store=store,
             embedder=embedder,
@@ -226,6 +234,30 @@ class Engine:
         self._compact(session_id, user_id)
         return turn
 
+    def greet(self, *, user_id: str, session_id: str, at: datetime | None = None) -> Turn | None:
+        """Store the persona's first message as the opening assistant turn of a new session.
+
+        ``{{char}}``/``{{user}}`` are replaced (the user's name from the pinned profile,
+        else ``User``). Returns the stored turn, or ``None`` when the persona has no first
+        message or the session already has turns (nothing is stored then).
+        """
+        if not self.persona.first_message:
+            return None
+        existing = self.store.get_session(session_id)
+        if existing is not None and self.store.turns(session_id):
+            return None
+        text = apply_macros(self.persona.first_message, char=self.persona.name, user=self._user_name(user_id))
+        turn = self.add_turn(user_id=user_id, session_id=session_id, role="assistant", content=text, at=at)
+        log.info("session.greeted", session_id=session_id, seq=turn.seq, tokens=turn.tokens)
+        return turn
+
+    def set_profile(
+        self, *, user_id: str, name: str | None = None, pronouns: str | None = None, facts: list[str] | None = None
+    ) -> UserProfile:
+        """Set the user's pinned profile (``None`` leaves a field; ``facts`` replaces the user-set facts).
+        See :meth:`memory.profiles.Profiles.set`."""
+        return self.profiles.set(user_id, name=name, pronouns=pronouns, facts=facts)
+
     # -- reading ----------------------------------------------------------------
     def assemble(
         self,
@@ -247,6 +279,7 @@ class Engine:
         turns = self.store.turns(session_id, state=TurnState.context)
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
         candidates = []
+        vector: list[float] = []
         if query:
             vector = self.embedder.embed([query])[0]
             first_recent = turns[0].seq if turns else None
@@ -262,6 +295,8 @@ class Engine:
                 exclude_session_id=session_id if first_recent is not None else None,
                 exclude_from_seq=first_recent,
             )
+        profile = self.profiles.get(user_id)
+        retrieval = self._retrieval(turns, pending, query, vector if query else None, profile)
         usage = self.store.usage_turns(session_id, limit=CALIBRATION_WINDOW)
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
         last = usage[0] if usage else None
@@ -283,7 +318,41 @@ class Engine:
             baseline=baseline,
             calibration=calibration.factor,
             overhead=calibration.overhead,
+            profile=profile,
+            retrieval=retrieval,
         )
+
+    def _retrieval(
+        self,
+        turns: list[Turn],
+        pending: str | None,
+        query: str | None,
+        vector: list[float] | None,
+        profile: UserProfile | None,
+    ) -> list[RetrievalItem]:
+        """Lorebook entries fired by the current message and the turns before it, then the
+        persona's nearest knowledge chunks."""
+        if not query:
+            return []
+        if pending is not None:
+            previous = [t.content for t in turns]
+        else:
+            last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
+            previous = [t.content for t in turns[:last_user]]
+        book = self.persona.character_book
+        depth = book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
+        fired = match_entries(book, scan_text(query, previous, depth))
+        hits = (
+            search_chunks(self.store.engine, persona=self.persona.name, query_embedding=vector, limit=self.settings.knowledge_chunks)
+            if vector is not None and self.settings.knowledge_chunks > 0
+            else []
+        )
+        user = profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
+        return retrieval_items(fired, hits, char=self.persona.name, user=user)
+
+    def _user_name(self, user_id: str) -> str:
+        profile = self.profiles.get(user_id)
+        return profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
 
     # -- internals ------------------------------------------------------------
     def _model_reply(
@@ -321,12 +390,16 @@ class Engine:
             retry_cap_recent=budgets.recent,
             retry_cap_memory=budgets.memory,
         )
-        compaction = self.compactor.maybe_compact(
-            session_id=session_id,
-            user_id=user_id,
-            recent_cap=budgets.recent,
-            summary_cap=self.budgets.summary,
-            assistant_name=self.persona.name,
+        compaction = self._learn_profile(
+            user_id,
+            session_id,
+            self.compactor.maybe_compact(
+                session_id=session_id,
+                user_id=user_id,
+                recent_cap=budgets.recent,
+                summary_cap=self.budgets.summary,
+                assistant_name=self.persona.name,
+            ),
         )
         harder = self.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
         try:
@@ -352,10 +425,23 @@ class Engine:
         return self.counter.count_message({"role": role, "content": content})
 
     def _compact(self, session_id: str, user_id: str) -> CompactionOutcome | None:
-        return self.compactor.maybe_compact(
+        outcome = self.compactor.maybe_compact(
             session_id=session_id,
             user_id=user_id,
             recent_cap=self.budgets.recent,
             summary_cap=self.budgets.summary,
             assistant_name=self.persona.name,
         )
+        return self._learn_profile(user_id, session_id, outcome)
+
+    def _learn_profile(self, user_id: str, session_id: str, outcome: CompactionOutcome | None) -> CompactionOutcome | None:
+        """After a compaction that wrote a summary, merge its profile section into the user's
+        pinned profile (learned facts only; user-set facts are never touched). A separate
+        transaction: if it fails the next compaction merges again, as the summary carries
+        its profile forward."""
+        if outcome is not None and outcome.ok and outcome.summarized:
+            summary = self.store.summary(session_id)
+            facts = summary_profile_facts(summary.items if summary else [])
+            if facts and self.profiles.learn(user_id, facts) is not None:
+                log.info("profile.learned", session_id=session_id, facts=len(facts))
+        return outcome

@@ -1,0 +1,123 @@
+"""A persona's knowledge base: chunks of text with embeddings, in ``knowledge_chunks``.
+
+Every read and write is scoped to one persona by name (``WHERE persona = :p`` in SQL),
+so two personas' knowledge never mixes. Adding a file replaces that file's chunks in
+the same transaction as the rest of the add; nothing is ever half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Mapping, Sequence
+
+from sqlalchemy import Engine, text
+
+from memory.database import storage_errors
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewChunk:
+    """A chunk to write."""
+
+    content: str
+    tokens: int
+    """Estimated tokens of ``content``."""
+    embedding: list[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnowledgeHit:
+    """A chunk found for a query."""
+
+    id: int
+    source: str
+    chunk_index: int
+    content: str
+    tokens: int
+    distance: float
+    """Cosine distance to the query (0 = same direction)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnowledgeSource:
+    """One file in a persona's knowledge base."""
+
+    source: str
+    chunks: int
+    tokens: int
+    """Sum of the chunks' tokens."""
+    added_at: datetime
+
+
+def _vector(values: Sequence[float]) -> str:
+    return "[" + ",".join(f"{float(x):.7g}" for x in values) + "]"
+
+
+def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
+    """In one transaction: for each source, delete the persona's chunks of it and write the new ones."""
+    with storage_errors(), engine.begin() as conn:
+        for source, chunks in sources.items():
+            conn.execute(text("DELETE FROM knowledge_chunks WHERE persona = :p AND source = :s"), {"p": persona, "s": source})
+            if chunks:
+                conn.execute(
+                    text(
+                        "INSERT INTO knowledge_chunks (persona, source, chunk_index, content, tokens, sha256, embedding) "
+                        "VALUES (:p, :s, :i, :c, :t, :h, CAST(:e AS vector))"
+                    ),
+                    [
+                        {
+                            "p": persona,
+                            "s": source,
+                            "i": i,
+                            "c": chunk.content,
+                            "t": chunk.tokens,
+                            "h": hashlib.sha256(chunk.content.encode("utf-8")).hexdigest(),
+                            "e": _vector(chunk.embedding),
+                        }
+                        for i, chunk in enumerate(chunks)
+                    ],
+                )
+
+
+def remove_source(engine: Engine, *, persona: str, source: str) -> int:
+    """Delete the persona's chunks of ``source``; returns how many were deleted."""
+    with storage_errors(), engine.begin() as conn:
+        result = conn.execute(
+            text("DELETE FROM knowledge_chunks WHERE persona = :p AND source = :s"), {"p": persona, "s": source}
+        )
+        return int(result.rowcount or 0)
+
+
+def list_sources(engine: Engine, *, persona: str) -> list[KnowledgeSource]:
+    """The persona's files, by name."""
+    with storage_errors(), engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT source, count(*) AS chunks, sum(tokens) AS tokens, max(created_at) AS added_at "
+                "FROM knowledge_chunks WHERE persona = :p GROUP BY source ORDER BY source"
+            ),
+            {"p": persona},
+        ).fetchall()
+    return [KnowledgeSource(source=r.source, chunks=r.chunks, tokens=int(r.tokens), added_at=r.added_at) for r in rows]
+
+
+def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[float], limit: int) -> list[KnowledgeHit]:
+    """The persona's ``limit`` chunks nearest to the query by cosine distance, nearest first."""
+    if limit <= 0:
+        return []
+    with storage_errors(), engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, source, chunk_index, content, tokens, embedding <=> CAST(:q AS vector) AS distance "
+                "FROM knowledge_chunks WHERE persona = :p ORDER BY distance, id LIMIT :n"
+            ),
+            {"p": persona, "q": _vector(query_embedding), "n": int(limit)},
+        ).fetchall()
+    return [
+        KnowledgeHit(
+            id=r.id, source=r.source, chunk_index=r.chunk_index, content=r.content, tokens=r.tokens, distance=float(r.distance)
+        )
+        for r in rows
+    ]

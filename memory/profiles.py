@@ -1,0 +1,101 @@
+"""Users' pinned profiles: name, pronouns, facts set by the user or app, facts learned from summaries.
+
+User-set facts change only by an explicit :meth:`Profiles.set`; merging learned facts
+(:meth:`Profiles.learn`) never touches them.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from sqlalchemy import Engine, text
+from sqlmodel import Session, select
+
+from memory.database import storage_errors
+from memory.tables import UserProfile, utcnow
+
+MAX_LEARNED_FACTS = 30
+"""Learned facts kept per user, newest; older ones leave first (our choice: a profile is short)."""
+MAX_FACT_CHARS = 500
+"""Longest fact accepted, characters."""
+
+
+def _norm(fact: str) -> str:
+    return " ".join(fact.split()).casefold().rstrip(".")
+
+
+class Profiles:
+    """Typed access to ``user_profiles`` on one SQLAlchemy engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def get(self, user_id: str) -> UserProfile | None:
+        """The user's profile, or ``None`` if nothing was ever set or learned."""
+        with storage_errors(), Session(self.engine) as db:
+            return db.get(UserProfile, user_id)
+
+    def set(
+        self,
+        user_id: str,
+        *,
+        name: str | None = None,
+        pronouns: str | None = None,
+        facts: Sequence[str] | None = None,
+    ) -> UserProfile:
+        """Set fields of the user's profile (creating the user and profile if missing).
+
+        ``None`` leaves a field as it is; ``""`` clears ``name`` or ``pronouns``; ``facts``
+        replaces the user-set facts (blank ones dropped, duplicates merged).
+        """
+        with storage_errors(), Session(self.engine) as db:
+            db.exec(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            profile = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()
+            profile = profile or UserProfile(user_id=user_id)
+            if name is not None:
+                profile.name = name.strip() or None
+            if pronouns is not None:
+                profile.pronouns = pronouns.strip() or None
+            if facts is not None:
+                profile.facts = _dedupe([f.strip() for f in facts if f.strip()])
+            profile.updated_at = utcnow()
+            db.add(profile)
+            db.commit()
+            db.refresh(profile)
+            return profile
+
+    def learn(self, user_id: str, facts: Sequence[str]) -> UserProfile | None:
+        """Merge facts from a summary's profile section into the learned facts.
+
+        New facts are appended (one equal to a user-set or known fact, ignoring case,
+        spaces and a final period, is skipped); at most :data:`MAX_LEARNED_FACTS` are
+        kept, newest. Returns the profile, or ``None`` when there was nothing to merge.
+        """
+        clean = [f.strip()[:MAX_FACT_CHARS] for f in facts if f and f.strip()]
+        if not clean:
+            return None
+        with storage_errors(), Session(self.engine) as db:
+            db.exec(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            existing = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()
+            profile = existing or UserProfile(user_id=user_id)
+            known = {_norm(f) for f in [*profile.facts, *profile.learned]}
+            added = [f for f in _dedupe(clean) if _norm(f) not in known]
+            if not added and existing is not None:
+                return existing
+            profile.learned = [*profile.learned, *added][-MAX_LEARNED_FACTS:]
+            profile.updated_at = utcnow()
+            db.add(profile)
+            db.commit()
+            db.refresh(profile)
+            return profile
+
+
+def _dedupe(facts: Sequence[str]) -> list[str]:
+    seen: set[str] = set()
+    out = []
+    for fact in facts:
+        key = _norm(fact)
+        if key not in seen:
+            seen.add(key)
+            out.append(fact)
+    return out

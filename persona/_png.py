@@ -1,0 +1,54 @@
+"""Character cards embedded in PNG text chunks.
+
+Card tools write the card JSON, base64-encoded, in a ``tEXt`` (or ``iTXt``) chunk:
+keyword ``chara`` for V2 (and V1), ``ccv3`` for V3. When both are present, ``ccv3``
+wins, as the V3 spec asks. Read with Pillow (``Image.text``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+
+from memory.errors import PersonaError
+from persona._card import parse_card_json
+from persona._model import Persona
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+KEYWORDS = ("ccv3", "chara")
+"""Chunk keywords in order of preference."""
+
+
+def parse_card_png(raw: bytes, *, path: str) -> Persona:
+    """A persona from a PNG's ``ccv3`` or ``chara`` chunk.
+
+    Raises:
+        PersonaError: not a readable PNG (field ``png``), no card chunk (field ``chara``),
+            broken base64 (``chara chunk base64``), or a bad card inside (its field).
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            image.load()
+            chunks = dict(getattr(image, "text", {}) or {})
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise PersonaError(f"Persona file {path!r} is not a readable PNG ({exc}).", path=path, field="png") from exc
+    keyword = next((k for k in KEYWORDS if k in chunks), None)
+    if keyword is None:
+        raise PersonaError(
+            f"Persona file {path!r} is a PNG without a character card: no 'chara' or 'ccv3' text chunk.",
+            path=path,
+            field="chara",
+        )
+    encoded = chunks[keyword]
+    try:
+        decoded = base64.b64decode("".join(str(encoded).split()), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise PersonaError(
+            f"Persona file {path!r}: the {keyword} chunk is not valid base64 ({exc}).",
+            path=path,
+            field=f"{keyword} chunk base64",
+        ) from exc
+    return parse_card_json(decoded, path=path, where=f"{keyword} chunk ")
