@@ -1,0 +1,196 @@
+"""Loading personas from Character Card V2/V3 JSON and PNG and our TOML/YAML, and rendering
+them within the persona budget."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from memory.errors import ConfigurationError, PersonaError
+from persona import DEFAULT_PERSONA_FILE, Persona, apply_macros, load_persona
+from runtime.persona_render import render_persona
+from runtime.tokens import counter_for
+from tests.cards import encode, v2_card, v3_card, write_card_png
+
+COUNTER = counter_for("gpt-4o-mini")
+
+
+def _expect_aria(p: Persona, source: str) -> None:
+    assert p.name == "Aria" and p.source == source
+    assert p.description.startswith("{{char}} is a lighthouse keeper")
+    assert p.personality == "calm, dry humour, notices weather"
+    assert p.scenario == "{{user}} visits the lighthouse in autumn."
+    assert p.first_message.startswith("Welcome, {{user}}.")
+    assert p.example_dialogues == (
+        "{{user}}: Is it cold up there?\n{{char}}: Colder than the tea.",
+        "{{user}}: Do you sleep?\n{{char}}: Between ships.",
+    )
+    assert p.system_prompt == "You are {{char}}. Stay in character."
+    assert p.post_history_instructions.startswith("POST-HISTORY")
+    assert p.creator_notes.startswith("SECRET-CREATOR-NOTE")
+    assert p.tags == ("lighthouse", "slice of life")
+    book = p.character_book
+    assert book is not None and book.name == "Island lore"
+    lamp, tower = book.entries
+    assert lamp.keys == ("lamp", "lens") and lamp.insertion_order == 10 and lamp.name == "lamp"
+    assert tower.keys == ("灯塔",) and tower.secondary_keys == ("岛",) and tower.selective
+    assert tower.selective_logic == "AND_ANY" and tower.priority == 3
+
+
+@pytest.mark.parametrize("make, spec", [pytest.param(v2_card, "chara_card_v2", id="v2"), pytest.param(v3_card, "chara_card_v3", id="v3")])
+def test_card_json_round_trip(tmp_path, make, spec):
+    path = tmp_path / "aria.json"
+    path.write_text(json.dumps(make(), ensure_ascii=False), encoding="utf-8")
+    _expect_aria(load_persona(path), spec)
+
+
+@pytest.mark.parametrize(
+    "chunks, spec",
+    [
+        pytest.param({"chara": encode(v2_card())}, "chara_card_v2", id="chara-v2"),
+        pytest.param({"ccv3": encode(v3_card())}, "chara_card_v3", id="ccv3-v3"),
+        pytest.param({"chara": encode(v2_card(name="Old")), "ccv3": encode(v3_card())}, "chara_card_v3", id="both-ccv3-wins"),
+    ],
+)
+def test_card_png_round_trip(tmp_path, chunks, spec):
+    path = write_card_png(tmp_path / "aria.png", chunks)
+    _expect_aria(load_persona(path), spec)
+
+
+def test_plain_toml_and_yaml_carry_the_same_fields(tmp_path):
+    toml = tmp_path / "aria.toml"
+    toml.write_text(
+        'name = "Aria"\nsystem_prompt = "You are {{char}}."\ndescription = "A keeper."\n'
+        'first_message = "Hello {{user}}"\nexample_dialogues = ["{{user}}: hi\\n{{char}}: hey"]\n'
+        'creator_notes = "notes"\ntags = ["a"]\n'
+        '[character_book]\nentries = [{keys = ["lamp"], content = "The lamp is old."}]\n',
+        encoding="utf-8",
+    )
+    yaml_file = tmp_path / "aria.yaml"
+    yaml_file.write_text(
+        "name: Aria\nsystem_prompt: You are {{char}}.\ndescription: A keeper.\nfirst_message: Hello {{user}}\n"
+        "example_dialogues: \"<START>\\n{{user}}: hi\\n{{char}}: hey\"\ncreator_notes: notes\ntags: [a]\n"
+        "character_book:\n  entries:\n    - keys: [lamp]\n      content: The lamp is old.\n",
+        encoding="utf-8",
+    )
+    a, b = load_persona(toml), load_persona(yaml_file)
+    assert (a.source, b.source) == ("toml", "yaml")
+    assert replace(a, source="x") == replace(b, source="x")
+    assert a.example_dialogues == ("{{user}}: hi\n{{char}}: hey",)
+    assert a.character_book.entries[0].keys == ("lamp",)
+
+
+def test_bundled_default_persona_still_loads():
+    p = load_persona(DEFAULT_PERSONA_FILE)
+    assert p.name == "Mira" and p.system_prompt.startswith("You are Mira")
+
+
+def _card_file(tmp_path, card) -> object:
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(card), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    "write, field",
+    [
+        pytest.param(lambda t: _card_file(t, {**v2_card(), "spec": "chara_card_v9"}), "spec", id="wrong-spec"),
+        pytest.param(lambda t: _card_file(t, {"hello": "world"}), "spec", id="no-spec"),
+        pytest.param(lambda t: _card_file(t, {"spec": "chara_card_v2", "data": "x"}), "data", id="data-not-object"),
+        pytest.param(lambda t: _card_file(t, v2_card(name="")), "data.name", id="empty-name"),
+        pytest.param(lambda t: _card_file(t, v2_card(name=None)), "data.name", id="missing-name"),
+        pytest.param(lambda t: _card_file(t, v2_card(description=["x"])), "data.description", id="description-not-text"),
+        pytest.param(lambda t: _card_file(t, v2_card(tags="a")), "data.tags", id="tags-not-list"),
+        pytest.param(
+            lambda t: _card_file(t, v2_card(character_book={"entries": [{"keys": [], "content": "x"}]})),
+            "data.character_book.entries[0].keys",
+            id="entry-without-keys",
+        ),
+        pytest.param(
+            lambda t: _card_file(t, v2_card(character_book={"entries": [{"keys": ["a"], "content": 3}]})),
+            "data.character_book.entries[0].content",
+            id="entry-content-not-text",
+        ),
+        pytest.param(lambda t: (t / "x.json").write_text("{not json") and t / "x.json", "json", id="broken-json"),
+        pytest.param(lambda t: write_card_png(t / "x.png", {"chara": "!!!not base64!!!"}), "chara chunk base64", id="broken-base64"),
+        pytest.param(lambda t: write_card_png(t / "x.png", {"ccv3": "e25vdCBqc29u"}), "ccv3 chunk json", id="chunk-not-json"),
+        pytest.param(lambda t: write_card_png(t / "x.png", {"Comment": "hi"}), "chara", id="png-without-card"),
+        pytest.param(lambda t: write_card_png(t / "x.png", {"chara": encode(v2_card(name=""))}), "data.name", id="png-card-no-name"),
+        pytest.param(lambda t: (t / "x.toml").write_text('name = "A"\n') and t / "x.toml", "system_prompt", id="toml-no-prompt"),
+    ],
+)
+def test_bad_card_error_names_the_field(tmp_path, write, field):
+    path = write(tmp_path)
+    with pytest.raises(PersonaError) as info:
+        load_persona(path)
+    assert info.value.field == field
+    assert field in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_file_and_unknown_kind_are_clear(tmp_path):
+    with pytest.raises(PersonaError, match="does not exist"):
+        load_persona(tmp_path / "nope.json")
+    (tmp_path / "card.txt").write_text("name: x")
+    with pytest.raises(PersonaError, match="unknown kind"):
+        load_persona(tmp_path / "card.txt")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        pytest.param("{{char}} greets {{user}}.", "Aria greets Ana.", id="plain"),
+        pytest.param("{{Char}} and {{ USER }}", "Aria and Ana", id="case-and-spaces"),
+        pytest.param("<BOT>: hi <USER>", "Aria: hi Ana", id="legacy"),
+        pytest.param("{{random:a,b}} stays", "{{random:a,b}} stays", id="other-macros-untouched"),
+        pytest.param("{{user}} costs $5 {{char}}", "Ana costs $5 Aria", id="dollar-sign"),
+    ],
+)
+def test_macros_are_replaced(text, expected):
+    assert apply_macros(text, char="Aria", user="Ana") == expected
+
+
+def _aria() -> Persona:
+    return Persona(
+        name="Aria",
+        system_prompt="You are {{char}}.",
+        description="{{char}} keeps a lighthouse.",
+        personality="calm",
+        example_dialogues=tuple(f"{{{{user}}}}: question {i}?\n{{{{char}}}}: " + "answer " * 30 for i in range(4)),
+        post_history_instructions="Reply as {{char}} to {{user}}.",
+        creator_notes="SECRET-CREATOR-NOTE",
+    )
+
+
+def test_rendered_persona_replaces_macros_and_never_sends_creator_notes():
+    rendered = render_persona(_aria(), cap=4000, counter=COUNTER, user_name="Ana")
+    text = rendered.system["content"]
+    assert "You are Aria." in text and "Aria keeps a lighthouse." in text and "Ana: question 0?" in text
+    assert "{{" not in text and "SECRET-CREATOR-NOTE" not in text
+    assert rendered.post_history == {"role": "system", "content": "Reply as Aria to Ana."}
+    assert rendered.examples_kept == 4 and rendered.cut is None
+
+
+def test_examples_are_cut_first_whole_with_a_notice():
+    full = render_persona(_aria(), cap=4000, counter=COUNTER)
+    one_example = COUNTER.count_text("answer " * 30) + 12
+    cap = full.tokens - one_example  # room for everything but about one example
+    rendered = render_persona(_aria(), cap=cap, counter=COUNTER)
+    text = rendered.system["content"]
+    assert rendered.tokens <= cap
+    assert 0 < rendered.examples_kept < 4
+    left = 4 - rendered.examples_kept
+    assert f"[{left} example dialogues left out to fit the persona budget.]" in text
+    for i in range(4):  # whole examples, in order: the kept ones are the first ones
+        assert (f"question {i}?" in text) == (i < rendered.examples_kept)
+    assert text.count("answer ") == 30 * rendered.examples_kept
+    assert "You are Aria." in text and "Aria keeps a lighthouse." in text and "calm" in text  # never cut
+    assert rendered.cut == f"{left} example dialogues left out"
+
+
+def test_persona_whose_fixed_parts_exceed_the_cap_is_a_configuration_error():
+    fixed_only = render_persona(replace(_aria(), example_dialogues=()), cap=4000, counter=COUNTER)
+    with pytest.raises(ConfigurationError) as info:
+        render_persona(_aria(), cap=fixed_only.tokens - 1, counter=COUNTER)
+    assert info.value.setting == "COMPANION_BUDGET_PERSONA"
