@@ -47,7 +47,7 @@ def parse_card_png(raw: bytes, *, path: str) -> Persona:
         decoded = base64.b64decode("".join(str(encoded).split()), validate=True)
     except (binascii.Error, ValueError) as exc:
         raise PersonaError(
-            f"Persona file {path!r}: the {keyword} chunk is not valid base64 ({exc}).",
+            f"Persona file {path!r}: {keyword} chunk base64 is not valid ({exc}).",
             path=path,
             field=f"{keyword} chunk base64",
         ) from exc

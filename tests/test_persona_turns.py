@@ -78,3 +78,28 @@ def test_persona_show_prints_the_rendered_persona_with_tokens(tmp_path):
     assert "Aria is a lighthouse keeper on a northern island who talks with Ana." in text
     assert "SECRET-CREATOR-NOTE" not in text
     assert "example dialogues: 2 of 2 shown" in text and "persona tokens" in text
+
+
+def test_chat_with_a_png_card_opens_with_its_first_message(db_url, fake_llm, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.cards import encode, write_card_png
+
+    card = write_card_png(tmp_path / "aria.png", {"chara": encode(v2_card())})
+    env = {
+        **os.environ, "COMPANION_MODEL": "openai/fake", "COMPANION_API_BASE": fake_llm.api_base, "OPENAI_API_KEY": "sk-test",
+        "DATABASE_URL": db_url, "COMPANION_CONTEXT_WINDOW": "4096", "COMPANION_PERSONA": str(card),
+    }
+    fake_llm.script.append("The lamp is old.")
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "chat", "--user", "ana", "--session", "c1"],
+        input="What about the lamp?\n/quit\n", env=env, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Aria> Welcome, User. Mind the stairs; Aria just waxed them." in result.stdout
+    assert "Aria> The lamp is old." in result.stdout
+    sent = fake_llm.requests[-1]["messages"]
+    assert sent[1]["role"] == "system" and "Fresnel lens" in sent[1]["content"]  # the lorebook fired
+    assert sent[-1]["content"].startswith("POST-HISTORY")
