@@ -341,11 +341,11 @@ def cmd_persona_show(args: argparse.Namespace) -> int:
 
 
 def _persona_name(value: str) -> str:
-    """A persona name, or the name inside a persona file when ``value`` is one."""
+    """A persona name, or the name inside a persona file when ``value`` ends in a persona suffix."""
     from persona import SUFFIXES, load_persona
 
     path = Path(value).expanduser()
-    if path.suffix.lower() in SUFFIXES and path.is_file():
+    if path.suffix.lower() in SUFFIXES:  # a persona file (a missing one is an error, not a name)
         return load_persona(path).name
     return value
 

@@ -68,6 +68,9 @@ class AssembledContext:
     """Seqs of the stored turns shown in the recent window."""
     source_text: dict[str, str] = field(default_factory=dict)
     """The rendered text each source contributed (for inspection and evaluation)."""
+    post_history_messages: int = 0
+    """Trailing messages that are the persona's post-history instructions (0 or 1); the
+    engine's calibration baseline fingerprints the request without them."""
     calibration: float = 1.0
     """The session's correction factor applied to every estimate (>= 1.0)."""
     overhead_tokens: int = 0
@@ -177,13 +180,15 @@ def assemble_context(
     recent_msgs, shown, recent_report = _recent(turns, pending, room, budgets.recent, counter)
     messages = head + recent_msgs + post_history
     total = counter.count_messages(messages)
-    by_baseline = baseline_total(baseline, messages, counter)
+    # the provider's baseline covers the previous request without its post-history message
+    # (the engine fingerprints it so), whose tokens its reported usage already holds
+    by_baseline = baseline_total(baseline, head + recent_msgs, counter)
     if by_baseline is not None and by_baseline > total:
         # the provider counts this prefix higher than we do: shrink recent by the difference
         recent_msgs, shown, recent_report = _recent(turns, pending, room - (by_baseline - total), budgets.recent, counter)
         messages = head + recent_msgs + post_history
         total = counter.count_messages(messages)
-        refit = baseline_total(baseline, messages, counter)
+        refit = baseline_total(baseline, head + recent_msgs, counter)
         by_baseline = refit
         total = max(total, refit or 0)
     sources["recent"] = recent_report
@@ -199,6 +204,7 @@ def assemble_context(
         recalled=recalled,
         recent_seqs=shown,
         source_text=texts,
+        post_history_messages=len(post_history),
         calibration=calibration,
         overhead_tokens=overhead,
         baseline_tokens=by_baseline,

@@ -183,8 +183,8 @@ class Engine:
             usage_prompt_tokens=prompt_tokens,
             usage_completion_tokens=completion_tokens,
             request_estimate_tokens=self.counter.count_messages(context.messages),
-            request_messages=len(context.messages),
-            request_fingerprint=fingerprint(context.messages),
+            request_messages=len(context.messages) - context.post_history_messages,
+            request_fingerprint=fingerprint(context.messages[: len(context.messages) - context.post_history_messages]),
             interrupted=answer.interrupted,
         )
         # a failed compaction is not retried in the same turn; the breaker counts it once
@@ -332,14 +332,14 @@ class Engine:
     ) -> list[RetrievalItem]:
         """Lorebook entries fired by the current message and the turns before it, then the
         persona's nearest knowledge chunks."""
-        if not query:
-            return []
+        book = self.persona.character_book
+        if not query:  # nothing to match yet (e.g. after the greeting): constant entries only
+            return retrieval_items(match_entries(book, ""), [], char=self.persona.name, user=self._name_of(profile))
         if pending is not None:
             previous = [t.content for t in turns]
         else:
             last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
             previous = [t.content for t in turns[:last_user]]
-        book = self.persona.character_book
         depth = book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
         fired = match_entries(book, scan_text(query, previous, depth))
         hits = (
@@ -347,11 +347,14 @@ class Engine:
             if vector is not None and self.settings.knowledge_chunks > 0
             else []
         )
-        user = profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
-        return retrieval_items(fired, hits, char=self.persona.name, user=user)
+        return retrieval_items(fired, hits, char=self.persona.name, user=self._name_of(profile))
 
     def _user_name(self, user_id: str) -> str:
-        profile = self.profiles.get(user_id)
+        return self._name_of(self.profiles.get(user_id))
+
+    @staticmethod
+    def _name_of(profile: UserProfile | None) -> str:
+        """What ``{{user}}`` becomes: the pinned name, else ``User``."""
         return profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
 
     # -- internals ------------------------------------------------------------

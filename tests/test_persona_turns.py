@@ -103,3 +103,18 @@ def test_chat_with_a_png_card_opens_with_its_first_message(db_url, fake_llm, tmp
     sent = fake_llm.requests[-1]["messages"]
     assert sent[1]["role"] == "system" and "Fresnel lens" in sent[1]["content"]  # the lorebook fired
     assert sent[-1]["content"].startswith("POST-HISTORY")
+
+
+def test_the_provider_baseline_still_applies_with_post_history_instructions(make_engine_for, fake_llm, tmp_path):
+    engine = _engine(make_engine_for, tmp_path)
+    fake_llm.prompt_tokens = 900  # the provider counts far more than we estimate
+    try:
+        fake_llm.script.extend(["one", "two"])
+        engine.turn(user_id="u1", session_id="s1", message="first")
+        engine.turn(user_id="u1", session_id="s1", message="second")
+    finally:
+        fake_llm.prompt_tokens = 123
+    context = engine.assemble(user_id="u1", session_id="s1", pending="third")
+    assert context.baseline_tokens is not None and context.baseline_tokens > 900
+    assert context.total_tokens >= context.baseline_tokens
+    assert context.messages[-1]["content"].startswith("POST-HISTORY")
