@@ -234,6 +234,16 @@ def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int,
         coalesce=True,
         misfire_grace_time=3600,
     )
+    import signal
+    import threading
+
+    def stop(signum, frame) -> None:  # Ctrl-C or SIGTERM: let a running close finish its batch, then exit
+        log.info("job.scheduler_stopping", signal=signal.Signals(signum).name)
+        scheduler.shutdown(wait=False)
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
     log.info("job.scheduler_started", cron=cron, timezone=str(zone), idle_seconds=idle_seconds, batch=batch)
     try:
         scheduler.start()
