@@ -294,21 +294,12 @@ def cmd_breaker_show(args: argparse.Namespace) -> int:
 
 
 def cmd_breaker_reset(args: argparse.Namespace) -> int:
-    import structlog
+    from runtime.compaction import reset_breaker
 
     store = _breaker_store(args.session)
     if store is None:
         return EXIT_USAGE
-    before = store.compaction_state(args.session)
-    store.reset_breaker(args.session)
-    structlog.get_logger("companion.cli").info(
-        "breaker.reset",
-        session_id=args.session,
-        breaker_state="closed",
-        was_open=before.breaker_opened_at is not None,
-        consecutive_failures=before.consecutive_failures,
-        reasons=list(before.recent_errors or []),
-    )
+    reset_breaker(store, args.session)
     print(f"breaker closed for {args.session}")
     return 0
 

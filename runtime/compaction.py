@@ -76,6 +76,22 @@ class CompactionOutcome:
     breaker_open: bool = False
 
 
+def reset_breaker(store: Store, session_id: str) -> CompactionState:
+    """Close the session's breaker and clear its failure count (``companion breaker reset``,
+    ``POST /v1/sessions/{id}/breaker/reset``); logs ``breaker.reset`` with the reasons it clears."""
+    before = store.compaction_state(session_id)
+    state = store.reset_breaker(session_id)
+    log.info(
+        "breaker.reset",
+        session_id=session_id,
+        breaker_state="closed",
+        was_open=before.breaker_opened_at is not None,
+        consecutive_failures=before.consecutive_failures,
+        reasons=list(before.recent_errors or []),
+    )
+    return state
+
+
 def exchanges(turns: Sequence[Turn]) -> list[list[Turn]]:
     """Split turns (oldest first) into exchanges: each starts at a user turn and holds
     the turns after it up to the next user turn. Turns before the first user turn

@@ -95,8 +95,16 @@ def _roll_out(engine: Engine, session_id: str, user_id: str, persona: str) -> Co
     )
 
 
-def _breaker_state(engine: Engine, session_id: str) -> str:
-    return engine.compactor.breaker_state(engine.store.compaction_state(session_id))
+def _log_closed(engine: Engine, session_id: str, worker: str, outcome: CompactionOutcome | None) -> None:
+    log.info(
+        "job.session_closed",
+        session_id=session_id,
+        worker=worker,
+        rolled_turns=outcome.rolled_turns if outcome else 0,
+        segments=outcome.segments if outcome else 0,
+        summarized=bool(outcome and outcome.summarized),
+        breaker_state=engine.compactor.breaker_state(engine.store.compaction_state(session_id)),
+    )
 
 
 def close_idle_sessions(
@@ -146,15 +154,7 @@ def close_idle_sessions(
                 conn.execute(_MARK_CLOSED, {"at": utcnow(), "by": worker, "s": session_id})
                 report.closed.append(session_id)
                 report.rolled_turns += outcome.rolled_turns if outcome else 0
-                log.info(
-                    "job.session_closed",
-                    session_id=session_id,
-                    worker=worker,
-                    rolled_turns=outcome.rolled_turns if outcome else 0,
-                    segments=outcome.segments if outcome else 0,
-                    summarized=bool(outcome and outcome.summarized),
-                    breaker_state=_breaker_state(engine, session_id),
-                )
+                _log_closed(engine, session_id, worker, outcome)
             conn.commit()
     log.info(
         "job.run_completed",
@@ -198,15 +198,7 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
             )
         conn.execute(_MARK_CLOSED, {"at": utcnow(), "by": closed_by, "s": session_id})
         conn.commit()
-    log.info(
-        "job.session_closed",
-        session_id=session_id,
-        worker=closed_by,
-        rolled_turns=outcome.rolled_turns if outcome else 0,
-        segments=outcome.segments if outcome else 0,
-        summarized=bool(outcome and outcome.summarized),
-        breaker_state=_breaker_state(engine, session_id),
-    )
+    _log_closed(engine, session_id, closed_by, outcome)
     return outcome
 
 

@@ -11,6 +11,15 @@ import pytest
 from tests.conftest import PERSONA
 
 
+@pytest.fixture(autouse=True)
+def _provider_usage(fake_llm):
+    """The loopback model reports 123 prompt tokens (another module may have changed it)."""
+    saved = fake_llm.prompt_tokens, fake_llm.stream_delay
+    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
+    yield
+    fake_llm.prompt_tokens, fake_llm.stream_delay = saved
+
+
 @pytest.fixture
 def sdk(api_server, new_app):
     _, key = new_app()

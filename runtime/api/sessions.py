@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-import structlog
 from fastapi import APIRouter, Depends, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
@@ -34,9 +33,8 @@ from runtime.api.schemas import (
     UserOut,
 )
 from runtime.api.streaming import turn_events
+from runtime.compaction import reset_breaker
 from runtime.messages import validate_message
-
-log = structlog.get_logger("companion.api")
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "No or invalid API key (`unauthorized`)."},
@@ -217,19 +215,10 @@ def delete(session_id: str, app: App = Depends(current_app), svc: Services = Dep
 
 
 @router.post("/sessions/{session_id}/breaker/reset", response_model=BreakerOut, tags=["sessions"])
-def reset_breaker(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+def reset_session_breaker(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Close the session's compaction circuit breaker and clear its failure count."""
     session, _ = svc.directory.session(app.id, session_id)
-    before = svc.engine.store.compaction_state(session.id)
-    state = svc.engine.store.reset_breaker(session.id)
-    log.info(
-        "breaker.reset",
-        session_id=session.id,
-        breaker_state="closed",
-        was_open=before.breaker_opened_at is not None,
-        consecutive_failures=before.consecutive_failures,
-        reasons=list(before.recent_errors or []),
-    )
+    state = reset_breaker(svc.engine.store, session.id)
     return BreakerOut(
         session_id=session.id,
         state=svc.engine.compactor.breaker_state(state),
