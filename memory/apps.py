@@ -148,44 +148,51 @@ class Directory:
         persona, if that has one: a flat copy of its entries (``seq`` renumbered to
         ``<= 0``, ``carried_from`` set), never a summary nested in a summary.
         """
-        session_id = "s_" + uuid.uuid4().hex
-        with storage_errors(session_id), Session(self.engine) as db:
-            previous = db.exec(
-                select(ChatSession)
-                .where(ChatSession.user_id == user_id, ChatSession.persona == persona, ChatSession.closed_at.is_not(None))
-                .order_by(ChatSession.closed_at.desc(), ChatSession.id.desc())
-            ).first()
-            old = db.get(Summary, previous.id) if previous is not None else None
-            db.add(
-                ChatSession(id=session_id, user_id=user_id, persona=persona, carried_from=old.session_id if old else None)
-            )
-            db.flush()
-            db.exec(text("INSERT INTO compaction_state (session_id) VALUES (:s)").bindparams(s=session_id))
-            if old is not None and old.items:
-                db.add(
-                    Summary(
-                        session_id=session_id,
-                        content=old.content,
-                        items=carry_items(old.items, from_session=old.session_id),
-                        first_seq=0,
-                        last_seq=0,
-                        tokens=old.tokens,
-                    )
-                )
+        with storage_errors(), Session(self.engine) as db:
+            session_id = self._start(db, user_id=user_id, persona=persona)
             db.commit()
-            session = db.get(ChatSession, session_id)
-            assert session is not None
-            return session
+            return db.get(ChatSession, session_id)
 
     def open_session(self, *, user_id: str, persona: str) -> ChatSession:
-        """The user's newest open session with this persona, or a new one (:meth:`start_session`)."""
+        """The user's newest open session with this persona, or a new one (as
+        :meth:`start_session`). The user row is locked meanwhile, so two requests at once
+        for a user with no open session get the same new session."""
         with storage_errors(), Session(self.engine) as db:
+            db.exec(text("SELECT id FROM users WHERE id = :u FOR NO KEY UPDATE").bindparams(u=user_id))
             current = db.exec(
                 select(ChatSession)
                 .where(ChatSession.user_id == user_id, ChatSession.persona == persona, ChatSession.closed_at.is_(None))
                 .order_by(ChatSession.created_at.desc(), ChatSession.id.desc())
             ).first()
-        return current if current is not None else self.start_session(user_id=user_id, persona=persona)
+            session_id = current.id if current is not None else self._start(db, user_id=user_id, persona=persona)
+            db.commit()
+            return db.get(ChatSession, session_id)
+
+    @staticmethod
+    def _start(db: Session, *, user_id: str, persona: str) -> str:
+        """Insert a new session (and its carried-over summary) in ``db``'s transaction; its id."""
+        session_id = "s_" + uuid.uuid4().hex
+        previous = db.exec(
+            select(ChatSession)
+            .where(ChatSession.user_id == user_id, ChatSession.persona == persona, ChatSession.closed_at.is_not(None))
+            .order_by(ChatSession.closed_at.desc(), ChatSession.id.desc())
+        ).first()
+        old = db.get(Summary, previous.id) if previous is not None else None
+        db.add(ChatSession(id=session_id, user_id=user_id, persona=persona, carried_from=old.session_id if old else None))
+        db.flush()
+        db.exec(text("INSERT INTO compaction_state (session_id) VALUES (:s)").bindparams(s=session_id))
+        if old is not None and old.items:
+            db.add(
+                Summary(
+                    session_id=session_id,
+                    content=old.content,
+                    items=carry_items(old.items, from_session=old.session_id),
+                    first_seq=0,
+                    last_seq=0,
+                    tokens=old.tokens,
+                )
+            )
+        return session_id
 
 
 def carry_items(items: list[dict], *, from_session: str) -> list[dict]:

@@ -4,6 +4,7 @@ new session starts from the previous summary; ``companion jobs close-idle --once
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -189,3 +190,36 @@ def test_close_idle_once_from_the_command_line(db_url, fake_llm):
     assert "claimed 3, closed 3, failed 0" in done.stdout
     store = Store(make_engine(db_url))
     assert [store.get_session(s).closed_by for s in ids] == ["cron-1"] * 3
+
+
+def test_jobs_run_starts_the_scheduler_and_ctrl_c_exits_cleanly(db_url, fake_llm):
+    import signal
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": db_url,
+        "COMPANION_MODEL": "openai/fake",
+        "COMPANION_CONTEXT_WINDOW": "1024",
+        "COMPANION_CLOSE_CRON": "15 4 * * *",
+        "COMPANION_LOG_LEVEL": "info",
+        "COMPANION_LOG_FORMAT": "json",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "jobs", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        events = []
+        for line in proc.stderr:
+            if line.startswith("{"):
+                events.append(json.loads(line))
+                if events[-1]["event"] == "job.scheduler_started":
+                    break
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert events[-1]["cron"] == "15 4 * * *"
+    assert "'15 4 * * *'" in out
+    assert '"job.scheduler_stopped"' in err

@@ -118,3 +118,27 @@ def test_another_apps_session_and_a_bad_key_are_refused(sdk, api_server, new_app
         sdk.chat.completions.create(model="companion", messages=[{"role": "user", "content": "hi"}])
     assert missing.value.body["code"] == "invalid_request"
     assert fake_llm.requests == []
+
+
+def test_two_requests_at_once_for_a_new_user_share_one_session(sdk, api_server, fake_llm):
+    import threading
+
+    start = threading.Barrier(4)
+    sessions: list[str] = []
+
+    def ask(i: int) -> None:
+        start.wait()
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="companion", user="eve", messages=[{"role": "user", "content": f"Message {i}"}]
+        )
+        sessions.append(raw.headers["x-session-id"])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(sessions) == 4 and len(set(sessions)) == 1
+    with httpx.Client(base_url=api_server, headers={"Authorization": f"Bearer {sdk.api_key}"}) as http:
+        assert len(http.get("/v1/users/eve/sessions").json()) == 1
+        assert len(http.get(f"/v1/sessions/{sessions[0]}/turns").json()) == 8
