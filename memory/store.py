@@ -4,6 +4,8 @@ Reads never change state. Every write is one transaction; :meth:`Store.commit_co
 changes the archive, the summary and the turn states together or not at all, and
 :meth:`Store.commit_archive` the archive and the turn states (breaker open). One
 compaction at a time runs per session, under :meth:`Store.compaction_lock`.
+:meth:`Store.delete_session` removes a session and every row only it references in
+one transaction; :meth:`Store.add_turn` refuses a closed session.
 """
 
 from __future__ import annotations

@@ -161,6 +161,16 @@ def api_server(api_engine):
 
 
 @pytest.fixture
+def steady_fake_llm(fake_llm):
+    """The loopback model reporting 123 prompt tokens, streaming without delay (another
+    module may have changed either); restored afterwards."""
+    saved = fake_llm.prompt_tokens, fake_llm.stream_delay
+    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
+    yield fake_llm
+    fake_llm.prompt_tokens, fake_llm.stream_delay = saved
+
+
+@pytest.fixture
 def new_app(api_engine):
     """``new_app()`` → ``(app_id, key)`` of a fresh app on the API database."""
     from memory.apps import Directory

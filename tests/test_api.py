@@ -15,16 +15,8 @@ from sqlalchemy import text
 from memory import errors as E
 from runtime.api import ERRORS
 
-pytestmark = pytest.mark.usefixtures("fake_llm")
+pytestmark = pytest.mark.usefixtures("steady_fake_llm")
 
-
-@pytest.fixture(autouse=True)
-def _provider_usage(fake_llm):
-    """The loopback model reports 123 prompt tokens (another module may have changed it)."""
-    saved = fake_llm.prompt_tokens, fake_llm.stream_delay
-    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
-    yield
-    fake_llm.prompt_tokens, fake_llm.stream_delay = saved
 
 
 def client(base: str, key: str | None) -> httpx.Client:

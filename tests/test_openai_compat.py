@@ -10,14 +10,8 @@ import pytest
 
 from tests.conftest import PERSONA
 
+pytestmark = pytest.mark.usefixtures("steady_fake_llm")
 
-@pytest.fixture(autouse=True)
-def _provider_usage(fake_llm):
-    """The loopback model reports 123 prompt tokens (another module may have changed it)."""
-    saved = fake_llm.prompt_tokens, fake_llm.stream_delay
-    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
-    yield
-    fake_llm.prompt_tokens, fake_llm.stream_delay = saved
 
 
 @pytest.fixture

@@ -60,8 +60,17 @@ def status_and_code(exc: E.CompanionError) -> tuple[int, str]:
     return ERRORS[E.CompanionError]
 
 
-def error_body(exc: E.CompanionError) -> dict[str, Any]:
-    """The JSON error body of ``exc``: code, message, type, and ``param``/``reason`` when known."""
+INTERNAL_ERROR: dict[str, Any] = {
+    "error": {"code": "internal_error", "message": "Internal server error; see the server log.", "type": "InternalError"}
+}
+"""The body of any error that is not a :class:`~memory.errors.CompanionError` (no details leak)."""
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
+    """The JSON error body of ``exc``: code, message, type, and ``param``/``reason`` when
+    known; :data:`INTERNAL_ERROR` for an exception outside the hierarchy."""
+    if not isinstance(exc, E.CompanionError):
+        return INTERNAL_ERROR
     _, code = status_and_code(exc)
     body: dict[str, Any] = {"code": code, "message": str(exc), "type": type(exc).__name__}
     param = getattr(exc, "field", None) or getattr(exc, "setting", None)
@@ -105,8 +114,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.error("api.unexpected_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
-        body = {"code": "internal_error", "message": "Internal server error; see the server log.", "type": "InternalError"}
-        return JSONResponse({"error": body}, status_code=500)
+        return JSONResponse(INTERNAL_ERROR, status_code=500)
 
     app.add_exception_handler(E.CompanionError, companion_error)
     app.add_exception_handler(RequestValidationError, validation_error)

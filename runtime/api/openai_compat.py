@@ -30,7 +30,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
 
-from memory.errors import CompanionError, InvalidRequestError, SessionClosedError
+from memory.errors import InvalidRequestError, SessionClosedError
 from memory.tables import App
 from runtime.api.deps import Services, current_app, services
 from runtime.api.errors import error_body
@@ -167,8 +167,5 @@ async def _chunks(run, base: dict[str, Any], include_usage: bool) -> AsyncIterat
             if include_usage:
                 yield {"data": json.dumps({**base, "choices": [], "usage": _usage(value)})}
         else:
-            failure = error_body(value) if isinstance(value, CompanionError) else {
-                "error": {"code": "internal_error", "message": "Internal server error; see the server log.", "type": "InternalError"}
-            }
-            yield {"data": json.dumps(failure, ensure_ascii=False)}
+            yield {"data": json.dumps(error_body(value), ensure_ascii=False)}
     yield {"data": "[DONE]"}

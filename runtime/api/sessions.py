@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
 
-from memory.errors import CompanionError, SessionClosedError
+from memory.errors import SessionClosedError
 from memory.tables import App
 from runtime.api.convert import session_out, turn_done, turn_out, user_out
 from runtime.api.deps import Services, current_app, services
@@ -136,10 +136,7 @@ async def _sse(run) -> AsyncIterator[dict[str, str]]:
         elif kind == "done":
             yield {"event": "done", "id": str(n), "data": turn_done(value).model_dump_json()}
         else:
-            body = error_body(value) if isinstance(value, CompanionError) else {
-                "error": {"code": "internal_error", "message": "Internal server error; see the server log.", "type": "InternalError"}
-            }
-            yield {"event": "error", "id": str(n), "data": json.dumps(body, ensure_ascii=False)}
+            yield {"event": "error", "id": str(n), "data": json.dumps(error_body(value), ensure_ascii=False)}
 
 
 @router.get("/sessions/{session_id}/turns", response_model=list[TurnOut], tags=["sessions"])
