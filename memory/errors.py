@@ -14,7 +14,11 @@ It lives in ``memory`` because that is the lowest layer: ``runtime`` and
     │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
     │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, binary or not UTF-8
     │   ├── SessionOwnershipError   the session id belongs to another user
-    │   └── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
+    │   ├── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
+    │   ├── InvalidRequestError     an HTTP API request is missing or misuses a field
+    │   ├── AuthenticationError     no API key, or one no app has (HTTP 401)
+    │   ├── NotFoundError           no such user or session for this app (HTTP 404)
+    │   └── SessionClosedError      the session was closed; it takes no new turns
     └── TurnError                   a failure while a turn runs; the user turn is already stored
         ├── ModelCallError          the chat model call failed (network, provider, timeout)
         │   ├── ModelAuthError      401/403: the API key is missing, wrong or not allowed; not retried
@@ -133,6 +137,51 @@ class InvalidMessageError(UsageError):
         super().__init__(message)
         self.reason = reason
         self.position = position
+
+
+# -- issue 8: the HTTP API and the session life cycle ---------------------------------
+class InvalidRequestError(UsageError):
+    """An HTTP API request is missing a field or uses one wrongly. Nothing was stored.
+
+    Attributes:
+        field: the request field (or header) at fault, e.g. ``user`` or ``X-Session-Id``.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class AuthenticationError(UsageError):
+    """The request carries no API key (``Authorization: Bearer KEY``), or one no app has."""
+
+
+class NotFoundError(UsageError):
+    """No such resource for the calling app. Another app's users and sessions are reported
+    exactly like missing ones, so that their ids do not leak.
+
+    Attributes:
+        kind: ``user`` or ``session``.
+        resource_id: the id asked for (as the caller gave it).
+    """
+
+    def __init__(self, message: str, *, kind: str, resource_id: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.resource_id = resource_id
+
+
+class SessionClosedError(UsageError):
+    """The session was closed (by the close job or the API) and takes no new turns;
+    start a new session of the same user, which begins from this one's summary.
+
+    Attributes:
+        session_id: the closed session.
+    """
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
 
 
 class TurnError(CompanionError):

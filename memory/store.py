@@ -4,6 +4,8 @@ Reads never change state. Every write is one transaction; :meth:`Store.commit_co
 changes the archive, the summary and the turn states together or not at all, and
 :meth:`Store.commit_archive` the archive and the turn states (breaker open). One
 compaction at a time runs per session, under :meth:`Store.compaction_lock`.
+:meth:`Store.delete_session` removes a session and every row only it references in
+one transaction; :meth:`Store.add_turn` refuses a closed session.
 """
 
 from __future__ import annotations
@@ -119,10 +121,23 @@ class Store:
         """Append one turn with the next sequence number and commit it.
 
         The session row is locked while the number is taken, so concurrent writers
-        to one session get distinct, gap-free numbers.
+        to one session get distinct, gap-free numbers. The session's
+        ``last_activity_at`` moves to now (wall clock, whatever ``created_at`` says).
+
+        Raises:
+            SessionClosedError: the session was closed; nothing was stored.
         """
+        from memory.errors import SessionClosedError
+
         with storage_errors(session_id), Session(self.engine) as db:
-            db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
+            row = db.exec(text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
+            if row is not None and row[0] is not None:  # issue 8: a closed session takes no new turns
+                raise SessionClosedError(
+                    f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
+                    "(it begins from this one's summary).",
+                    session_id=session_id,
+                )
+            db.exec(text("UPDATE sessions SET last_activity_at = now() WHERE id = :s").bindparams(s=session_id))
             last = db.exec(select(func.max(Turn.seq)).where(Turn.session_id == session_id)).one()
             turn = Turn(
                 session_id=session_id,
@@ -355,6 +370,43 @@ class Store:
                 f"{len(turn_ids)} turns already out of the recent window; nothing was written.",
                 session_id=session_id,
             )
+
+    # -- issue 8: carried-over summaries and deleting sessions ---------------------
+    def carried_quotes(self, session_id: str) -> dict[int, str]:
+        """User quotes the session's summary carried over from its previous session:
+        their (non-positive) ``seq`` → text. They were validated against that session's
+        turns when they were made; a later summary may keep them only verbatim."""
+        summary = self.summary(session_id)
+        items = summary.items if summary is not None else []
+        return {
+            int(i["seq"]): str(i.get("text", ""))
+            for i in items
+            if i.get("carried_from") and i.get("role") == "user" and isinstance(i.get("seq"), int) and i["seq"] <= 0
+        }
+
+    def delete_session(self, session_id: str) -> dict[str, int]:
+        """Delete a session and every row only it references, in ONE transaction: its
+        archived segments, summary, compaction state, turns and the session row. The
+        user stays; a later session that started from this one's summary keeps its own
+        copy (its ``carried_from`` becomes NULL).
+
+        Returns:
+            Rows deleted per table (``sessions`` is 0 when there was no such session).
+
+        Raises:
+            StorageError: the database failed; nothing was deleted.
+        """
+        counts: dict[str, int] = {}
+        with storage_errors(session_id), Session(self.engine) as db:
+            found = db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
+            for table in ("archived_segments", "summaries", "compaction_state", "turns"):
+                result = db.exec(text(f"DELETE FROM {table} WHERE session_id = :s").bindparams(s=session_id))
+                counts[table] = result.rowcount
+            counts["sessions"] = 0
+            if found is not None:
+                counts["sessions"] = db.exec(text("DELETE FROM sessions WHERE id = :s").bindparams(s=session_id)).rowcount
+            db.commit()
+        return counts
 
     # -- counts ----------------------------------------------------------------
     def archive_count(self, *, user_id: str) -> int:

@@ -31,11 +31,28 @@ class TurnState(str, Enum):
     """The turn was rolled out while the breaker was open: archived verbatim, not summarized."""
 
 
+class App(SQLModel, table=True):
+    """A client application of the HTTP API, with one API key (issue 8)."""
+
+    __tablename__ = "apps"
+
+    id: str = Field(primary_key=True, max_length=200)
+    name: str = Field(max_length=200, unique=True)
+    key_hash: str = Field(max_length=64, unique=True)
+    """SHA-256 (hex) of the API key; the key itself is never stored."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
 class User(SQLModel, table=True):
     __tablename__ = "users"
 
     id: str = Field(primary_key=True, max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+    # -- issue 8: app scoping ------------------------------------------------------
+    app_id: Optional[str] = Field(default=None, foreign_key="apps.id", max_length=200)
+    """The app that owns this user (HTTP API); ``None`` for CLI and replay users."""
+    external_id: Optional[str] = Field(default=None, max_length=200)
+    """The id the owning app knows the user by (unique per app); ``id`` is server-generated."""
 
 
 class ChatSession(SQLModel, table=True):
@@ -48,6 +65,15 @@ class ChatSession(SQLModel, table=True):
     persona: str = Field(default="", max_length=200)
     """Name of the persona this session talks as."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+    # -- issue 8: session life cycle -------------------------------------------------
+    closed_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    """When the session was closed (it takes no new turns); ``None`` while open."""
+    closed_by: Optional[str] = Field(default=None, max_length=200)
+    """Who closed it: a close-job worker id, or ``api``."""
+    last_activity_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+    """Wall-clock time of the newest stored turn (or of creation): the close job's idleness test."""
+    carried_from: Optional[str] = Field(default=None, max_length=200)
+    """The previous session whose summary this one started from, if any."""
 
 
 class Turn(SQLModel, table=True):

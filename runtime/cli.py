@@ -11,6 +11,9 @@
     companion persona show FILE [--user NAME]
     companion kb add PERSONA FILE... | kb list PERSONA | kb remove PERSONA FILE
     companion profile show USER | profile set USER [--name N] [--pronouns P] [--fact F ...] [--clear-facts]
+    companion serve [--host H] [--port P]
+    companion apps create NAME | companion apps list
+    companion jobs run | companion jobs close-idle --once [--idle-hours H] [--worker ID]
 
 Errors of the runtime print one line to stderr and exit with status 2.
 """
@@ -298,21 +301,12 @@ def cmd_breaker_show(args: argparse.Namespace) -> int:
 
 
 def cmd_breaker_reset(args: argparse.Namespace) -> int:
-    import structlog
+    from runtime.compaction import reset_breaker
 
     store = _breaker_store(args.session)
     if store is None:
         return EXIT_USAGE
-    before = store.compaction_state(args.session)
-    store.reset_breaker(args.session)
-    structlog.get_logger("companion.cli").info(
-        "breaker.reset",
-        session_id=args.session,
-        breaker_state="closed",
-        was_open=before.breaker_opened_at is not None,
-        consecutive_failures=before.consecutive_failures,
-        reasons=list(before.recent_errors or []),
-    )
+    reset_breaker(store, args.session)
     print(f"breaker closed for {args.session}")
     return 0
 
@@ -464,6 +458,121 @@ def _add_issue7_commands(sub) -> None:
     pset.add_argument("--fact", action="append", help="add a fact (repeatable)")
     pset.add_argument("--clear-facts", action="store_true", help="remove the user-set facts first")
     pset.set_defaults(func=cmd_profile_set)
+# -- issue 8: the HTTP service, apps and the close job -----------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Open the engine once and serve the HTTP API under uvicorn until Ctrl-C."""
+    import uvicorn
+
+    from runtime.api import create_app
+    from runtime.bootstrap import open_engine
+
+    settings = _settings()
+    engine = open_engine(settings)
+    host = args.host or settings.api_host
+    port = settings.api_port if args.port is None else args.port
+    print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
+    uvicorn.run(create_app(engine), host=host, port=port, log_level=settings.log_level, access_log=False)
+    return 0
+
+
+def _directory():
+    from memory.apps import Directory
+    from memory.database import require_schema, upgrade
+    from runtime.bootstrap import connect
+
+    settings = _settings()
+    database = connect(settings)
+    if database.embedded:
+        from memory.embeddings import SentenceTransformerEmbedder
+
+        upgrade(database.engine, embedding_dim=SentenceTransformerEmbedder(settings.embedding_model).dimension)
+    require_schema(database.engine)
+    return Directory(database.engine)
+
+
+def cmd_apps_create(args: argparse.Namespace) -> int:
+    app, key = _directory().create_app(args.name)
+    print(f"app {app.name} ({app.id}) created. Its API key, shown only this once:")
+    print(key)
+    return 0
+
+
+def cmd_apps_list(args: argparse.Namespace) -> int:
+    apps = _directory().apps()
+    if not apps:
+        print("no apps; create one with `companion apps create NAME`")
+    for app in apps:
+        print(f"{app.id}\t{app.name}\tcreated {app.created_at.isoformat()}")
+    return 0
+
+
+def _job_engine():
+    from runtime.bootstrap import open_engine
+
+    settings = _settings()
+    return settings, open_engine(settings)
+
+
+def cmd_jobs_run(args: argparse.Namespace) -> int:
+    from runtime.jobs import run_scheduler
+
+    settings, engine = _job_engine()
+    print(
+        f"companion jobs run: closing sessions idle for {settings.close_idle_hours:g} h on cron "
+        f"{settings.close_cron!r} (local time); Ctrl-C stops.",
+        flush=True,
+    )
+    run_scheduler(
+        engine,
+        cron=settings.close_cron,
+        idle_seconds=settings.close_idle_hours * 3600,
+        batch=settings.close_batch,
+        worker_id=args.worker,
+    )
+    return 0
+
+
+def cmd_jobs_close_idle(args: argparse.Namespace) -> int:
+    from runtime.jobs import close_idle_sessions
+
+    if not args.once:
+        print("error: add --once to run the close job once now (or use `companion jobs run` for the schedule)", file=sys.stderr)
+        return EXIT_USAGE
+    settings, engine = _job_engine()
+    hours = settings.close_idle_hours if args.idle_hours is None else args.idle_hours
+    report = close_idle_sessions(engine, idle_seconds=hours * 3600, worker_id=args.worker, batch=settings.close_batch)
+    print(
+        f"close-idle ({report.worker_id}, idle > {hours:g} h): claimed {report.claimed}, "
+        f"closed {len(report.closed)}, failed {len(report.failed)}, turns rolled out {report.rolled_turns}"
+    )
+    for session_id, reason in report.failed.items():
+        print(f"  failed {session_id}: {reason}")
+    return 1 if report.failed else 0
+
+
+def _add_service_commands(sub) -> None:
+    serve = sub.add_parser("serve", help="serve the HTTP API (FastAPI under uvicorn)")
+    serve.add_argument("--host", help="address to listen on (default: COMPANION_API_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)")
+    serve.set_defaults(func=cmd_serve)
+
+    apps = sub.add_parser("apps", help="client apps and their API keys")
+    a_sub = apps.add_subparsers(dest="apps_command", required=True)
+    create = a_sub.add_parser("create", help="create an app and print its API key (once)")
+    create.add_argument("name")
+    create.set_defaults(func=cmd_apps_create)
+    a_sub.add_parser("list", help="list the apps (never their keys)").set_defaults(func=cmd_apps_list)
+
+    jobs = sub.add_parser("jobs", help="the session-close job")
+    j_sub = jobs.add_subparsers(dest="jobs_command", required=True)
+    run = j_sub.add_parser("run", help="run the close job on COMPANION_CLOSE_CRON until Ctrl-C")
+    run.add_argument("--worker", help="worker id recorded as closed_by (default HOST:PID)")
+    run.set_defaults(func=cmd_jobs_run)
+    once = j_sub.add_parser("close-idle", help="close idle sessions now")
+    once.add_argument("--once", action="store_true", help="run once and exit (for cron or tests)")
+    once.add_argument("--idle-hours", type=float, help="idle threshold in hours (default: COMPANION_CLOSE_IDLE_HOURS)")
+    once.add_argument("--worker", help="worker id recorded as closed_by (default HOST:PID)")
+    once.set_defaults(func=cmd_jobs_close_idle)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -503,6 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("session")
     reset.set_defaults(func=cmd_breaker_reset)
     _add_issue7_commands(sub)
+    _add_service_commands(sub)  # issue 8
     return parser
 
 

@@ -76,6 +76,22 @@ class CompactionOutcome:
     breaker_open: bool = False
 
 
+def reset_breaker(store: Store, session_id: str) -> CompactionState:
+    """Close the session's breaker and clear its failure count (``companion breaker reset``,
+    ``POST /v1/sessions/{id}/breaker/reset``); logs ``breaker.reset`` with the reasons it clears."""
+    before = store.compaction_state(session_id)
+    state = store.reset_breaker(session_id)
+    log.info(
+        "breaker.reset",
+        session_id=session_id,
+        breaker_state="closed",
+        was_open=before.breaker_opened_at is not None,
+        consecutive_failures=before.consecutive_failures,
+        reasons=list(before.recent_errors or []),
+    )
+    return state
+
+
 def exchanges(turns: Sequence[Turn]) -> list[list[Turn]]:
     """Split turns (oldest first) into exchanges: each starts at a user turn and holds
     the turns after it up to the next user turn. Turns before the first user turn
@@ -218,6 +234,52 @@ class Compactor:
                 recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
             )
 
+    # -- issue 8: closing a session ----------------------------------------------
+    def roll_out_all(
+        self, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
+    ) -> CompactionOutcome | None:
+        """Roll every turn still in the recent window out, as when a session closes: the
+        newest exchanges too, whatever ``keep_exchanges`` says. ``None`` if none is left.
+
+        Under the same breaker rules as :meth:`maybe_compact`: with the breaker closed
+        (or half-open) the turns are archived and merged into the summary; with it open
+        they are archived only. A summarizer failure is counted by the breaker as usual,
+        and the turns are then archived verbatim (``ok=True``, ``summarized=False``,
+        ``error`` set) so that the session can still close with nothing left behind.
+        When another compaction of the session holds its lock, nothing changes and the
+        outcome has ``ok=False``, ``error="compaction_lock_held"``.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        with self.store.compaction_lock(session_id) as held:
+            if not held:
+                log.info("compaction.skipped", session_id=session_id, reason="lock_held")
+                return CompactionOutcome(session_id=session_id, ok=False, error="compaction_lock_held")
+            groups = exchanges(self.store.turns(session_id, state=TurnState.context))
+            if not groups:
+                return None
+            state = self.store.compaction_state(session_id)
+            breaker = self.breaker_state(state)
+            if breaker == "open":
+                return self._archive_only(session_id, user_id, groups, assistant_name, state)
+            outcome = self._summarize(
+                session_id, user_id, groups, state, breaker,
+                recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
+            )
+            if outcome.ok:
+                return outcome
+            archived = self._archive_only(session_id, user_id, groups, assistant_name, self.store.compaction_state(session_id))
+            return CompactionOutcome(
+                session_id=session_id,
+                ok=True,
+                summarized=False,
+                rolled_turns=archived.rolled_turns,
+                segments=archived.segments,
+                error=outcome.error,
+                breaker_open=outcome.breaker_open,
+            )
+
     # -- internals ------------------------------------------------------------
     def _segments(self, groups: list[list[Turn]], assistant_name: str) -> list[NewSegment]:
         drafts = build_segments(groups, assistant_name=assistant_name)
@@ -271,7 +333,10 @@ class Compactor:
                 cap=summary_cap,
                 counter=self.counter,
                 boundary_seq=boundary,
-                user_turns=self.store.user_turn_texts(session_id, through_seq=boundary),
+                user_turns={  # quotes carried over from the previous session (issue 8) count as the user's
+                    **self.store.carried_quotes(session_id),
+                    **self.store.user_turn_texts(session_id, through_seq=boundary),
+                },
                 session_id=session_id,
             )
         except Exception as exc:  # any summarizer failure is counted by the breaker, never swallowed
@@ -342,7 +407,7 @@ class Compactor:
         log.info(
             "compaction.archived_only",
             session_id=session_id,
-            breaker_state="open",
+            breaker_state=self.breaker_state(state),
             rolled_turns=len(rolled),
             first_seq=rolled[0].seq,
             last_seq=rolled[-1].seq,

@@ -101,6 +101,17 @@ class Settings:
     """``COMPANION_LOG_LEVEL``: debug, info, warning or error."""
     log_format: str = "console"
     """``COMPANION_LOG_FORMAT``: ``console`` or ``json``."""
+    # -- issue 8: the HTTP service and the close job ---------------------------------
+    api_host: str = "127.0.0.1"
+    """``COMPANION_API_HOST``: the address ``companion serve`` listens on."""
+    api_port: int = 8080
+    """``COMPANION_API_PORT``: the TCP port ``companion serve`` listens on."""
+    close_cron: str = "0 3 * * *"
+    """``COMPANION_CLOSE_CRON``: when ``companion jobs run`` closes idle sessions (crontab, local time)."""
+    close_idle_hours: float = 6.0
+    """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
+    close_batch: int = 20
+    """``COMPANION_CLOSE_BATCH``: sessions one close-job transaction claims and locks at a time."""
 
     @property
     def window(self) -> int:
@@ -210,7 +221,36 @@ class Settings:
                     setting="COMPANION_LOG_FORMAT",
                 )
             values["log_format"] = fmt
+        values.update(_service_settings(env))  # issue 8
         return cls(**values)
+
+
+def _service_settings(env: Mapping[str, str]) -> dict:
+    """``COMPANION_API_*`` and ``COMPANION_CLOSE_*`` (issue 8)."""
+    values: dict = {}
+    if env.get("COMPANION_API_HOST", "").strip():
+        values["api_host"] = env["COMPANION_API_HOST"].strip()
+    if env.get("COMPANION_API_PORT", "").strip():
+        values["api_port"] = _int(env, "COMPANION_API_PORT", minimum=0)
+        if values["api_port"] > 65535:
+            raise ConfigurationError(f"COMPANION_API_PORT must be <= 65535, got {values['api_port']}.", setting="COMPANION_API_PORT")
+    if env.get("COMPANION_CLOSE_CRON", "").strip():
+        from apscheduler.triggers.cron import CronTrigger
+
+        cron = " ".join(env["COMPANION_CLOSE_CRON"].split())
+        try:
+            CronTrigger.from_crontab(cron, timezone="UTC")
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"COMPANION_CLOSE_CRON must be five crontab fields (minute hour day month weekday), got {cron!r}: {exc}",
+                setting="COMPANION_CLOSE_CRON",
+            ) from None
+        values["close_cron"] = cron
+    if env.get("COMPANION_CLOSE_IDLE_HOURS", "").strip():
+        values["close_idle_hours"] = _float(env, "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0)
+    if env.get("COMPANION_CLOSE_BATCH", "").strip():
+        values["close_batch"] = _int(env, "COMPANION_CLOSE_BATCH", minimum=1)
+    return values
 
 
 def _int(env: Mapping[str, str], var: str, *, minimum: int) -> int:

@@ -4,7 +4,10 @@ Event names used by the runtime: ``turn.completed``, ``turn.reply_failed``,
 ``compaction.completed``, ``compaction.failed``, ``compaction.archived_only``,
 ``compaction.skipped``, ``summary.quotes_dropped``, ``breaker.opened``,
 ``breaker.half_open``, ``breaker.closed``, ``breaker.reopened``,
-``breaker.failures_cleared``, ``breaker.reset`` (see ``runtime/compaction.py``).
+``breaker.failures_cleared``, ``breaker.reset`` (see ``runtime/compaction.py``);
+``job.session_closed``, ``job.session_failed``, ``job.run_completed``,
+``job.scheduler_started``, ``job.scheduler_stopping``, ``job.scheduler_stopped``
+(``runtime/jobs.py``); ``api.error``, ``api.unexpected_error`` (``runtime/api/errors.py``).
 """
 
 from __future__ import annotations

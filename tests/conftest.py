@@ -110,3 +110,75 @@ def make_engine_for(store, embedder, fake_llm):
         return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier, summarizer=summarizer)
 
     return build
+
+
+# -- issue 8: the HTTP API on a real uvicorn server on loopback -----------------------
+API_WINDOW = 4096
+"""The context window of the API tests' engine, tokens."""
+
+
+@pytest.fixture(scope="session")
+def api_db_url(admin_url) -> str:
+    """One migrated database for the API tests (each test makes its own apps and users)."""
+    url = create_database(admin_url)
+    engine = make_engine(url)
+    upgrade(engine, embedding_dim=384)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def api_engine(api_db_url, embedder, fake_llm) -> Engine:
+    settings = Settings(context_window=API_WINDOW, database_url=api_db_url)
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    return Engine(settings=settings, store=Store(make_engine(api_db_url)), embedder=embedder, persona=PERSONA, replier=replier)
+
+
+@pytest.fixture(scope="session")
+def api_server(api_engine):
+    """``http://127.0.0.1:PORT`` of a real uvicorn server running ``create_app(api_engine)``
+    in a background thread on a free loopback port, for the whole test session."""
+    import threading
+    import time
+
+    import uvicorn
+
+    from runtime.api import create_app
+
+    config = uvicorn.Config(create_app(api_engine), host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture
+def steady_fake_llm(fake_llm):
+    """The loopback model reporting 123 prompt tokens, streaming without delay (another
+    module may have changed either); restored afterwards."""
+    saved = fake_llm.prompt_tokens, fake_llm.stream_delay
+    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
+    yield fake_llm
+    fake_llm.prompt_tokens, fake_llm.stream_delay = saved
+
+
+@pytest.fixture
+def new_app(api_engine):
+    """``new_app()`` → ``(app_id, key)`` of a fresh app on the API database."""
+    from memory.apps import Directory
+
+    directory = Directory(api_engine.store.engine)
+
+    def make() -> tuple[str, str]:
+        app, key = directory.create_app("app-" + uuid.uuid4().hex[:8])
+        return app.id, key
+
+    return make
