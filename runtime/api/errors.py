@@ -34,6 +34,7 @@ ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {
     E.SchemaError: (500, "schema_out_of_date"),
     E.EmbeddingDimensionMismatch: (500, "embedding_dimension_mismatch"),
     E.PersonaError: (500, "persona_invalid"),
+    E.KnowledgeFileError: (422, "knowledge_file_invalid"),
     E.SessionOwnershipError: (409, "session_ownership"),
     E.InvalidMessageError: (422, "invalid_message"),
     E.InvalidRequestError: (400, "invalid_request"),
