@@ -172,27 +172,44 @@ class Directory:
     def _start(db: Session, *, user_id: str, persona: str) -> str:
         """Insert a new session (and its carried-over summary) in ``db``'s transaction; its id."""
         session_id = "s_" + uuid.uuid4().hex
-        previous = db.exec(
-            select(ChatSession)
-            .where(ChatSession.user_id == user_id, ChatSession.persona == persona, ChatSession.closed_at.is_not(None))
-            .order_by(ChatSession.closed_at.desc(), ChatSession.id.desc())
-        ).first()
-        old = db.get(Summary, previous.id) if previous is not None else None
-        db.add(ChatSession(id=session_id, user_id=user_id, persona=persona, carried_from=old.session_id if old else None))
+        db.add(ChatSession(id=session_id, user_id=user_id, persona=persona))
         db.flush()
         db.exec(text("INSERT INTO compaction_state (session_id) VALUES (:s)").bindparams(s=session_id))
-        if old is not None and old.items:
-            db.add(
-                Summary(
-                    session_id=session_id,
-                    content=old.content,
-                    items=carry_items(old.items, from_session=old.session_id),
-                    first_seq=0,
-                    last_seq=0,
-                    tokens=old.tokens,
-                )
-            )
+        carry_over(db, session_id=session_id, user_id=user_id, persona=persona)
         return session_id
+
+
+def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> str | None:
+    """Start the new session ``session_id`` (already inserted, no summary yet) from the
+    summary of the user's newest closed session with the same persona, in ``db``'s
+    transaction: a flat copy of its entries (see :func:`carry_items`), ``carried_from``
+    set on the session. Returns the session carried from, or ``None`` if there was none
+    (no closed session, or one without a summary)."""
+    previous = db.exec(
+        select(ChatSession)
+        .where(
+            ChatSession.user_id == user_id,
+            ChatSession.persona == persona,
+            ChatSession.closed_at.is_not(None),
+            ChatSession.id != session_id,
+        )
+        .order_by(ChatSession.closed_at.desc(), ChatSession.id.desc())
+    ).first()
+    old = db.get(Summary, previous.id) if previous is not None else None
+    if old is None or not old.items:
+        return None
+    db.exec(text("UPDATE sessions SET carried_from = :o WHERE id = :s").bindparams(o=old.session_id, s=session_id))
+    db.add(
+        Summary(
+            session_id=session_id,
+            content=old.content,
+            items=carry_items(old.items, from_session=old.session_id),
+            first_seq=0,
+            last_seq=0,
+            tokens=old.tokens,
+        )
+    )
+    return old.session_id
 
 
 def carry_items(items: list[dict], *, from_session: str) -> list[dict]:

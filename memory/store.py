@@ -59,7 +59,9 @@ class Store:
 
     # -- users and sessions -------------------------------------------------
     def ensure_session(self, *, session_id: str, user_id: str, persona: str = "") -> ChatSession:
-        """Create the user and the session if missing; return the session.
+        """Create the user and the session if missing; return the session. A new session
+        starts from the summary of the user's newest closed session with this persona
+        (:func:`memory.apps.carry_over`).
 
         Raises:
             SessionOwnershipError: the session exists but belongs to another user.
@@ -78,16 +80,20 @@ class Store:
             db.exec(
                 text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id)
             )
-            db.exec(
+            created = db.exec(
                 text(
                     "INSERT INTO sessions (id, user_id, persona) VALUES (:s, :u, :p) ON CONFLICT DO NOTHING"
                 ).bindparams(s=session_id, u=user_id, p=persona)
-            )
+            ).rowcount
             db.exec(
                 text("INSERT INTO compaction_state (session_id) VALUES (:s) ON CONFLICT DO NOTHING").bindparams(
                     s=session_id
                 )
             )
+            if created:  # a returning user's new session starts from their last closed session's summary
+                from memory.apps import carry_over
+
+                carry_over(db, session_id=session_id, user_id=user_id, persona=persona)
             db.commit()
             session = db.get(ChatSession, session_id)
             assert session is not None

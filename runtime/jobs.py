@@ -204,19 +204,23 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
 
 def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int, worker_id: str | None = None) -> None:
     """Run :func:`close_idle_sessions` on the ``cron`` schedule (five crontab fields, the
-    machine's local time zone) until Ctrl-C or SIGTERM. Blocks.
+    machine's local time zone) until Ctrl-C or SIGTERM. Blocks; on the signal a close in
+    progress finishes first.
 
     One run at a time (``max_instances=1``); runs missed while the process was busy
     are folded into one (``coalesce``). APScheduler 3.x numbers weekdays from Monday = 0
     in crontab expressions (its documented difference from cron, where 0 is Sunday);
     use names (``mon``–``sun``) to be safe.
     """
-    from apscheduler.schedulers.blocking import BlockingScheduler
+    import signal
+    import threading
+
+    from apscheduler.schedulers.background import BackgroundScheduler
     from apscheduler.triggers.cron import CronTrigger
     from tzlocal import get_localzone
 
     zone = get_localzone()
-    scheduler = BlockingScheduler(timezone=zone)
+    scheduler = BackgroundScheduler(timezone=zone)
     scheduler.add_job(
         close_idle_sessions,
         CronTrigger.from_crontab(cron, timezone=zone),
@@ -226,22 +230,24 @@ def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int,
         coalesce=True,
         misfire_grace_time=3600,
     )
-    import signal
-    import threading
+    stopping = threading.Event()
 
-    def stop(signum, frame) -> None:  # Ctrl-C or SIGTERM: let a running close finish its batch, then exit
+    def stop(signum, frame) -> None:  # Ctrl-C or SIGTERM: only wake the main thread; it shuts down
         log.info("job.scheduler_stopping", signal=signal.Signals(signum).name)
-        scheduler.shutdown(wait=False)
+        stopping.set()
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, stop)
         signal.signal(signal.SIGTERM, stop)
+    # the scheduler runs in its own thread; a signal at any moment (even before it is
+    # running) only sets the event, so there is no window in which Ctrl-C is lost
+    scheduler.start()
     log.info("job.scheduler_started", cron=cron, timezone=str(zone), idle_seconds=idle_seconds, batch=batch)
     try:
-        scheduler.start()
-    except (KeyboardInterrupt, SystemExit):
+        while not stopping.wait(1.0):
+            pass
+    except KeyboardInterrupt:
         pass
     finally:
-        if scheduler.running:
-            scheduler.shutdown(wait=False)
+        scheduler.shutdown(wait=True)  # a close in progress finishes its batch (it commits per session)
         log.info("job.scheduler_stopped")

@@ -223,3 +223,21 @@ def test_jobs_run_starts_the_scheduler_and_ctrl_c_exits_cleanly(db_url, fake_llm
     assert events[-1]["cron"] == "15 4 * * *"
     assert "'15 4 * * *'" in out
     assert '"job.scheduler_stopped"' in err
+
+
+def test_a_new_session_by_id_through_the_engine_also_starts_from_the_previous_summary(make_engine_for, fake_llm):
+    """The CLI and Python API name sessions themselves (``Store.ensure_session``): a new one
+    carries over too, and an existing session never gets a second copy."""
+    engine = make_engine_for(budgets=Budgets.create(recent=200, summary=800))
+    for line in ["My dog is called Pixel.", "I work as a nurse in Braga."]:
+        engine.turn(user_id="bea", session_id="bea-1", message=line, reply="Noted.")
+    close_idle_sessions(engine, idle_seconds=0, now=utcnow() + timedelta(seconds=1), worker_id="w")
+    engine.turn(user_id="bea", session_id="bea-2", message="I'm back!", reply="Welcome back.")
+    assert engine.store.get_session("bea-2").carried_from == "bea-1"
+    context = engine.assemble(user_id="bea", session_id="bea-2")
+    assert "My dog is called Pixel." in context.source_text["summary"]
+    engine.turn(user_id="bea", session_id="bea-2", message="Still here.", reply="Good.")
+    assert engine.store.summary("bea-2").content.count("My dog is called Pixel.") == 1
+    # another user's new session carries nothing over
+    engine.turn(user_id="cai", session_id="cai-1", message="Hello", reply="Hi.")
+    assert engine.store.summary("cai-1") is None and engine.store.get_session("cai-1").carried_from is None
