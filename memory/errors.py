@@ -13,7 +13,11 @@ It lives in ``memory`` because that is the lowest layer: ``runtime`` and
     │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
     │   ├── PersonaError            a persona file is missing a field or malformed
     │   ├── SessionOwnershipError   the session id belongs to another user
-    │   └── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
+    │   ├── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
+    │   └── FileError               a stored-file operation cannot be done as asked (issue 9)
+    │       ├── FileInputError      an upload or a file_read argument is bad (name, size, page, limit)
+    │       ├── FileNotFound        no such file id for this user (unknown and foreign ids alike)
+    │       └── FileParseError      the bytes are corrupt, encrypted or of no supported format
     └── TurnError                   a failure while a turn runs; the user turn is already stored
         ├── ModelCallError          the chat model call failed (network, provider, timeout)
         │   ├── ModelAuthError      401/403: the API key is missing, wrong or not allowed; not retried
@@ -118,6 +122,52 @@ class InvalidMessageError(UsageError):
         super().__init__(message)
         self.reason = reason
         self.position = position
+
+
+# -- files (issue 9) ------------------------------------------------------------
+class FileError(UsageError):
+    """A stored-file operation cannot be done as asked. Nothing was stored or changed.
+
+    Attributes:
+        file_id: the file id concerned, when there is one.
+    """
+
+    def __init__(self, message: str, *, file_id: str | None = None) -> None:
+        super().__init__(message)
+        self.file_id = file_id
+
+
+class FileInputError(FileError):
+    """An upload or a ``file_read`` argument is bad: empty or unsafe name, empty or too large
+    bytes, a page or limit out of range.
+
+    Attributes:
+        reason: a stable code: ``bad_name``, ``empty``, ``too_large``, ``bad_durability``,
+            ``bad_argument``, ``bad_page``.
+    """
+
+    def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
+        super().__init__(message, file_id=file_id)
+        self.reason = reason
+
+
+class FileNotFound(FileError):
+    """No file with this id for this user. Unknown ids and other users' ids get the same
+    message, so the error does not tell whether an id exists."""
+
+
+class FileParseError(FileError):
+    """The bytes cannot be parsed: corrupt, encrypted, or of no supported format.
+
+    The parse service stores the message as the file's ``parse_error`` (state ``failed``).
+
+    Attributes:
+        reason: a stable code: ``corrupt``, ``encrypted``, ``unsupported``, ``too_large``, ``too_deep``.
+    """
+
+    def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
+        super().__init__(message, file_id=file_id)
+        self.reason = reason
 
 
 class TurnError(CompanionError):

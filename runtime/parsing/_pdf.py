@@ -1,0 +1,94 @@
+"""PDF with pypdf: one page per PDF page, the outline for where the body starts, and
+scanned PDFs (pages but no text layer) flagged as needing OCR."""
+
+from __future__ import annotations
+
+import io
+import logging
+
+from memory.errors import FileParseError
+from runtime.parsing._extract import Extract
+from runtime.parsing._frontmatter import is_front_matter_title
+
+OCR_MIN_CHARS_PER_PAGE = 10
+"""Fewer extracted characters than this per page, on average, means "no text layer"."""
+
+
+def parse_pdf(data: bytes, *, name: str) -> Extract:
+    """Raises FileParseError: ``encrypted`` (a password is needed) or ``corrupt``."""
+    import pypdf
+    from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
+
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
+        if reader.is_encrypted:
+            try:
+                ok = reader.decrypt("")
+            except (NotImplementedError, FileNotDecryptedError, PdfReadError) as exc:
+                raise FileParseError(
+                    f"{name}: the PDF is encrypted and cannot be opened ({exc}). Upload an unencrypted copy.",
+                    reason="encrypted",
+                ) from exc
+            if not ok:
+                raise FileParseError(
+                    f"{name}: the PDF is password-protected. Upload a copy without the password.", reason="encrypted"
+                )
+        pages = [_page_text(p) for p in reader.pages]
+        outline_start = _outline_body_start(reader)
+        has_images = any(_has_image(p) for p in reader.pages[:5])
+    except FileParseError:
+        raise
+    except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, AssertionError,
+            RecursionError, ZeroDivisionError) as exc:
+        # pypdf raises these on broken files (its own errors and plain ones from malformed objects)
+        raise FileParseError(f"{name}: the PDF is corrupt or unreadable ({type(exc).__name__}: {exc}).", reason="corrupt") from exc
+    if not pages:
+        raise FileParseError(f"{name}: the PDF has no pages.", reason="corrupt")
+    chars = sum(len(p.strip()) for p in pages)
+    needs_ocr = chars < OCR_MIN_CHARS_PER_PAGE * len(pages) and (has_images or chars == 0)
+    if needs_ocr:
+        pages = ["" if len(p.strip()) < OCR_MIN_CHARS_PER_PAGE else p for p in pages]
+    return Extract(pages=pages, body_start_page=outline_start, needs_ocr=needs_ocr)
+
+
+def _page_text(page) -> str:
+    text = page.extract_text() or ""
+    return "\n".join(line.rstrip() for line in text.replace("\r\n", "\n").split("\n")).strip("\n")
+
+
+def _has_image(page) -> bool:
+    try:
+        resources = page.get("/Resources") or {}
+        xobjects = resources.get("/XObject") or {}
+        return any(xobjects[k].get_object().get("/Subtype") == "/Image" for k in xobjects)
+    except Exception:  # a malformed resource dictionary only means "no image seen"
+        return False
+
+
+def _outline_body_start(reader) -> int | None:
+    """The 1-based page of the outline's first entry that is not front matter, if any."""
+    try:
+        outline = reader.outline
+    except Exception:  # a broken outline is not a broken document; fall back to the heuristic
+        return None
+    entries: list[tuple[str, int]] = []
+
+    def walk(items, depth=0):
+        for item in items:
+            if isinstance(item, list):
+                if depth < 1:
+                    walk(item, depth + 1)
+                continue
+            try:
+                page = reader.get_destination_page_number(item)
+            except Exception:
+                continue
+            if page is not None and page >= 0:
+                entries.append((str(getattr(item, "title", "") or ""), page + 1))
+
+    walk(outline)
+    for title, page in entries:
+        if not is_front_matter_title(title):
+            return page if page > 1 else None
+    return None
