@@ -99,6 +99,9 @@ def open_engine(
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
+    from runtime.file_services import open_file_services  # attachments (issue 9)
+
+    services = open_file_services(settings, database.engine)
     return Engine(
         settings=settings,
         store=Store(database.engine),
@@ -106,4 +109,7 @@ def open_engine(
         persona=persona or load_persona(settings.persona_file),
         replier=replier,
         summarizer=summarizer,
+        files=services.files,
+        reader=services.reader,
+        parses=services.parses,
     )

@@ -7,6 +7,12 @@ The message list is::
     system   summary block, memory block (recalled segments), when there are any
     user / assistant ...  the recent turns, oldest first, ending with the current user message
 
+A user turn that carried files gets its attachment block under its text (see
+:mod:`runtime.attachments`): the newest user message, when it ends the prompt, in its
+first-turn form (inline text or pointers; charged to ``recent``); every older one folded
+into a "referenced files" placeholder, charged to ``retrieval`` and kept within its cap
+(newest first; previews dropped, then whole entries, with a notice, when it is short).
+
 Each source is cut to its cap before it enters the prompt, and every cut says so
 in the prompt. Budget left unused by memory, retrieval and summary flows to
 ``recent``. The total (framing and reply priming included) plus the reply reserve
@@ -16,11 +22,12 @@ never exceeds the window.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from memory.errors import ConfigurationError
 from memory.recall import RecalledSegment
+from runtime.attachments import with_block
 from memory.tables import Summary, Turn
 from persona import Persona
 from prompts import render
@@ -43,6 +50,20 @@ class SourceReport:
     """Entries included: turns, segments, summary lines."""
     cut: str | None = None
     """What was cut, as said in the prompt; ``None`` if nothing was."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnBlocks:
+    """The attachment block of one stored user turn, in each of its forms (texts, not tokens)."""
+
+    first: str
+    """First-turn form: small text files inline, the rest as pointers."""
+    folded: str
+    """History form: placeholder lines with previews."""
+    compact: str
+    """History form without previews, for a short retrieval budget."""
+    file_ids: tuple[str, ...]
+    """The files the turn carries, in order."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,6 +93,8 @@ class AssembledContext:
     baseline_tokens: int | None = None
     """The request's size by the provider's last reported usage plus the messages added since,
     when the request starts with that last request; ``total_tokens`` is never below it."""
+    attached_files: list[str] = field(default_factory=list)
+    """Ids of the files whose blocks (first-turn or folded) the messages show, in turn order."""
 
     @property
     def overflow(self) -> bool:
@@ -93,6 +116,7 @@ def assemble_context(
     baseline: Baseline | None = None,
     calibration: float = 1.0,
     overhead: int = 0,
+    attachments: dict[int, TurnBlocks] | None = None,
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
@@ -110,6 +134,7 @@ def assemble_context(
         calibration: the factor already applied by ``counter``, reported back as is.
         overhead: tokens the provider adds per request (from calibration); reserved
             out of the room for ``recent`` and included in the total.
+        attachments: turn ``seq`` -> the attachment blocks of that user turn.
 
     Raises:
         ConfigurationError: the persona alone exceeds its cap.
@@ -138,7 +163,12 @@ def assemble_context(
     if memory_text:
         blocks.append(memory_text)
         texts["memory"] = memory_text
-    sources["retrieval"] = SourceReport(source="retrieval", tokens=0, cap=budgets.retrieval, items=0)
+    newest = turns[-1].seq if turns and pending is None and turns[-1].role == "user" else None
+    first_block = {newest: attachments[newest].first} if attachments and newest in attachments else {}
+    folded, fold_costs, listed, fold_cut = _fold(attachments or {}, newest, budgets.retrieval, counter)
+    sources["retrieval"] = SourceReport(
+        source="retrieval", tokens=sum(fold_costs.values()), cap=budgets.retrieval, items=len(folded), cut=fold_cut
+    )
 
     head = [persona_msg]
     if blocks:
@@ -151,13 +181,22 @@ def assemble_context(
 
     used_by_others = sum(s.tokens for s in sources.values())
     room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
-    recent_msgs, shown, recent_report = _recent(turns, pending, room, budgets.recent, counter)
+    blocks_in = {**folded, **first_block}
+
+    def recent(room: int) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
+        # folded blocks sit inside the recent messages but are charged to retrieval (already out of room)
+        msgs, kept, report = _recent(turns, pending, room + sum(fold_costs.values()), budgets.recent, counter, blocks_in)
+        shown_fold = sum(cost for seq, cost in fold_costs.items() if seq in kept)
+        sources["retrieval"] = replace(sources["retrieval"], tokens=shown_fold, items=sum(len(attachments[q].file_ids) for q in folded if q in kept))
+        return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
+
+    recent_msgs, shown, recent_report = recent(room)
     messages = head + recent_msgs
     total = counter.count_messages(messages)
     by_baseline = baseline_total(baseline, messages, counter)
     if by_baseline is not None and by_baseline > total:
         # the provider counts this prefix higher than we do: shrink recent by the difference
-        recent_msgs, shown, recent_report = _recent(turns, pending, room - (by_baseline - total), budgets.recent, counter)
+        recent_msgs, shown, recent_report = recent(room - (by_baseline - total))
         messages = head + recent_msgs
         total = counter.count_messages(messages)
         refit = baseline_total(baseline, messages, counter)
@@ -165,6 +204,8 @@ def assemble_context(
         total = max(total, refit or 0)
     sources["recent"] = recent_report
     texts["recent"] = "\n".join(_text(m) for m in recent_msgs)
+    if folded:
+        texts["retrieval"] = "\n\n".join(folded[q] for q in sorted(folded) if q in shown)
     total += overhead
     return AssembledContext(
         session_id=session_id,
@@ -179,6 +220,9 @@ def assemble_context(
         calibration=calibration,
         overhead_tokens=overhead,
         baseline_tokens=by_baseline,
+        attached_files=list(
+            dict.fromkeys(fid for q in sorted(listed | set(first_block)) if q in shown for fid in (attachments or {})[q].file_ids)
+        ),
     )
 
 
@@ -244,12 +288,59 @@ def _memory_block(
     return text, [seg for seg, _ in chosen], SourceReport(source="memory", tokens=tokens, cap=cap, items=len(chosen), cut=cut)
 
 
+def _fold(
+    attachments: dict[int, TurnBlocks], newest: int | None, cap: int, counter: TokenCounter
+) -> tuple[dict[int, str], dict[int, int], set[int], str | None]:
+    """The folded block of each older turn within the retrieval ``cap`` (tokens), newest turn
+    first: with previews while they fit, then without, then a one-line notice, then nothing.
+
+    Returns ``seq -> block``, ``seq -> tokens it adds``, the seqs whose files are listed (not
+    just counted in a notice), and what was cut (or ``None``).
+    """
+    chosen: dict[int, str] = {}
+    listed: set[int] = set()
+    costs: dict[int, int] = {}
+    used = 0
+    compacted = omitted = 0
+    for seq in sorted((q for q in attachments if q != newest), reverse=True):
+        blocks = attachments[seq]
+        count = len(blocks.file_ids)
+        forms = [(blocks.folded, 0), (blocks.compact, 1), (render("notice_files_omitted", count=count), 2)]
+        for text, level in forms:
+            cost = counter.count_text("\n\n" + text)
+            if used + cost <= cap:
+                chosen[seq], costs[seq] = text, cost
+                used += cost
+                compacted += level == 1
+                omitted += count if level == 2 else 0
+                if level < 2:
+                    listed.add(seq)
+                break
+        else:
+            omitted += count
+    notes = []
+    if compacted:
+        notes.append(f"previews of {compacted} earlier attachment blocks dropped")
+    if omitted:
+        notes.append(f"{omitted} earlier attached files not listed")
+    return chosen, costs, listed, "; ".join(notes) or None
+
+
 def _recent(
-    turns: Sequence[Turn], pending: str | None, room: int, cap: int, counter: TokenCounter
+    turns: Sequence[Turn],
+    pending: str | None,
+    room: int,
+    cap: int,
+    counter: TokenCounter,
+    blocks: dict[int, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
-    """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped."""
+    """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped.
+    ``blocks`` (turn seq -> attachment block) go under their turns' text."""
+    blocks = blocks or {}
     seqs: list[int | None] = [t.seq for t in turns]
-    messages: list[dict[str, Any]] = [{"role": t.role, "content": t.content} for t in turns]
+    messages: list[dict[str, Any]] = [
+        {"role": t.role, "content": with_block(t.content, blocks.get(t.seq, ""))} for t in turns
+    ]
     if pending is not None:
         seqs.append(None)
         messages.append({"role": "user", "content": pending})

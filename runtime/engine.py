@@ -14,27 +14,45 @@ the turn compacts harder (``recent`` and ``memory`` at half their caps, a 10 % m
 off the window) and asks once more; a second overflow raises
 :class:`~memory.errors.ContextOverflowError`. A reply whose stream broke off is
 stored as far as it arrived, marked ``interrupted``.
+
+Attachments (issue 9): ``turn(..., attachments=[file_id, ...])`` checks every id belongs
+to the user (and, if ephemeral, to the session) before anything is stored, and writes
+the ``turn_files`` rows in the user turn's transaction. Assembly renders the blocks from
+those rows (:mod:`runtime.attachments`): the newest user message's files first-turn style,
+older ones folded and charged to ``retrieval``. While any block is shown, the model is
+offered ``file_read`` (:mod:`runtime.file_tool`). :meth:`Engine.edit_turn` truncates and
+resends; :meth:`Engine.delete_file` and :meth:`Engine.delete_session` delete.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import structlog
 
 from memory.embeddings import Embedder
-from memory.errors import ContextOverflowError, InvalidMessageError
+from memory.errors import ConfigurationError, ContextOverflowError, InvalidMessageError, SessionOwnershipError
 from memory.recall import recall_segments
 from memory.store import Store
 from memory.tables import Turn, TurnState
 from persona import Persona
+from runtime.attachments import (
+    AttachedFile,
+    compact_block,
+    first_turn_block,
+    folded_block,
+    is_text_mime,
+    placeholder_ids,
+    strip_placeholders,
+)
 from runtime.budgets import Budgets
 from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter, correction, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
-from runtime.context import AssembledContext, assemble_context
+from runtime.context import AssembledContext, TurnBlocks, assemble_context
+from runtime.file_tool import file_read_spec, file_tools, spec_tokens
 from runtime.messages import validate_message
 from runtime.model import Replier, Reply
 from runtime.summarizer import Summarizer, summarizer_for
@@ -48,6 +66,8 @@ OVERFLOW_SHRINK = 0.5
 """After a provider overflow, ``recent`` and ``memory`` get this share of their caps for the one retry."""
 OVERFLOW_MARGIN = 0.1
 """...and this share of the window is kept free besides, against a provider that counts more than we do."""
+HEAD_MARGIN = 4000
+"""Characters of an extract loaded beyond the inline limit (page markers, previews past the front matter)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +100,16 @@ class Engine:
         replier: Replier | None = None,
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
+        files: Any = None,
+        reader: Any = None,
+        parses: Any = None,
     ) -> None:
+        """``files`` (:class:`memory.files.FileStore`), ``reader`` (:class:`runtime.file_read.FileReader`)
+        and ``parses`` (:class:`runtime.parse_service.ParseService`) enable attachments; without
+        ``files`` a turn with attachments raises ConfigurationError."""
+        self.files = files
+        self.reader = reader
+        self.parses = parses
         self.settings = settings
         self.store = store
         self.embedder = embedder
@@ -112,6 +141,9 @@ class Engine:
             replier=self.replier,
             summarizer=self.compactor.summarizer,
             counter=self.counter,
+            files=self.files,
+            reader=self.reader,
+            parses=self.parses,
         )
 
     # -- writing turns --------------------------------------------------------
@@ -124,6 +156,7 @@ class Engine:
         at: datetime | None = None,
         reply: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        attachments: Sequence[str] = (),
     ) -> TurnResult:
         """Run one turn: store the user message, assemble the context, reply, store the reply.
 
@@ -135,9 +168,14 @@ class Engine:
             on_delta: called with each piece of the reply as it streams in; ``None``
                 asks for the reply whole. Either way the reply is stored once, complete
                 (or, if the stream broke off, as far as it came, marked ``interrupted``).
+            attachments: ids of stored files the message carries, in order. Each must be the
+                user's (an ephemeral one, of this session); checked before anything is stored.
 
         Raises:
             InvalidMessageError: the message is invalid; nothing was stored.
+            FileNotFound: an attachment id is unknown, another user's, or another session's
+                ephemeral id; nothing was stored.
+            ConfigurationError: attachments given to an engine without a file store.
             ModelCallError: the reply failed; the user turn stays stored. Its subclass
                 says why: ContextOverflowError (twice too long), ModelAuthError,
                 ModelRequestError, ModelUnavailableError (after bounded retries).
@@ -148,10 +186,17 @@ class Engine:
             reply = validate_message(reply, max_chars=self.settings.max_message_chars)
         elif self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        attached = self._check_attachments(user_id, session_id, attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona.name)
         user_turn = self.store.add_turn(
-            session_id=session_id, role="user", content=text, tokens=self._tokens("user", text), created_at=at
+            session_id=session_id,
+            role="user",
+            content=text,
+            tokens=self._tokens("user", text),
+            created_at=at,
+            file_ids=[f.id for f in attached],
         )
+        self._warm(attached)
         compactions = [c for c in [self._compact(session_id, user_id)] if c is not None]
         context = self.assemble(user_id=user_id, session_id=session_id)
         if reply is not None:
@@ -178,7 +223,7 @@ class Engine:
             request_messages=len(context.messages),
             request_fingerprint=fingerprint(context.messages),
             interrupted=answer.interrupted,
-        )
+        )  # only the final text is stored: tool calls and their results (file text) never are
         # a failed compaction is not retried in the same turn; the breaker counts it once
         after = None if any(not c.ok for c in compactions) else self._compact(session_id, user_id)
         if after is not None:
@@ -245,6 +290,7 @@ class Engine:
                 (tokens); by default the engine's.
         """
         turns = self.store.turns(session_id, state=TurnState.context)
+        turns, blocks = self._attachment_blocks(user_id, session_id, turns)
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
         candidates = []
         if query:
@@ -282,7 +328,9 @@ class Engine:
             counter=CalibratedCounter(self.counter, calibration.factor),
             baseline=baseline,
             calibration=calibration.factor,
-            overhead=calibration.overhead,
+            # while files are shown, the file_read schema goes with every request
+            overhead=calibration.overhead + (self._tool_tokens() if blocks and self.reader is not None else 0),
+            attachments=blocks,
         )
 
     # -- internals ------------------------------------------------------------
@@ -295,7 +343,10 @@ class Engine:
         Returns the reply, the context it answers, and the harder compaction (if one ran).
         """
         assert self.replier is not None
-        kwargs = {"on_delta": on_delta} if on_delta is not None else {}
+        kwargs: dict[str, Any] = {"on_delta": on_delta} if on_delta is not None else {}
+        tools = self._tools_for(user_id, session_id, context)
+        if tools is not None:
+            kwargs["tools"] = tools
         try:
             return self.replier.reply(context.messages, session_id=session_id, **kwargs), context, None
         except ContextOverflowError as first:
@@ -329,6 +380,8 @@ class Engine:
             assistant_name=self.persona.name,
         )
         harder = self.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
+        if "tools" in kwargs:
+            kwargs["tools"] = self._tools_for(user_id, session_id, harder, window=window)
         try:
             return self.replier.reply(harder.messages, session_id=session_id, **kwargs), harder, compaction
         except ContextOverflowError as second:
@@ -347,6 +400,160 @@ class Engine:
                 window=self.window,
                 provider_limit=limit,
             ) from second
+
+    # -- attachments (issue 9) ------------------------------------------------------
+    def _check_attachments(self, user_id: str, session_id: str, attachments: Sequence[str]) -> list[Any]:
+        """The stored files for ``attachments``, in order, after checking every id; stores nothing."""
+        if isinstance(attachments, str) or not all(isinstance(a, str) for a in attachments):
+            raise InvalidMessageError(
+                "attachments must be a list of file id strings, e.g. ['file_0123456789abcdef0123'].",
+                reason="bad_attachments",
+            )
+        if not attachments:
+            return []
+        if self.files is None:
+            raise ConfigurationError(
+                "This engine has no file store, so a turn cannot carry attachments. Open it with "
+                "runtime.bootstrap.open_engine (COMPANION_FILES_DIR).",
+                setting="COMPANION_FILES_DIR",
+            )
+        found = self.files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False)
+        return list(found.values())
+
+    def _warm(self, attached: Sequence[Any]) -> None:
+        """Start the parses of new attachments; wait (bounded) for small text files, so that
+        the first turn can inline them."""
+        if self.parses is None:
+            return
+        for stored in attached:
+            if stored.is_final:
+                continue
+            self.parses.submit(stored.id)
+            if is_text_mime(stored.mime) and stored.size_bytes <= 4 * self.settings.inline_file_chars:  # UTF-8: at most 4 bytes a character
+                with self.parses.watch(stored.id) as handle:
+                    handle.wait(self.settings.file_read_wait)
+
+    def _attachment_blocks(
+        self, user_id: str, session_id: str, turns: list[Turn]
+    ) -> tuple[list[Turn], dict[int, TurnBlocks]]:
+        """The attachment blocks of the user turns in ``turns`` (seq -> blocks), and the turns
+        with any echoed placeholder line of a file that no longer exists removed (a read)."""
+        rows = self.store.turn_attachments(session_id, head_chars=self.settings.inline_file_chars + HEAD_MARGIN)
+        blocks: dict[int, TurnBlocks] = {}
+        for turn in turns:
+            files = [AttachedFile(**row) for row in rows.get(turn.id or -1, [])]
+            if not files or turn.role != "user":
+                continue
+            blocks[turn.seq] = TurnBlocks(
+                first=first_turn_block(files, inline_chars=self.settings.inline_file_chars),
+                folded=folded_block(files, preview_chars=self.settings.file_preview_chars),
+                compact=compact_block(files),
+                file_ids=tuple(f.file_id for f in files),
+            )
+        named = placeholder_ids(t.content for t in turns)
+        if named:
+            live = self.store.existing_file_ids(named, user_id=user_id)
+            if live != named:
+                turns = [
+                    t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)})
+                    for t in turns
+                ]
+        return turns, blocks
+
+    def _tool_spec(self) -> dict[str, Any]:
+        return file_read_spec(max_pages=self.settings.file_read_pages, max_chars=self.settings.file_read_chars)
+
+    def _tool_tokens(self) -> int:
+        return spec_tokens(self._tool_spec(), self.counter)
+
+    def _tools_for(self, user_id: str, session_id: str, context: AssembledContext, *, window: int | None = None):
+        """``file_read`` for this reply while the context shows any file, else ``None``."""
+        if self.reader is None or not context.attached_files or self.settings.tool_rounds < 1:
+            return None
+        limit = (window or self.window) - context.reply_reserve - self._tool_tokens() - context.overhead_tokens
+        return file_tools(
+            self.reader,
+            user_id=user_id,
+            session_id=session_id,
+            spec=self._tool_spec(),
+            counter=self.counter,
+            limit=limit,
+            result_cap=(limit - (context.total_tokens - context.overhead_tokens)) // 2,
+            max_rounds=self.settings.tool_rounds,
+        )
+
+    def delete_file(self, *, user_id: str, file_id: str) -> bool:
+        """Delete a file and every reference to it in every session (its ``turn_files`` rows; the
+        blocks are rendered from them, so no assembled context shows a trace). False if the user
+        has no such file."""
+        if self.files is None:
+            return False
+        deleted = bool(self.files.delete(file_id, user_id=user_id))
+        log.info("file.deleted", file_id=file_id, deleted=deleted)
+        return deleted
+
+    def delete_session(self, *, user_id: str, session_id: str) -> dict[str, int]:
+        """Delete a session and everything of it, and the files no other session references
+        (:meth:`memory.store.Store.delete_session`). Returns counts by kind.
+
+        Raises:
+            SessionOwnershipError: the session belongs to another user (nothing deleted).
+        """
+        session = self.store.get_session(session_id)
+        if session is not None and session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} belongs to another user, not {user_id!r}; nothing was deleted.",
+                session_id=session_id,
+            )
+        counts = self.store.delete_session(session_id, files=self.files)
+        log.info("session.deleted", session_id=session_id, **counts)
+        return counts
+
+    def edit_turn(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        seq: int,
+        message: str | bytes,
+        attachments: Sequence[str] = (),
+        at: datetime | None = None,
+        reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> TurnResult:
+        """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then
+        the edited message runs as a new turn with ``attachments`` (the full first-turn path).
+
+        Files of earlier turns are kept. The replaced turns' files are deleted only after the
+        truncation has happened, and only those nothing references any more (the new turn
+        may carry one again).
+
+        Raises:
+            InvalidMessageError: a bad message (``reason`` as in :meth:`turn`), or ``bad_edit``: no such
+                user turn, or it has left the recent window. Nothing was changed.
+            FileNotFound, SessionOwnershipError: as in :meth:`turn`; nothing was changed.
+            ModelCallError: as in :meth:`turn`; the edited user turn stays stored.
+        """
+        text = validate_message(message, max_chars=self.settings.max_message_chars)
+        if reply is None and self.replier is None:
+            raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        session = self.store.get_session(session_id)
+        if session is None or session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
+            )
+        attached = self._check_attachments(user_id, session_id, attachments)
+        removed = self.store.truncate_from(session_id, seq=seq)
+        log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
+        try:
+            return self.turn(
+                user_id=user_id, session_id=session_id, message=text, at=at, reply=reply, on_delta=on_delta,
+                attachments=[f.id for f in attached],
+            )
+        finally:
+            if self.files is not None and removed["file_ids"]:
+                gone = self.files.delete_unreferenced(removed["file_ids"])
+                log.info("turn.edit_files_cleaned", session_id=session_id, files_deleted=len(gone))
 
     def _tokens(self, role: str, content: str) -> int:
         return self.counter.count_message({"role": role, "content": content})
