@@ -26,7 +26,8 @@ only when all five gates pass (the issue's rule):
 2. shorter than 200 characters;
 3. a single line;
 4. the fixed tool keyword: it starts ``[[file_read file_id=``;
-5. no Markdown table pipes, headings or backticks.
+5. no Markdown table pipes, headings (``#``) or backticks (:func:`safe_name` keeps all three
+   out of the names the runtime writes, so a genuine placeholder never has them).
 
 Anything else is ordinary text: never cached as file content and never a tool call.
 """
@@ -166,7 +167,7 @@ def is_placeholder(text: str) -> bool:
         return False
     if not text.startswith(_PREFIX):  # 4. the tool keyword
         return False
-    if "|" in inner or "`" in inner or inner.lstrip().startswith("#"):  # 5. no table, code or heading markup
+    if "|" in inner or "`" in inner or "#" in inner:  # 5. no table, code or heading markup (names never carry them)
         return False
     return True
 
