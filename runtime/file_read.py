@@ -10,7 +10,9 @@ Where a window starts, in order of authority:
 
 1. an explicit ``start_page``;
 2. ``focus``: the first page containing the keyword (case-insensitive), with one page
-   before it for context when the window has room;
+   before it for context when the window has room. Without ``start_page`` the body is
+   searched first and the front matter after it (a contents page names every chapter,
+   so it would win every search); with ``start_page`` the search starts there;
 3. the file's ``body_start_page``, set by the parser from (a) the PDF outline's first
    body entry, (b) the scored table-of-contents heuristic over the first pages, or
    (c) the catalog page of a container (ZIP, EPUB). The skipped pages are named, and
@@ -132,7 +134,7 @@ def read_window(
     else:
         file_id, name, state, text, body_start, total_hint = "-", "text", "ready", source, body_start_page, 0
     start_page, asked_pages, asked_chars, focus = _arguments(start_page, max_pages, max_chars, focus, file_id=file_id)
-    ids = {"file_id": file_id, "name": name}
+    ids = {"file_id": file_id, "file_name": name}
     if state in ("pending", "parsing"):
         return prompts.render("file_read_processing", state=state, **ids)
     if state == "failed":
@@ -152,10 +154,14 @@ def read_window(
     if start_page is not None and start_page > total:
         return prompts.render("file_read_past_end", start=start_page, total=total, **ids)
     if focus is not None:
-        hit = _find(pages, focus, start=start_page or 1)
+        if start_page is None and body_start and 1 < body_start <= total:
+            # the body first (a contents page names every chapter), then the front matter
+            hit = _find(pages, focus, start=body_start) or _find(pages[: body_start - 1], focus, start=1)
+        else:
+            hit = _find(pages, focus, start=start_page or 1)
         if hit is None:
             return prompts.render("file_read_focus_missing", focus=focus, total=total, **ids)
-        first = hit - 1 if hit > (start_page or 1) and page_cap >= 3 and len(pages[hit - 2]) + len(pages[hit - 1]) <= char_cap else hit
+        first = hit - 1 if hit > (start_page or body_start or 1) and page_cap >= 3 and len(pages[hit - 2]) + len(pages[hit - 1]) <= char_cap else hit
         notes.insert(0, prompts.render("file_read_note_focus", focus=focus, hit=hit))
     elif start_page is not None:
         first = start_page

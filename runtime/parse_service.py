@@ -209,6 +209,7 @@ class ParseService:
         All handles on one file share one watch. Cancel the handle when done.
         """
         file_id = str(file_id)
+        self.submit(file_id)
         with self._lock:
             watch = self._watches.get(file_id)
             if watch is None:
@@ -218,7 +219,6 @@ class ParseService:
                 watch.thread = threading.Thread(target=self._poll, args=(watch,), name=f"companion-watch-{file_id}", daemon=True)
                 watch.thread.start()
             watch.waiters += 1
-        self.submit(file_id)
         return WaitHandle(self, watch)
 
     def wait(self, file_id: str, timeout: float) -> str | None:

@@ -58,9 +58,13 @@ def format_of(data: bytes, *, name: str, mime: str | None = None) -> str:
     sniffed = sniff_mime(data, name)
     lower = name.lower()
     by_mime = {"application/pdf": "pdf", DOCX: "docx", PPTX: "pptx", XLSX: "xlsx", EPUB: "epub", "application/zip": "zip"}
-    if sniffed in by_mime:
+    if sniffed in by_mime and sniffed != "application/zip":
         return by_mime[sniffed]
     if data.startswith(b"PK\x03\x04") or data.startswith(b"PK\x05\x06"):
+        # a damaged container: trust the name's extension so the error names the format
+        for suffix in ("docx", "pptx", "xlsx", "epub"):
+            if lower.endswith("." + suffix):
+                return suffix
         return "zip"
     if lower.endswith((".md", ".markdown")) or (mime or "") == "text/markdown" or sniffed == "text/markdown":
         return "markdown"

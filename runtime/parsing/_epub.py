@@ -4,7 +4,6 @@ starts after it and any front matter named so in the table of contents."""
 
 from __future__ import annotations
 
-import io
 import os
 import tempfile
 import zipfile
