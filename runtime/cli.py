@@ -8,6 +8,11 @@
     companion db upgrade
     companion breaker show SESSION
     companion breaker reset SESSION
+    companion files add USER PATH... [--ephemeral --session SESSION] [--no-wait]
+    companion files list USER
+    companion files show ID
+    companion files read ID [--start-page N] [--max-pages N] [--focus WORD]
+    companion files delete ID
 
 Errors of the runtime print one line to stderr and exit with status 2.
 """
@@ -310,6 +315,142 @@ def cmd_breaker_reset(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- files (issue 9) --------------------------------------------------------------
+FILES_ADD_WAIT_SECONDS = 600.0
+"""``files add`` waits this long at most for each parse before it reports the state it has."""
+
+
+def _file_services(settings=None):
+    """The file services on the configured database (migrated first when embedded)."""
+    from memory.database import current_revision, head_revision, require_schema, upgrade
+    from runtime.bootstrap import connect
+    from runtime.file_services import open_file_services
+
+    settings = settings or _settings()
+    database = connect(settings)
+    if database.embedded and current_revision(database.engine) != head_revision():
+        from memory.embeddings import SentenceTransformerEmbedder
+
+        upgrade(database.engine, embedding_dim=SentenceTransformerEmbedder(settings.embedding_model).dimension)
+    require_schema(database.engine)
+    return open_file_services(settings, database.engine)
+
+
+def _file_line(stored) -> str:
+    pages = f"{stored.page_count} page(s)" if stored.page_count is not None else "pages unknown"
+    body = f", body from page {stored.body_start_page}" if stored.body_start_page else ""
+    scope = stored.durability + (f" (session {stored.session_id})" if stored.session_id else "")
+    return (
+        f"{stored.id}  {stored.name}  {stored.mime}  {stored.size_bytes:,} bytes  {scope}  "
+        f"{stored.parse_state}, {pages}{body}"
+    )
+
+
+def cmd_files_add(args: argparse.Namespace) -> int:
+    if args.ephemeral != (args.session is not None):
+        print("error: --ephemeral and --session go together: an ephemeral file is valid in one session.", file=sys.stderr)
+        return EXIT_USAGE
+    paths = [Path(p).expanduser() for p in args.paths]
+    for path in paths:  # check every path before storing anything
+        if not path.is_file():
+            print(f"error: {str(path)!r} is not a readable file.", file=sys.stderr)
+            return EXIT_USAGE
+    services = _file_services()
+    status = 0
+    try:
+        stored = [
+            services.files.add(
+                user_id=args.user,
+                name=path.name,
+                data=path.read_bytes(),
+                durability="ephemeral" if args.ephemeral else "durable",
+                session_id=args.session,
+            )
+            for path in paths
+        ]
+        for item in stored:
+            services.parses.submit(item.id)
+        for item in stored:
+            if not args.no_wait:
+                services.parses.wait(item.id, FILES_ADD_WAIT_SECONDS)
+            item = services.files.get(item.id, user_id=args.user, with_extract=False)
+            print(_file_line(item))
+            if item.parse_state == "failed":
+                print(f"  parse error: {item.parse_error}")
+                status = 1
+    finally:
+        services.close()
+    return status
+
+
+def cmd_files_list(args: argparse.Namespace) -> int:
+    services = _file_services()
+    for item in services.files.list(user_id=args.user):
+        print(_file_line(item))
+    return 0
+
+
+def cmd_files_show(args: argparse.Namespace) -> int:
+    services = _file_services()
+    item = services.files.lookup(args.file_id)
+    print(_file_line(item))
+    print(f"owner {item.user_id}; sha256 {item.sha256}; stored {item.created_at.isoformat()}; "
+          f"referenced by {services.files.reference_count(item.id)} turn(s)")
+    if item.parse_error:
+        print(f"parse error: {item.parse_error}")
+    if item.extract:
+        print(f"extract: {len(item.extract):,} characters")
+    return 0
+
+
+def cmd_files_read(args: argparse.Namespace) -> int:
+    services = _file_services()
+    try:
+        owner = services.files.lookup(args.file_id).user_id
+        print(services.reader.file_read(
+            args.file_id, owner, start_page=args.start_page, max_pages=args.max_pages, focus=args.focus
+        ))
+    finally:
+        services.close()
+    return 0
+
+
+def cmd_files_delete(args: argparse.Namespace) -> int:
+    services = _file_services()
+    item = services.files.lookup(args.file_id)
+    references = services.files.reference_count(item.id)
+    services.files.delete(item.id, user_id=item.user_id)
+    print(f"deleted {item.id} ({item.name}); {references} turn reference(s) removed")
+    return 0
+
+
+def _add_files_parser(sub) -> None:
+    files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete")
+    f_sub = files.add_subparsers(dest="files_command", required=True)
+    add = f_sub.add_parser("add", help="store files for a user and parse them")
+    add.add_argument("user", help="the owner's user id")
+    add.add_argument("paths", nargs="+", metavar="PATH")
+    add.add_argument("--ephemeral", action="store_true", help="valid only in --session (default: durable)")
+    add.add_argument("--session", help="the session an ephemeral file is valid in")
+    add.add_argument("--no-wait", action="store_true", help="do not wait for the parse (it stays pending)")
+    add.set_defaults(func=cmd_files_add)
+    lst = f_sub.add_parser("list", help="a user's files")
+    lst.add_argument("user")
+    lst.set_defaults(func=cmd_files_list)
+    show = f_sub.add_parser("show", help="one file's metadata and parse state")
+    show.add_argument("file_id")
+    show.set_defaults(func=cmd_files_show)
+    read = f_sub.add_parser("read", help="print what the file_read tool returns for a file")
+    read.add_argument("file_id")
+    read.add_argument("--start-page", type=int)
+    read.add_argument("--max-pages", type=int)
+    read.add_argument("--focus")
+    read.set_defaults(func=cmd_files_read)
+    delete = f_sub.add_parser("delete", help="delete a file, its blob and every turn's reference to it")
+    delete.add_argument("file_id")
+    delete.set_defaults(func=cmd_files_delete)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="companion", description="companion-runtime: long-running companion chat.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -346,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     reset = b_sub.add_parser("reset", help="close a session's breaker")
     reset.add_argument("session")
     reset.set_defaults(func=cmd_breaker_reset)
+    _add_files_parser(sub)  # issue 9
     return parser
 
 
