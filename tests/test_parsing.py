@@ -169,3 +169,15 @@ def test_zip_that_unpacks_past_the_limit_fails():
     with pytest.raises(FileParseError) as info:
         parse_document(F.zip_with_pdf(), name="z.zip", limits=ParseLimits(max_unpacked_bytes=100))
     assert info.value.reason == "too_large"
+
+
+def test_pdf_with_only_an_owner_password_opens_and_reads():
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.set_encryption(owner_password="owner-only")  # permissions only: no password needed to read
+    pdf.set_font("Helvetica", size=11)
+    pdf.add_page()
+    pdf.cell(0, 10, "Minutes of the harbour committee")
+    extract = parse_document(bytes(pdf.output()), name="restricted.pdf")
+    assert "harbour committee" in extract.pages[0]

@@ -17,7 +17,7 @@ OCR_MIN_CHARS_PER_PAGE = 10
 def parse_pdf(data: bytes, *, name: str) -> Extract:
     """Raises FileParseError: ``encrypted`` (a password is needed) or ``corrupt``."""
     import pypdf
-    from pypdf.errors import FileNotDecryptedError, PdfReadError, PdfStreamError
+    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError, PdfStreamError
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
@@ -25,7 +25,7 @@ def parse_pdf(data: bytes, *, name: str) -> Extract:
         if reader.is_encrypted:
             try:
                 ok = reader.decrypt("")
-            except (NotImplementedError, FileNotDecryptedError, PdfReadError) as exc:
+            except (NotImplementedError, DependencyError, FileNotDecryptedError, PdfReadError) as exc:
                 raise FileParseError(
                     f"{name}: the PDF is encrypted and cannot be opened ({exc}). Upload an unencrypted copy.",
                     reason="encrypted",
