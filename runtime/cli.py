@@ -359,7 +359,7 @@ def cmd_files_add(args: argparse.Namespace) -> int:
     status = 0
     try:
         stored = [
-            services.files.add(
+            services.upload(
                 user_id=args.user,
                 name=path.name,
                 data=path.read_bytes(),
@@ -368,8 +368,6 @@ def cmd_files_add(args: argparse.Namespace) -> int:
             )
             for path in paths
         ]
-        for item in stored:
-            services.parses.submit(item.id)
         for item in stored:
             if not args.no_wait:
                 services.parses.wait(item.id, FILES_ADD_WAIT_SECONDS)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine as SAEngine
 
-from memory.files import FileStore
+from memory.files import FileStore, StoredFile
 from runtime.config import Settings
 from runtime.file_read import FileReader, WindowLimits
 from runtime.parse_service import ParseService
@@ -20,6 +20,30 @@ class FileServices:
     files: FileStore
     parses: ParseService
     reader: FileReader
+
+    def upload(
+        self,
+        *,
+        user_id: str,
+        name: str,
+        data: bytes,
+        mime: str | None = None,
+        durability: str = "durable",
+        session_id: str | None = None,
+    ) -> StoredFile:
+        """Store the bytes (:meth:`FileStore.add`) and start their parse in the background.
+
+        Returns the stored file as it was when stored (``pending`` for new bytes; the
+        existing row, whatever its state, for bytes stored before).
+
+        Raises:
+            FileInputError: bad name, no bytes, too large, bad durability; nothing stored.
+        """
+        stored = self.files.add(
+            user_id=user_id, name=name, data=data, mime=mime, durability=durability, session_id=session_id
+        )
+        self.parses.submit(stored.id)
+        return stored
 
     def close(self) -> None:
         """Wait for running parses to end and stop the parser threads."""

@@ -133,3 +133,31 @@ def test_delete_unreferenced_keeps_files_another_turn_still_carries(files, store
         conn.execute(text("INSERT INTO turn_files (turn_id, file_id) VALUES (:t, :f)"), {"t": turn_b, "f": two.id})
     assert files.delete_unreferenced([one.id, two.id]) == [one.id]
     assert [f.id for f in files.list(user_id="u1")] == [two.id]
+
+
+def test_a_stale_parsing_claim_can_be_taken_over(files):
+    stored = files.add(user_id="u1", name="a.txt", data=b"claimed by a process that died")
+    assert files.claim_parse(stored.id)
+    assert not files.claim_parse(stored.id)  # fresh claim: held
+    assert files.claim_parse(stored.id, stale_after=0)  # older than 0 s: taken over
+
+
+def test_migration_creates_file_tables_and_downgrades_cleanly(store):
+    from alembic import command
+
+    from memory.database import _alembic_config, head_revision
+
+    def tables():
+        with store.engine.connect() as conn:
+            return {r[0] for r in conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))}
+
+    assert {"files", "turn_files"} <= tables()
+    with store.engine.connect() as conn:
+        indexes = {r[0] for r in conn.execute(text("SELECT indexname FROM pg_indexes WHERE tablename = 'files'"))}
+    assert {"uq_files_user_sha_durable", "uq_files_user_sha_ephemeral"} <= indexes
+    with store.engine.begin() as conn:
+        command.downgrade(_alembic_config(conn, 384), "0005")
+    assert not {"files", "turn_files"} & tables()
+    with store.engine.begin() as conn:
+        command.upgrade(_alembic_config(conn, 384), head_revision())
+    assert {"files", "turn_files"} <= tables()
