@@ -232,6 +232,20 @@ def nested_zip(levels: int) -> bytes:
     return data
 
 
+def encrypted_zip() -> bytes:
+    """A ZIP whose only member is marked encrypted (the general-purpose flag bit 0 set in
+    both headers; zipfile cannot write real ZIP encryption)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("secret.txt", b"ciphertext")
+    data = bytearray(buffer.getvalue())
+    local = data.find(b"PK\x03\x04")
+    central = data.find(b"PK\x01\x02")
+    data[local + 6] |= 0x1
+    data[central + 8] |= 0x1
+    return bytes(data)
+
+
 def markdown_bytes() -> bytes:
     return b"# Shopping list\n\n- apples\n- bread\n\n## Notes\n\nBuy the bread at the corner bakery.\n"
 

@@ -58,6 +58,12 @@ def service(files, parser):
     [
         pytest.param("book.pdf", F.book_pdf, "ready", 8, id="pdf"),
         pytest.param("deck.pptx", F.pptx_bytes, "ready", 3, id="pptx"),
+        pytest.param("report.docx", F.docx_bytes, "ready", 4, id="docx"),
+        pytest.param("sheets.xlsx", F.xlsx_bytes, "ready", 2, id="xlsx"),
+        pytest.param("tides.epub", F.epub_bytes, "ready", 3, id="epub"),
+        pytest.param("bundle.zip", F.zip_with_pdf, "ready", 8, id="zip"),
+        pytest.param("list.md", F.markdown_bytes, "ready", 1, id="markdown"),
+        pytest.param("locked.zip", F.encrypted_zip, "failed", None, id="encrypted-zip"),
         pytest.param("scan.pdf", F.scanned_pdf, "needs_ocr", 2, id="scanned"),
         pytest.param("secret.pdf", F.encrypted_pdf, "failed", None, id="encrypted"),
         pytest.param("broken.pdf", F.corrupt_pdf, "failed", None, id="corrupt"),
@@ -76,6 +82,7 @@ def test_parse_ends_in_an_explicit_state(files, name, make, state, pages):
         assert done.parse_error is None
     if state == "ready":
         assert done.extract.startswith("--- page 1 ---\n")
+        assert f"--- page {pages} ---\n" in done.extract and f"--- page {pages + 1} ---" not in done.extract
 
 
 def test_three_concurrent_waiters_trigger_one_parse_and_share_one_watch(files, service, parser):

@@ -181,3 +181,19 @@ def test_pdf_with_only_an_owner_password_opens_and_reads():
     pdf.cell(0, 10, "Minutes of the harbour committee")
     extract = parse_document(bytes(pdf.output()), name="restricted.pdf")
     assert "harbour committee" in extract.pages[0]
+
+
+def test_outline_starting_on_page_one_outranks_the_heuristic():
+    # outline entries on every chapter, no title page: the outline says the body starts on page 1...
+    extract = parse_document(F.book_pdf(outline=True, toc=False, title_page=False), name="b.pdf")
+    assert extract.body_start_page == 1
+
+
+def test_zip_whose_members_are_all_encrypted_fails_instead_of_an_empty_success():
+    with pytest.raises(FileParseError) as info:
+        parse_document(F.encrypted_zip(), name="locked.zip")
+    assert info.value.reason == "encrypted" and "locked.zip" in str(info.value)
+
+
+def test_flattened_chinese_contents_line_scores_as_contents():
+    assert score_page("目录 第一章 总则 1 第二章 组织 5 第三章 财务 9 第四章 附则 15 第五章 其他 20", max_page=40).is_toc

@@ -39,6 +39,7 @@ def parse_zip(
         )
     catalog = [f"Archive {name}: {len(infos)} member(s)"]
     pages: list[str] = []
+    too_deep = 0  # members left unread on purpose (the depth limit): not a failure of the archive
     for info in infos[:MAX_MEMBERS]:
         member = info.filename
         first_page = len(pages) + 2  # page 1 is the catalog
@@ -50,6 +51,7 @@ def parse_zip(
             inner = parse_member(content, member)
         except FileParseError as exc:
             catalog.append(f"- {member} ({info.file_size:,} bytes): not read: {exc}")
+            too_deep += exc.reason == "too_deep"
             continue
         except (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, ValueError) as exc:
             catalog.append(f"- {member} ({info.file_size:,} bytes): not read: {type(exc).__name__}: {exc}")
@@ -61,6 +63,13 @@ def parse_zip(
         note = " (scanned, needs OCR)" if inner.needs_ocr else ""
         span = f"page {first_page}" if len(member_pages) == 1 else f"pages {first_page}-{first_page + len(member_pages) - 1}"
         catalog.append(f"- {member} ({info.file_size:,} bytes): {span}{note}")
+    if infos and not pages and not too_deep:
+        encrypted = all(i.flag_bits & 0x1 for i in infos[:MAX_MEMBERS])
+        raise FileParseError(
+            f"{name}: no member of the archive could be read"
+            + (" (all are encrypted; upload an unencrypted archive)." if encrypted else ": " + "; ".join(catalog[1:4])),
+            reason="encrypted" if encrypted else "corrupt",
+        )
     if len(infos) > MAX_MEMBERS:
         catalog.append(f"[only the first {MAX_MEMBERS} of {len(infos)} members were read]")
     return Extract(pages=["\n".join(catalog), *pages], body_start_page=2 if pages else None)

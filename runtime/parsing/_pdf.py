@@ -67,7 +67,8 @@ def _has_image(page) -> bool:
 
 
 def _outline_body_start(reader) -> int | None:
-    """The 1-based page of the outline's first entry that is not front matter, if any."""
+    """The 1-based page of the outline's first entry that is not front matter, if any (1 included:
+    an outline that starts the body on page 1 says there is no front matter to skip)."""
     try:
         outline = reader.outline
     except Exception:  # a broken outline is not a broken document; fall back to the heuristic
@@ -90,5 +91,5 @@ def _outline_body_start(reader) -> int | None:
     walk(outline)
     for title, page in entries:
         if not is_front_matter_title(title):
-            return page if page > 1 else None
+            return page  # 1 when the body starts at once: the outline still outranks the heuristic
     return None
