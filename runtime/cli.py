@@ -358,8 +358,9 @@ def cmd_files_add(args: argparse.Namespace) -> int:
     services = _file_services()
     status = 0
     try:
+        store = services.files.add if args.no_wait else services.upload  # --no-wait: parsed on first read
         stored = [
-            services.upload(
+            store(
                 user_id=args.user,
                 name=path.name,
                 data=path.read_bytes(),
@@ -430,7 +431,7 @@ def _add_files_parser(sub) -> None:
     add.add_argument("paths", nargs="+", metavar="PATH")
     add.add_argument("--ephemeral", action="store_true", help="valid only in --session (default: durable)")
     add.add_argument("--session", help="the session an ephemeral file is valid in")
-    add.add_argument("--no-wait", action="store_true", help="do not wait for the parse (it stays pending)")
+    add.add_argument("--no-wait", action="store_true", help="store only; the parse runs on the first read or wait")
     add.set_defaults(func=cmd_files_add)
     lst = f_sub.add_parser("list", help="a user's files")
     lst.add_argument("user")

@@ -12,7 +12,7 @@ from runtime.file_read import FileReader, WindowLimits, read_window
 from runtime.parse_service import ParseService
 from runtime.parsing import serialize
 from tests import file_fixtures as F
-from tests.test_files_parse_service import LONG, GatedParser
+from tests.files_support import LONG, GatedParser, files, parser, parses  # noqa: F401  (fixtures)
 
 
 def numbered_extract(pages: int, chars: int = 200, word_on: dict[int, str] | None = None) -> str:
@@ -106,26 +106,6 @@ def test_numbers_sent_as_strings_are_accepted():
 
 
 # -- stored files through FileReader ------------------------------------------------
-@pytest.fixture
-def files(store, tmp_path) -> FileStore:
-    return FileStore(store.engine, tmp_path / "files")
-
-
-@pytest.fixture
-def parser():
-    p = GatedParser()
-    yield p
-    p.gate.set()
-
-
-@pytest.fixture
-def parses(files, parser):
-    svc = ParseService(files, parser=parser, poll_seconds=0.05)
-    yield svc
-    parser.gate.set()
-    svc.close()
-
-
 def ready(files: FileStore, parser: GatedParser, parses: ParseService, name: str, data: bytes, user: str = "u1"):
     stored = files.add(user_id=user, name=name, data=data)
     parser.gate.set()

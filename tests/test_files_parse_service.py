@@ -7,51 +7,10 @@ import threading
 
 import pytest
 
-from memory.files import FileStore
 from runtime.parse_service import ParseService
-from runtime.parsing import parse_document
 from tests import file_fixtures as F
-
-LONG = 30.0
-"""An upper bound no passing test comes near: waits end on events, not on time."""
-
-
-class GatedParser:
-    """The real parser behind a gate, counting its invocations."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.started = threading.Event()
-        self.gate = threading.Event()
-        self._lock = threading.Lock()
-
-    def __call__(self, data, *, name, mime, limits):
-        with self._lock:
-            self.calls += 1
-        self.started.set()
-        assert self.gate.wait(LONG), "the test never opened the gate"
-        return parse_document(data, name=name, mime=mime, limits=limits)
-
-
-@pytest.fixture
-def files(store, tmp_path) -> FileStore:
-    return FileStore(store.engine, tmp_path / "files")
-
-
-@pytest.fixture
-def parser():
-    p = GatedParser()
-    yield p
-    p.gate.set()
-
-
-@pytest.fixture
-def service(files, parser):
-    svc = ParseService(files, parser=parser, poll_seconds=0.05)
-    yield svc
-    parser.gate.set()
-    svc.close()
-
+from tests.files_support import LONG, files, parser  # noqa: F401  (fixtures)
+from tests.files_support import parses as service  # noqa: F401  (fixture)
 
 @pytest.mark.parametrize(
     "name, make, state, pages",
