@@ -114,7 +114,9 @@ class InvalidMessageError(UsageError):
     """A message cannot be stored as given. Nothing was stored.
 
     Attributes:
-        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_large``, ``empty``, ``bad_role``.
+        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_large``, ``empty``, ``bad_role``;
+            for attachments and edits (issue 9): ``bad_attachments`` (not a list of file ids),
+            ``bad_edit`` (no such user turn, or it has left the recent window), ``no_replier``.
         position: character (or byte, for ``invalid_utf8`` bytes input) offset of the problem, if any.
     """
 

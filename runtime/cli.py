@@ -13,6 +13,9 @@
     companion files show ID
     companion files read ID [--start-page N] [--max-pages N] [--focus WORD]
     companion files delete ID
+    companion session delete SESSION --user USER
+
+In ``companion chat``, ``/attach PATH_OR_ID ...`` attaches files to the next message.
 
 Errors of the runtime print one line to stderr and exit with status 2.
 """
@@ -185,10 +188,11 @@ class _Speaker:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """A terminal chat: each line is a user turn; the reply streams back. ``/context`` prints
-    the assembled context by source, ``/quit`` or end of input (Ctrl-D) ends it."""
+    the assembled context by source, ``/attach PATH_OR_ID ...`` attaches files (a path is
+    stored first) to the next line, ``/quit`` or end of input (Ctrl-D) ends it."""
     from rich.console import Console
 
-    from memory.errors import InvalidMessageError, ModelAuthError, TurnError
+    from memory.errors import FileError, InvalidMessageError, ModelAuthError, TurnError
     from persona import load_persona
     from runtime.bootstrap import open_engine
 
@@ -207,9 +211,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     name = engine.persona.name
     print(
         f"companion chat: session {args.session} (user {args.user}) with {name} on {engine.settings.model}, "
-        f"window {engine.window} tokens. /context shows the context; /quit or Ctrl-D ends.",
+        f"window {engine.window} tokens. /context shows the context; /attach PATH_OR_ID attaches files to "
+        "your next line; /quit or Ctrl-D ends.",
         flush=True,
     )
+    attach: list[str] = []  # file ids for the next line (issue 9)
     while True:
         try:
             line = input("you> ")
@@ -226,12 +232,26 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if command == "/context":
             console.print(context_table(engine.assemble(user_id=args.user, session_id=args.session)))
             continue
+        if command.startswith("/attach"):
+            try:
+                attach.extend(_attach(engine, args.user, command.split()[1:]))
+            except FileError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+            print(f"[attached to your next message: {', '.join(attach) or 'nothing'}]", flush=True)
+            continue
         if command.startswith("/") and " " not in command:
-            print("commands: /context (the assembled context by source), /quit")
+            print("commands: /context (the assembled context by source), /attach PATH_OR_ID ..., /quit")
             continue
         speaker = _Speaker(name)
         try:
-            result = engine.turn(user_id=args.user, session_id=args.session, message=line, on_delta=speaker)
+            result = engine.turn(
+                user_id=args.user, session_id=args.session, message=line, on_delta=speaker, attachments=attach
+            )
+            attach = []
+        except FileError as exc:  # an attachment is not the user's; nothing was stored
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            attach = []
+            continue
         except ModelAuthError as exc:  # no later line can fix a refused key
             print("", end="\n" if speaker.started else "", flush=True)
             print(f"error: {exc}", file=sys.stderr)
@@ -256,6 +276,34 @@ def cmd_chat(args: argparse.Namespace) -> int:
             else:
                 print(f"[compaction failed: {outcome.error}]")
         sys.stdout.flush()
+
+
+def _attach(engine, user_id: str, targets: list[str]) -> list[str]:
+    """File ids for ``/attach``: an existing path is stored (and its parse started), anything else is an id."""
+    ids = []
+    for target in targets:
+        path = Path(target).expanduser()
+        if path.is_file():
+            stored = engine.files.add(user_id=user_id, name=path.name, data=path.read_bytes())
+            if engine.parses is not None:
+                engine.parses.submit(stored.id)
+            ids.append(stored.id)
+        else:
+            ids.append(target)
+    return ids
+
+
+def cmd_session_delete(args: argparse.Namespace) -> int:
+    """Delete a session, its turns, summary, archive and the files no other session references."""
+    from runtime.bootstrap import open_engine
+
+    engine = open_engine(_settings(), with_model=False)
+    if engine.store.get_session(args.session) is None:
+        print(f"error: no session {args.session!r}", file=sys.stderr)
+        return EXIT_USAGE
+    counts = engine.delete_session(user_id=args.user, session_id=args.session)
+    print(", ".join(f"{kind}: {n}" for kind, n in counts.items()))
+    return 0
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -487,6 +535,12 @@ def build_parser() -> argparse.ArgumentParser:
     reset.add_argument("session")
     reset.set_defaults(func=cmd_breaker_reset)
     _add_files_parser(sub)  # issue 9
+    session = sub.add_parser("session", help="session commands")  # issue 9 (turns)
+    s_sub = session.add_subparsers(dest="session_command", required=True)
+    s_delete = s_sub.add_parser("delete", help="delete a session and the files no other session references")
+    s_delete.add_argument("session")
+    s_delete.add_argument("--user", required=True, help="the session's owner (checked)")
+    s_delete.set_defaults(func=cmd_session_delete)
     return parser
 
 

@@ -216,3 +216,32 @@ def test_turn_files_rows_are_written_with_the_user_turn(files_env, store):
             {"t": result.user_turn.id},
         ).all()
     assert [tuple(r) for r in rows] == [(b, 0), (a, 1)]
+
+
+def test_chat_attach_stores_a_path_and_sends_it_with_the_next_line(db_url, fake_llm, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    note = tmp_path / "plan.md"
+    note.write_text("# Plan\n\nVisit the lighthouse on Sunday.\n", encoding="utf-8")
+    env = {
+        **os.environ,
+        "COMPANION_MODEL": "openai/fake",
+        "COMPANION_API_BASE": fake_llm.api_base,
+        "OPENAI_API_KEY": "sk-test",
+        "DATABASE_URL": db_url,
+        "COMPANION_CONTEXT_WINDOW": "4096",
+        "COMPANION_FILES_DIR": str(tmp_path / "files"),
+    }
+    lines = f"/attach {note} file_ffffffffffffffffffff\nread my plan\n/attach {note}\nread it again\n/quit\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "chat", "--user", "ana", "--session", "c1"],
+        input=lines, capture_output=True, text=True, env=env, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "No file 'file_ffffffffffffffffffff'" in done.stderr  # the bad id: nothing stored, chat goes on
+    sent = [r for r in fake_llm.requests if user_texts(r)[-1].startswith("read it again")]
+    assert len(sent) == 1
+    assert "Visit the lighthouse on Sunday." in user_texts(sent[0])[-1]
+    assert '<file_content file_id="file_' in user_texts(sent[0])[-1]

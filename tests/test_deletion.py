@@ -145,3 +145,19 @@ def test_a_bad_edit_changes_nothing(files_env, store, seq, attachments, error):
         engine.edit_turn(user_id="u1", session_id="S", seq=seq, message="edited", attachments=attachments, reply="x")
     assert [t.content for t in store.turns("S")] == ["look", "ok"]
     assert _exists(files_env, doc)
+
+
+def test_cli_session_delete_reports_counts_and_checks_the_owner(files_env, store, db_url, monkeypatch, tmp_path, capsys):
+    from runtime.cli import main
+
+    engine = files_env.build()
+    doc = files_env.upload("u1", "doc.md", b"# doc\n")
+    engine.turn(user_id="u1", session_id="S", message="look", attachments=[doc], reply="ok")
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("COMPANION_FILES_DIR", str(tmp_path / "files"))
+    assert main(["session", "delete", "S", "--user", "u2"]) == 2
+    assert "belongs to another user" in capsys.readouterr().err
+    assert main(["session", "delete", "S", "--user", "u1"]) == 0
+    out = capsys.readouterr().out
+    assert "turns: 2" in out and "files: 1" in out
+    assert store.get_session("S") is None and not _exists(files_env, doc)
