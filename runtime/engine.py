@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import structlog
 
 from memory.embeddings import Embedder
+from memory.files import FileStore, StoredFile
 from memory.errors import ConfigurationError, ContextOverflowError, InvalidMessageError, SessionOwnershipError
 from memory.recall import recall_segments
 from memory.store import Store
@@ -52,9 +53,11 @@ from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter,
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
 from runtime.context import AssembledContext, TurnBlocks, assemble_context
+from runtime.file_read import FileReader
 from runtime.file_tool import file_read_spec, file_tools, spec_tokens
 from runtime.messages import validate_message
-from runtime.model import Replier, Reply
+from runtime.model import Replier, Reply, Tools
+from runtime.parse_service import ParseService
 from runtime.summarizer import Summarizer, summarizer_for
 from runtime.tokens import TokenCounter, counter_for
 
@@ -100,9 +103,9 @@ class Engine:
         replier: Replier | None = None,
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
-        files: Any = None,
-        reader: Any = None,
-        parses: Any = None,
+        files: FileStore | None = None,
+        reader: FileReader | None = None,
+        parses: ParseService | None = None,
     ) -> None:
         """``files`` (:class:`memory.files.FileStore`), ``reader`` (:class:`runtime.file_read.FileReader`)
         and ``parses`` (:class:`runtime.parse_service.ParseService`) enable attachments; without
@@ -402,7 +405,7 @@ class Engine:
             ) from second
 
     # -- attachments (issue 9) ------------------------------------------------------
-    def _check_attachments(self, user_id: str, session_id: str, attachments: Sequence[str]) -> list[Any]:
+    def _check_attachments(self, user_id: str, session_id: str, attachments: Sequence[str]) -> list[StoredFile]:
         """The stored files for ``attachments``, in order, after checking every id; stores nothing."""
         if isinstance(attachments, str) or not all(isinstance(a, str) for a in attachments):
             raise InvalidMessageError(
@@ -420,7 +423,7 @@ class Engine:
         found = self.files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False)
         return list(found.values())
 
-    def _warm(self, attached: Sequence[Any]) -> None:
+    def _warm(self, attached: Sequence[StoredFile]) -> None:
         """Start the parses of new attachments; wait (bounded) for small text files, so that
         the first turn can inline them."""
         if self.parses is None:
@@ -466,7 +469,9 @@ class Engine:
     def _tool_tokens(self) -> int:
         return spec_tokens(self._tool_spec(), self.counter)
 
-    def _tools_for(self, user_id: str, session_id: str, context: AssembledContext, *, window: int | None = None):
+    def _tools_for(
+        self, user_id: str, session_id: str, context: AssembledContext, *, window: int | None = None
+    ) -> Tools | None:
         """``file_read`` for this reply while the context shows any file, else ``None``."""
         if self.reader is None or not context.attached_files or self.settings.tool_rounds < 1:
             return None

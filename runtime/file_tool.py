@@ -12,9 +12,10 @@ follow-up request still fits the window.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any
 
 from prompts import render
+from runtime.file_read import FileReader
 from runtime.model import Tools
 from runtime.tokens import TokenCounter
 from runtime.trim import fit_messages
@@ -23,21 +24,6 @@ TOOL_NAME = "file_read"
 
 MIN_RESULT_TOKENS = 256
 """A tool result is never capped below this many tokens (a window with a header and a hint to read on)."""
-
-
-class Reader(Protocol):
-    """What the tool needs of :class:`runtime.file_read.FileReader`."""
-
-    def file_read(
-        self,
-        file_id: str,
-        user_id: str,
-        *,
-        start_page: int | None = None,
-        max_pages: int | None = None,
-        focus: str | None = None,
-        session_id: str | None = None,
-    ) -> str: ...
 
 
 def file_read_spec(*, max_pages: int, max_chars: int) -> dict[str, Any]:
@@ -80,7 +66,7 @@ def spec_tokens(spec: dict[str, Any], counter: TokenCounter) -> int:
 
 
 def file_tools(
-    reader: Reader,
+    reader: FileReader,
     *,
     user_id: str,
     session_id: str,
