@@ -222,7 +222,9 @@ class Engine:
             created_at=at,
             usage_prompt_tokens=prompt_tokens,
             usage_completion_tokens=completion_tokens,
-            request_estimate_tokens=self.counter.count_messages(context.messages),
+            # the file_read schema rides along whenever it was offered: part of the request the usage is for
+            request_estimate_tokens=self.counter.count_messages(context.messages)
+            + (self._tool_tokens() if reply is None and self._offers_tools(context) else 0),
             request_messages=len(context.messages),
             request_fingerprint=fingerprint(context.messages),
             interrupted=answer.interrupted,
@@ -332,7 +334,8 @@ class Engine:
             baseline=baseline,
             calibration=calibration.factor,
             # while files are shown, the file_read schema goes with every request
-            overhead=calibration.overhead + (self._tool_tokens() if blocks and self.reader is not None else 0),
+            overhead=calibration.overhead
+            + (self._tool_tokens() if blocks and self.reader is not None and self.settings.tool_rounds >= 1 else 0),
             attachments=blocks,
         )
 
@@ -463,6 +466,9 @@ class Engine:
                 ]
         return turns, blocks
 
+    def _offers_tools(self, context: AssembledContext) -> bool:
+        return self.reader is not None and bool(context.attached_files) and self.settings.tool_rounds >= 1
+
     def _tool_spec(self) -> dict[str, Any]:
         return file_read_spec(max_pages=self.settings.file_read_pages, max_chars=self.settings.file_read_chars)
 
@@ -473,7 +479,7 @@ class Engine:
         self, user_id: str, session_id: str, context: AssembledContext, *, window: int | None = None
     ) -> Tools | None:
         """``file_read`` for this reply while the context shows any file, else ``None``."""
-        if self.reader is None or not context.attached_files or self.settings.tool_rounds < 1:
+        if not self._offers_tools(context):
             return None
         limit = (window or self.window) - context.reply_reserve - self._tool_tokens() - context.overhead_tokens
         return file_tools(

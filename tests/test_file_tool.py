@@ -117,3 +117,16 @@ def test_pseudo_tool_call_text_in_a_reply_is_neither_executed_nor_cached(files_e
     assert not any(m.get("tool_calls") for m in history) and not any(m["role"] == "tool" for m in history)
     assert files_env.files.extract(pdf) == extract_before  # never cached as the file's content
     assert "SECRETLY A CAT" not in (files_env.files.extract(pdf) or "")
+
+
+def test_after_a_provider_overflow_the_harder_request_still_offers_the_tool(files_env, fake_llm):
+    from tests.fake_llm import OVERFLOW
+
+    engine = files_env.build()
+    md = files_env.upload("u1", "list.md", ff.markdown_bytes())
+    fake_llm.script.extend([OVERFLOW["openai"], ToolCalls([("file_read", {"file_id": md})]), "Bread, then apples."])
+    result = engine.turn(user_id="u1", session_id="s1", message="what is on my list?", attachments=[md])
+    assert len(fake_llm.requests) == 3
+    assert all(r["tools"][0]["function"]["name"] == "file_read" for r in fake_llm.requests)
+    assert "Buy the bread" in fake_llm.requests[2]["messages"][-1]["content"]
+    assert result.assistant_turn.content == "Bread, then apples."
