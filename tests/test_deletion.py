@@ -147,7 +147,18 @@ def test_a_bad_edit_changes_nothing(files_env, store, seq, attachments, error):
     assert _exists(files_env, doc)
 
 
-def test_cli_session_delete_reports_counts_and_checks_the_owner(files_env, store, db_url, monkeypatch, tmp_path, capsys):
+@pytest.fixture
+def _reset_structlog():
+    """The CLI configures structlog onto the (captured) stdout; undo it after the test."""
+    import structlog
+
+    yield
+    structlog.reset_defaults()
+
+
+def test_cli_session_delete_reports_counts_and_checks_the_owner(
+    files_env, store, db_url, monkeypatch, tmp_path, capsys, _reset_structlog
+):
     from runtime.cli import main
 
     engine = files_env.build()
