@@ -278,6 +278,7 @@ class FileStore:
                 again = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
                 if again is not None:
                     return again
+                self._remove_unused_blobs({blob_path})  # nothing half-written
                 raise
             db.refresh(row)
             return _stored(row, with_extract=True)
@@ -496,11 +497,17 @@ class FileStore:
             db.exec(delete(TurnFile).where(TurnFile.file_id.in_(ids)))
             db.exec(delete(FileRow).where(FileRow.id.in_(ids)))
             db.commit()
-            blobs = {blob for _, blob in rows}
-            used = set(db.exec(select(FileRow.blob_path).where(FileRow.blob_path.in_(list(blobs)))).all()) if blobs else set()
+        self._remove_unused_blobs({blob for _, blob in rows})
+        return [file_id for file_id, _ in rows]
+
+    def _remove_unused_blobs(self, blobs: set[str]) -> None:
+        """Unlink those of ``blobs`` that no ``files`` row points at."""
+        if not blobs:
+            return
+        with storage_errors(), Session(self.engine) as db:
+            used = set(db.exec(select(FileRow.blob_path).where(FileRow.blob_path.in_(list(blobs)))).all())
         for blob in blobs - used:
             (self.files_dir / blob).unlink(missing_ok=True)
-        return [file_id for file_id, _ in rows]
 
 
 def _in_session(row: FileRow, session_id: str | None) -> bool:

@@ -150,14 +150,19 @@ class ParseService:
             self.parses_started += 1
             future = self._executor.submit(self._run, file_id)
             self._futures[file_id] = future
-        future.add_done_callback(lambda _f, fid=file_id: self._finished(fid))
+        future.add_done_callback(lambda f, fid=file_id: self._finished(fid, f))
         return future
 
     def submit_pending(self) -> int:
         """Submit every ``pending`` file (e.g. after a restart). Returns how many started."""
         return sum(1 for file_id in self.files.pending_ids() if self.submit(file_id) is not None)
 
-    def _finished(self, file_id: str) -> None:
+    def _finished(self, file_id: str, future: Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            # the database failed under the parse: the claim stays until it goes stale
+            # (memory.files.STALE_PARSE_SECONDS) and another submit or watch re-claims it
+            exc = future.exception()
+            log.error("file.parse.aborted", file_id=file_id, error_type=type(exc).__name__)
         with self._lock:
             self._futures.pop(file_id, None)
             watch = self._watches.get(file_id)

@@ -197,3 +197,47 @@ def test_zip_whose_members_are_all_encrypted_fails_instead_of_an_empty_success()
 
 def test_flattened_chinese_contents_line_scores_as_contents():
     assert score_page("目录 第一章 总则 1 第二章 组织 5 第三章 财务 9 第四章 附则 15 第五章 其他 20", max_page=40).is_toc
+
+
+def _library_error_classes():
+    """Every exception class the parsing libraries define for bad input, one case each."""
+    import inspect
+
+    import pypdf.errors
+    from docx.opc import exceptions as docx_errors
+    from ebooklib import epub
+    from openpyxl.utils.exceptions import InvalidFileException
+    from pptx import exc as pptx_errors
+
+    cases = []
+    for module, target, kind in (
+        (pypdf.errors, "pypdf.PdfReader", "book.pdf"),
+        (docx_errors, "docx.Document", "report.docx"),
+        (pptx_errors, "pptx.Presentation", "deck.pptx"),
+    ):
+        for cls_name, cls in inspect.getmembers(module, inspect.isclass):
+            if cls_name == "DeprecationError":  # pypdf's "you called a removed API": our bug, not bad input
+                continue
+            if issubclass(cls, Exception) and not issubclass(cls, Warning) and cls.__module__ == module.__name__:
+                cases.append(pytest.param(target, kind, cls, id=f"{kind.split('.')[1]}-{cls_name}"))
+    cases.append(pytest.param("openpyxl.load_workbook", "sheets.xlsx", InvalidFileException, id="xlsx-InvalidFileException"))
+    cases.append(pytest.param("ebooklib.epub.read_epub", "tides.epub", epub.EpubException, id="epub-EpubException"))
+    return cases
+
+
+@pytest.mark.parametrize("target, name, error", _library_error_classes())
+def test_every_library_error_class_becomes_a_file_parse_error(monkeypatch, target, name, error):
+    data = F.FIXTURES[name]()
+    try:
+        instance = error("boom")
+    except TypeError:  # EpubException(code, msg)
+        instance = error(1, "boom")
+
+    def explode(*args, **kwargs):
+        raise instance
+
+    monkeypatch.setattr(target, explode)
+    with pytest.raises(FileParseError) as info:
+        parse_document(data, name=name)
+    assert name in str(info.value)
+    assert info.value.reason in ("corrupt", "encrypted", "too_large")

@@ -31,8 +31,13 @@ def html_text(content: bytes) -> str:
     return "\n".join(line.strip() for line in text.splitlines() if line.strip())
 
 
+EPUB_ERRORS = (zipfile.BadZipFile, KeyError, ValueError, TypeError, AttributeError, IndexError, OSError, SyntaxError)
+"""Plain exceptions ebooklib lets escape on damaged books, besides its own ``EpubException``
+(lxml's XMLSyntaxError is a SyntaxError)."""
+
+
 def parse_epub(data: bytes, *, name: str) -> Extract:
-    import ebooklib
+    """Raises FileParseError: ``corrupt`` for a damaged or non-EPUB container."""
     from ebooklib import epub
 
     fd, tmp = tempfile.mkstemp(suffix=".epub")  # ebooklib reads from a path
@@ -41,10 +46,17 @@ def parse_epub(data: bytes, *, name: str) -> Extract:
             fh.write(data)
         try:
             book = epub.read_epub(tmp, options={"ignore_ncx": True})
-        except (epub.EpubException, zipfile.BadZipFile, KeyError, ValueError, AttributeError, IndexError, OSError) as exc:
+            return _pages(book)
+        except (epub.EpubException, *EPUB_ERRORS) as exc:
             raise FileParseError(f"{name}: the EPUB is corrupt or unreadable ({type(exc).__name__}: {exc}).", reason="corrupt") from exc
     finally:
         os.unlink(tmp)
+
+
+def _pages(book) -> Extract:
+    import ebooklib
+    from ebooklib import epub
+
     pages: list[str] = []
     kinds: list[str] = []
     for idref, _linear in book.spine:

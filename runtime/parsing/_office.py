@@ -16,7 +16,23 @@ from runtime.parsing._text import split_sections, SECTION_CHARS
 XLSX_MAX_ROWS = 5000
 """Rows read per sheet; a note on the page says when a sheet had more."""
 
-_CORRUPT = (zipfile.BadZipFile, KeyError, ValueError, TypeError, AttributeError, IndexError, OSError)
+_MALFORMED = (zipfile.BadZipFile, KeyError, ValueError, TypeError, AttributeError, IndexError, OSError, SyntaxError)
+"""Plain exceptions the Office libraries let escape on damaged packages (lxml's XMLSyntaxError is a SyntaxError)."""
+
+
+def library_errors(kind: str) -> tuple[type[BaseException], ...]:
+    """The exception classes one Office library raises on bad input, its own base classes included."""
+    if kind == "DOCX":
+        from docx.opc.exceptions import OpcError
+
+        return (OpcError, *_MALFORMED)
+    if kind == "PPTX":
+        from pptx.exc import PythonPptxError
+
+        return (PythonPptxError, *_MALFORMED)
+    from openpyxl.utils.exceptions import InvalidFileException
+
+    return (InvalidFileException, *_MALFORMED)
 
 
 def _corrupt(name: str, kind: str, exc: Exception) -> FileParseError:
@@ -58,7 +74,7 @@ def parse_docx(data: bytes, *, name: str) -> Extract:
             elif isinstance(block, Table):
                 for row in block.rows:
                     sections[-1].append(" | ".join(cell.text.strip() for cell in row.cells))
-    except _CORRUPT as exc:
+    except library_errors("DOCX") as exc:
         raise _corrupt(name, "DOCX", exc) from exc
     pages: list[str] = []
     for section in sections:
@@ -84,7 +100,7 @@ def parse_pptx(data: bytes, *, name: str) -> Extract:
                 if notes:
                     lines.append("Notes: " + notes)
             pages.append("\n".join(lines))
-    except _CORRUPT as exc:
+    except library_errors("PPTX") as exc:
         raise _corrupt(name, "PPTX", exc) from exc
     return Extract(pages=pages)
 
@@ -128,6 +144,6 @@ def parse_xlsx(data: bytes, *, name: str) -> Extract:
                 pages.append("\n".join(lines) if len(lines) > 1 else "")
         finally:
             workbook.close()
-    except _CORRUPT as exc:
+    except library_errors("XLSX") as exc:
         raise _corrupt(name, "XLSX", exc) from exc
     return Extract(pages=pages)

@@ -14,35 +14,45 @@ OCR_MIN_CHARS_PER_PAGE = 10
 """Fewer extracted characters than this per page, on average, means "no text layer"."""
 
 
+MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, AssertionError, RecursionError,
+             ZeroDivisionError, UnicodeError, NotImplementedError)
+"""Plain exceptions pypdf lets escape on malformed objects (besides its own ``PyPdfError`` family)."""
+
+
+def map_pdf_error(exc: BaseException, name: str) -> FileParseError:
+    """The one place pypdf errors become :class:`FileParseError`: password and crypto
+    errors are ``encrypted``, pypdf's resource limits (decompression bombs) ``too_large``,
+    everything else ``corrupt``."""
+    from pypdf.errors import DependencyError, FileNotDecryptedError, LimitReachedError, WrongPasswordError
+
+    if isinstance(exc, (FileNotDecryptedError, WrongPasswordError, DependencyError)):
+        return FileParseError(
+            f"{name}: the PDF is encrypted and cannot be opened ({exc}). Upload an unencrypted copy.", reason="encrypted"
+        )
+    if isinstance(exc, LimitReachedError):
+        return FileParseError(f"{name}: the PDF exceeds a safety limit while unpacking ({exc}).", reason="too_large")
+    return FileParseError(f"{name}: the PDF is corrupt or unreadable ({type(exc).__name__}: {exc}).", reason="corrupt")
+
+
 def parse_pdf(data: bytes, *, name: str) -> Extract:
-    """Raises FileParseError: ``encrypted`` (a password is needed) or ``corrupt``."""
+    """Raises FileParseError: ``encrypted`` (a password is needed), ``corrupt`` or ``too_large``."""
     import pypdf
-    from pypdf.errors import DependencyError, FileNotDecryptedError, PdfReadError, PdfStreamError
+    from pypdf.errors import DependencyError, PyPdfError
 
     logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         reader = pypdf.PdfReader(io.BytesIO(data), strict=False)
-        if reader.is_encrypted:
-            try:
-                ok = reader.decrypt("")
-            except (NotImplementedError, DependencyError, FileNotDecryptedError, PdfReadError) as exc:
-                raise FileParseError(
-                    f"{name}: the PDF is encrypted and cannot be opened ({exc}). Upload an unencrypted copy.",
-                    reason="encrypted",
-                ) from exc
-            if not ok:
-                raise FileParseError(
-                    f"{name}: the PDF is password-protected. Upload a copy without the password.", reason="encrypted"
-                )
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise FileParseError(
+                f"{name}: the PDF is password-protected. Upload a copy without the password.", reason="encrypted"
+            )
         pages = [_page_text(p) for p in reader.pages]
         outline_start = _outline_body_start(reader)
         has_images = any(_has_image(p) for p in reader.pages[:5])
     except FileParseError:
         raise
-    except (PdfReadError, PdfStreamError, ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, AssertionError,
-            RecursionError, ZeroDivisionError) as exc:
-        # pypdf raises these on broken files (its own errors and plain ones from malformed objects)
-        raise FileParseError(f"{name}: the PDF is corrupt or unreadable ({type(exc).__name__}: {exc}).", reason="corrupt") from exc
+    except (PyPdfError, DependencyError, *MALFORMED) as exc:
+        raise map_pdf_error(exc, name) from exc
     if not pages:
         raise FileParseError(f"{name}: the PDF has no pages.", reason="corrupt")
     chars = sum(len(p.strip()) for p in pages)
