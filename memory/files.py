@@ -30,7 +30,7 @@ from sqlmodel import Session, select
 
 from memory.database import storage_errors
 from memory.errors import FileInputError, FileNotFound
-from memory.tables import Durability, FileRow, ParseState, TurnFile, utcnow
+from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 """``COMPANION_MAX_FILE_BYTES`` default: 50 MiB."""
@@ -159,7 +159,7 @@ class StoredFile:
     @property
     def is_final(self) -> bool:
         """True once the parse has ended (ready, empty, needs OCR or failed)."""
-        return self.parse_state in ("ready", "empty", "needs_ocr", "failed")
+        return self.parse_state in FINAL_PARSE_STATES
 
 
 def _stored(row: FileRow, *, with_extract: bool) -> StoredFile:

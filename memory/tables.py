@@ -157,7 +157,10 @@ class ParseState(str, Enum):
     """Corrupt, encrypted or unsupported; ``parse_error`` says why."""
 
 
-FINAL_PARSE_STATES = frozenset({ParseState.ready, ParseState.empty, ParseState.needs_ocr, ParseState.failed})
+FINAL_PARSE_STATES: frozenset[str] = frozenset(
+    s.value for s in (ParseState.ready, ParseState.empty, ParseState.needs_ocr, ParseState.failed)
+)
+"""The parse states that end a wait, as strings."""
 
 
 class Durability(str, Enum):

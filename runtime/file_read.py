@@ -181,7 +181,7 @@ def read_window(
         if len(body) > char_cap:  # only ever the window's first page
             body = body[:char_cap]
             notes.append(prompts.render("file_read_note_cut", page=page_no, chars=f"{char_cap:,}"))
-        shown.append(f"{MARKER.format(n=page_no)}\n{body}")
+        shown.append(f"{MARKER.format(n=page_no)}\n{body if body.strip() else prompts.render('file_read_blank_page')}")
         used += len(body)
         page_no += 1
     last = page_no - 1

@@ -24,12 +24,11 @@ import structlog
 
 from memory.errors import FileError, FileParseError
 from memory.files import FileStore
+from memory.tables import FINAL_PARSE_STATES
 from runtime.parsing import Extract, ParseLimits, parse_document, serialize
 
 log = structlog.get_logger("companion.files")
 
-FINAL_STATES = frozenset({"ready", "empty", "needs_ocr", "failed"})
-"""Parse states that end a wait."""
 
 
 class Parser(Protocol):
@@ -257,7 +256,7 @@ class ParseService:
                 log.warning("file.watch.poll_failed", file_id=watch.file_id, error_type=type(exc).__name__)
                 state = watch.state
             watch.state = state
-            if state is None or state in FINAL_STATES:
+            if state is None or state in FINAL_PARSE_STATES:
                 watch.done.set()
                 break
             watch.wake.wait(self.poll_seconds)

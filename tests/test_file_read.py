@@ -194,3 +194,9 @@ def test_focus_searches_the_body_before_the_front_matter(files, parses, parser):
     assert pages_in(body_hit)[:2] == [6, 7] and "is page 7" in body_hit  # not the contents page, which names it too
     front_hit = reader.file_read(book.id, "u1", focus="Contents")
     assert pages_in(front_hit)[0] == 2 and "is page 2" in front_hit  # only in the front matter: found there
+
+
+def test_a_page_without_text_says_so_instead_of_showing_nothing():
+    result = read_window(serialize(["first page text", "", "third page text"]))
+    assert pages_in(result) == [1, 2, 3]
+    assert "--- page 2 ---\n[This page has no extractable text" in result
