@@ -13,6 +13,9 @@ whose files are all gone renders no block at all, header included.
   files" placeholder: the placeholder line and a preview of about ``preview_chars``
   (``COMPANION_FILE_PREVIEW_CHARS``, 400) characters; :func:`compact_block` drops the
   previews when the retrieval budget is short.
+- **Rolled out** (:func:`earlier_block`): files of turns that compaction moved out of the
+  recent window stay listed, placeholder lines only, with the summary, while the
+  retrieval budget has room after the folded blocks.
 - **Footer** (:func:`footer`): what the model may do with the listed files; editing and
   re-exporting are offered only for durable ids, and it says whether all, some or none
   of them are durable.
@@ -260,11 +263,13 @@ def preview(f: AttachedFile, chars: int = DEFAULT_PREVIEW_CHARS) -> str:
     return f'"{body}"'
 
 
-def folded_block(files: Sequence[AttachedFile], *, preview_chars: int = DEFAULT_PREVIEW_CHARS) -> str:
+def folded_block(
+    files: Sequence[AttachedFile], *, preview_chars: int = DEFAULT_PREVIEW_CHARS, header: str = "attachments_folded_header"
+) -> str:
     """The "referenced files" placeholder an older turn's block folds into. Empty when ``files`` is."""
     if not files:
         return ""
-    parts = [render("attachments_folded_header")]
+    parts = [render(header)]
     for f in files:
         parts.append(placeholder(f))
         if preview_chars > 0:
@@ -276,6 +281,12 @@ def folded_block(files: Sequence[AttachedFile], *, preview_chars: int = DEFAULT_
 def compact_block(files: Sequence[AttachedFile]) -> str:
     """:func:`folded_block` without previews, for a short retrieval budget."""
     return folded_block(files, preview_chars=0)
+
+
+def earlier_block(files: Sequence[AttachedFile]) -> str:
+    """Placeholder lines (no previews) for files of turns compaction has rolled out of the recent
+    window, so their ids stay known. Empty when ``files`` is."""
+    return folded_block(files, preview_chars=0, header="attachments_earlier_header")
 
 
 def with_block(message: str, block: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 from memory.errors import ConfigurationError
 from memory.recall import RecalledSegment
-from runtime.attachments import with_block
+from runtime.attachments import AttachedFile, earlier_block, with_block
 from memory.tables import Summary, Turn
 from persona import Persona
 from prompts import render
@@ -117,6 +117,7 @@ def assemble_context(
     calibration: float = 1.0,
     overhead: int = 0,
     attachments: dict[int, TurnBlocks] | None = None,
+    earlier_files: Sequence[AttachedFile] = (),
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
@@ -135,6 +136,9 @@ def assemble_context(
         overhead: tokens the provider adds per request (from calibration); reserved
             out of the room for ``recent`` and included in the total.
         attachments: turn ``seq`` -> the attachment blocks of that user turn.
+        earlier_files: files of turns rolled out of the recent window, oldest first; listed
+            (placeholder lines) in the system context while ``retrieval`` has room after the
+            folded blocks, newest kept first.
 
     Raises:
         ConfigurationError: the persona alone exceeds its cap.
@@ -169,15 +173,29 @@ def assemble_context(
     sources["retrieval"] = SourceReport(
         source="retrieval", tokens=sum(fold_costs.values()), cap=budgets.retrieval, items=len(folded), cut=fold_cut
     )
+    earlier_text, earlier_listed = _earlier(earlier_files, budgets.retrieval - sum(fold_costs.values()), counter)
+    earlier_cost = counter.count_text(earlier_text) if earlier_text else 0
+    if earlier_text:
+        blocks.append(earlier_text)
+        sources["retrieval"] = replace(
+            sources["retrieval"], tokens=sources["retrieval"].tokens + earlier_cost,
+            items=sources["retrieval"].items + len(earlier_listed),
+        )
+    if len(earlier_listed) < len(earlier_files):
+        note = f"{len(earlier_files) - len(earlier_listed)} files of rolled-out turns not listed"
+        cut = sources["retrieval"].cut
+        sources["retrieval"] = replace(sources["retrieval"], cut=f"{cut}; {note}" if cut else note)
 
     head = [persona_msg]
+    retrieval_framing = 0
     if blocks:
         context_msg = {"role": "system", "content": "\n\n".join(blocks)}
         head.append(context_msg)
         # framing of the shared system message is charged to the sources in it
         framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
-        first = "summary" if summary_text else "memory"
+        first = "summary" if summary_text else "memory" if memory_text else "retrieval"
         sources[first] = _add_tokens(sources[first], framing)
+        retrieval_framing = framing if first == "retrieval" else 0
 
     used_by_others = sum(s.tokens for s in sources.values())
     room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
@@ -187,7 +205,11 @@ def assemble_context(
         # folded blocks sit inside the recent messages but are charged to retrieval (already out of room)
         msgs, kept, report = _recent(turns, pending, room + sum(fold_costs.values()), budgets.recent, counter, blocks_in)
         shown_fold = sum(cost for seq, cost in fold_costs.items() if seq in kept)
-        sources["retrieval"] = replace(sources["retrieval"], tokens=shown_fold, items=sum(len(attachments[q].file_ids) for q in folded if q in kept))
+        sources["retrieval"] = replace(
+            sources["retrieval"],
+            tokens=shown_fold + earlier_cost + retrieval_framing,
+            items=sum(len(attachments[q].file_ids) for q in folded if q in kept) + len(earlier_listed),
+        )
         return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
 
     recent_msgs, shown, recent_report = recent(room)
@@ -204,8 +226,9 @@ def assemble_context(
         total = max(total, refit or 0)
     sources["recent"] = recent_report
     texts["recent"] = "\n".join(_text(m) for m in recent_msgs)
-    if folded:
-        texts["retrieval"] = "\n\n".join(folded[q] for q in sorted(folded) if q in shown)
+    retrieval_texts = ([earlier_text] if earlier_text else []) + [folded[q] for q in sorted(folded) if q in shown]
+    if retrieval_texts:
+        texts["retrieval"] = "\n\n".join(retrieval_texts)
     total += overhead
     return AssembledContext(
         session_id=session_id,
@@ -221,7 +244,10 @@ def assemble_context(
         overhead_tokens=overhead,
         baseline_tokens=by_baseline,
         attached_files=list(
-            dict.fromkeys(fid for q in sorted(listed | set(first_block)) if q in shown for fid in (attachments or {})[q].file_ids)
+            dict.fromkeys(
+                [f.file_id for f in earlier_listed]
+                + [fid for q in sorted(listed | set(first_block)) if q in shown for fid in (attachments or {})[q].file_ids]
+            )
         ),
     )
 
@@ -324,6 +350,19 @@ def _fold(
     if omitted:
         notes.append(f"{omitted} earlier attached files not listed")
     return chosen, costs, listed, "; ".join(notes) or None
+
+
+def _earlier(
+    files: Sequence[AttachedFile], cap: int, counter: TokenCounter
+) -> tuple[str, list[AttachedFile]]:
+    """The block listing ``files`` (oldest first) within ``cap`` tokens, dropping the oldest first."""
+    listed = list(files)
+    while listed:
+        text = earlier_block(listed)
+        if counter.count_text(text) <= cap:
+            return text, listed
+        listed.pop(0)
+    return "", []
 
 
 def _recent(

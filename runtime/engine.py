@@ -295,7 +295,7 @@ class Engine:
                 (tokens); by default the engine's.
         """
         turns = self.store.turns(session_id, state=TurnState.context)
-        turns, blocks = self._attachment_blocks(user_id, session_id, turns)
+        turns, blocks, earlier = self._attachment_blocks(user_id, session_id, turns)
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
         candidates = []
         if query:
@@ -335,8 +335,9 @@ class Engine:
             calibration=calibration.factor,
             # while files are shown, the file_read schema goes with every request
             overhead=calibration.overhead
-            + (self._tool_tokens() if blocks and self.reader is not None and self.settings.tool_rounds >= 1 else 0),
+            + (self._tool_tokens() if (blocks or earlier) and self.reader is not None and self.settings.tool_rounds >= 1 else 0),
             attachments=blocks,
+            earlier_files=earlier,
         )
 
     # -- internals ------------------------------------------------------------
@@ -441,9 +442,10 @@ class Engine:
 
     def _attachment_blocks(
         self, user_id: str, session_id: str, turns: list[Turn]
-    ) -> tuple[list[Turn], dict[int, TurnBlocks]]:
-        """The attachment blocks of the user turns in ``turns`` (seq -> blocks), and the turns
-        with any echoed placeholder line of a file that no longer exists removed (a read)."""
+    ) -> tuple[list[Turn], dict[int, TurnBlocks], list[AttachedFile]]:
+        """The attachment blocks of the user turns in ``turns`` (seq -> blocks), the files of the
+        session's rolled-out turns not shown in those blocks (oldest first), and the turns with
+        any echoed placeholder line of a file that no longer exists removed. A read."""
         rows = self.store.turn_attachments(session_id, head_chars=self.settings.inline_file_chars + HEAD_MARGIN)
         blocks: dict[int, TurnBlocks] = {}
         for turn in turns:
@@ -456,6 +458,16 @@ class Engine:
                 compact=compact_block(files),
                 file_ids=tuple(f.file_id for f in files),
             )
+        in_window = {t.id for t in turns}
+        shown = {fid for b in blocks.values() for fid in b.file_ids}
+        earlier: dict[str, AttachedFile] = {}
+        for turn_id, turn_rows in rows.items():  # in turn order
+            if turn_id in in_window:
+                continue
+            for row in turn_rows:
+                if row["file_id"] not in shown:
+                    earlier.pop(row["file_id"], None)  # re-attached later: listed at its latest place
+                    earlier[row["file_id"]] = AttachedFile(**row)
         named = placeholder_ids(t.content for t in turns)
         if named:
             live = self.store.existing_file_ids(named, user_id=user_id)
@@ -464,7 +476,7 @@ class Engine:
                     t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)})
                     for t in turns
                 ]
-        return turns, blocks
+        return turns, blocks, list(earlier.values())
 
     def _offers_tools(self, context: AssembledContext) -> bool:
         return self.reader is not None and bool(context.attached_files) and self.settings.tool_rounds >= 1

@@ -245,3 +245,26 @@ def test_chat_attach_stores_a_path_and_sends_it_with_the_next_line(db_url, fake_
     assert len(sent) == 1
     assert "Visit the lighthouse on Sunday." in user_texts(sent[0])[-1]
     assert '<file_content file_id="file_' in user_texts(sent[0])[-1]
+
+
+def test_files_of_rolled_out_turns_stay_listed_with_the_summary(files_env, store):
+    from memory.tables import TurnState
+
+    engine = files_env.build(context_window=1024)
+    doc = files_env.upload("u1", "doc.md", b"# doc\n\nThe lighthouse keeper's log.\n")
+    engine.turn(user_id="u1", session_id="s1", message="here is the log", attachments=[doc], reply="thanks")
+    filler = "I keep telling you about the garden, the tomatoes and the long evenings by the sea. " * 3
+    for i in range(12):
+        engine.turn(user_id="u1", session_id="s1", message=f"{i}: {filler}", reply=f"reply {i}: lovely, go on.")
+    first = store.turns("s1")[0]
+    assert first.state != TurnState.context  # compaction rolled the turn with the file out
+    context = engine.assemble(user_id="u1", session_id="s1")
+    system = "\n".join(m["content"] for m in context.messages if m["role"] == "system")
+    assert "Files from earlier in this conversation" in system
+    assert f'[[file_read file_id={doc} name="doc.md" pages=1]]' in system
+    assert doc in context.attached_files and context.sources["retrieval"].tokens > 0
+    assert context.total_tokens + context.reply_reserve <= context.window
+    engine.delete_file(user_id="u1", file_id=doc)
+    after = engine.assemble(user_id="u1", session_id="s1")
+    assert doc not in "\n".join(str(m["content"]) for m in after.messages)
+    assert "Files from earlier" not in "\n".join(str(m["content"]) for m in after.messages)
