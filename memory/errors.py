@@ -145,7 +145,8 @@ class FileInputError(FileError):
 
     Attributes:
         reason: a stable code: ``bad_name``, ``empty``, ``too_large``, ``bad_durability``,
-            ``bad_argument``, ``bad_page``.
+            ``bad_argument``, ``not_durable`` (an ephemeral id cannot be edited or exported),
+            ``duplicate`` (an edit would give bytes the user already has under another id).
     """
 
     def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:

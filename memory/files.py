@@ -238,17 +238,7 @@ class FileStore:
                 "session_id is only for ephemeral files; a durable file is valid in every session of its user.",
                 reason="bad_durability",
             )
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise FileInputError(f"File data must be bytes, got {type(data).__name__}.", reason="bad_argument")
-        data = bytes(data)
-        if not data:
-            raise FileInputError(f"The file {clean!r} is empty (0 bytes); nothing to store.", reason="empty")
-        if len(data) > self.max_file_bytes:
-            raise FileInputError(
-                f"The file {clean!r} is {len(data):,} bytes; at most {self.max_file_bytes:,} are accepted "
-                "(COMPANION_MAX_FILE_BYTES).",
-                reason="too_large",
-            )
+        data = self._checked_bytes(data, clean)
         sha = hashlib.sha256(data).hexdigest()
         mime = (mime or "").strip() or sniff_mime(data, clean)
         existing = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
@@ -282,6 +272,20 @@ class FileStore:
                 raise
             db.refresh(row)
             return _stored(row, with_extract=True)
+
+    def _checked_bytes(self, data: object, name: str) -> bytes:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise FileInputError(f"File data must be bytes, got {type(data).__name__}.", reason="bad_argument")
+        data = bytes(data)
+        if not data:
+            raise FileInputError(f"The file {name!r} is empty (0 bytes); nothing to store.", reason="empty")
+        if len(data) > self.max_file_bytes:
+            raise FileInputError(
+                f"The file {name!r} is {len(data):,} bytes; at most {self.max_file_bytes:,} are accepted "
+                "(COMPANION_MAX_FILE_BYTES).",
+                reason="too_large",
+            )
+        return data
 
     def _find(self, *, user_id: str, sha256: str, durability: str, session_id: str | None) -> StoredFile | None:
         with storage_errors(session_id), Session(self.engine) as db:
@@ -388,6 +392,68 @@ class FileStore:
                 f"The bytes of file {stored.id!r} are missing from the files directory ({path}).", file_id=stored.id
             ) from None
 
+    def export(self, file_id: str, *, user_id: str) -> tuple[StoredFile, bytes]:
+        """The stored bytes of a durable file of ``user_id``, for re-export.
+
+        Raises:
+            FileNotFound: as :meth:`get`, or the blob is missing.
+            FileInputError: ``not_durable`` for an ephemeral id.
+        """
+        stored = self.get(file_id, user_id=user_id, with_extract=False)
+        _require_durable(stored, "exported")
+        return stored, self.read_bytes(stored)
+
+    def edit(self, file_id: str, *, user_id: str, data: bytes, name: str | None = None, mime: str | None = None) -> StoredFile:
+        """Replace the bytes of a durable file, keeping its id (and every turn's reference to it).
+
+        The parse starts over (``pending``; the old extract is cleared); the old blob is
+        removed when no row uses it any more.
+
+        Raises:
+            FileNotFound: as :meth:`get`.
+            FileInputError: ``not_durable`` for an ephemeral id; ``duplicate`` when the user
+                already has a durable file with these bytes (its id is in the message);
+                ``empty`` / ``too_large`` / ``bad_name`` as :meth:`add`. Nothing changed.
+        """
+        stored = self.get(file_id, user_id=user_id, with_extract=False)
+        _require_durable(stored, "edited")
+        new_name = clean_name(name) if name is not None else stored.name
+        data = self._checked_bytes(data, new_name)
+        sha = hashlib.sha256(data).hexdigest()
+        if sha == stored.sha256 and new_name == stored.name:
+            return stored
+        twin = self._find(user_id=user_id, sha256=sha, durability="durable", session_id=None)
+        if twin is not None and twin.id != stored.id:
+            raise FileInputError(
+                f"You already have these bytes as file {twin.id!r} ({twin.name}); use that id instead.",
+                reason="duplicate",
+                file_id=stored.id,
+            )
+        blob_path = f"{sha[:2]}/{sha}"
+        self._write_blob(blob_path, data)
+        with storage_errors(), Session(self.engine) as db:
+            db.exec(
+                update(FileRow)
+                .where(FileRow.id == stored.id)
+                .values(
+                    name=new_name,
+                    mime=((mime or "").strip() or sniff_mime(data, new_name))[:200],
+                    size_bytes=len(data),
+                    sha256=sha,
+                    blob_path=blob_path,
+                    parse_state=ParseState.pending,
+                    parse_error=None,
+                    parse_started_at=None,
+                    page_count=None,
+                    extract=None,
+                    body_start_page=None,
+                )
+            )
+            db.commit()
+        if blob_path != stored.blob_path:
+            self._remove_unused_blobs({stored.blob_path})
+        return self.get(stored.id, user_id=user_id)
+
     def list(self, *, user_id: str) -> list[StoredFile]:
         """The user's files, oldest first, without extracts."""
         with storage_errors(), Session(self.engine) as db:
@@ -437,20 +503,24 @@ class FileStore:
         page_count: int | None = None,
         body_start_page: int | None = None,
         parse_error: str | None = None,
-    ) -> None:
-        """Record the end of a parse in one write.
+        sha256: str | None = None,
+    ) -> bool:
+        """Record the end of a parse in one write. Returns False when nothing was written.
 
         Args:
             state: ``ready``, ``empty``, ``needs_ocr``, ``failed`` (or ``pending`` to give the claim back).
             extract: the ``--- page N ---`` text (for ``ready``; may be given for ``needs_ocr``).
             parse_error: why it failed (for ``failed``), shown to users and the model.
+            sha256: the bytes that were parsed; when given, the result is dropped if the file
+                was edited meanwhile (its parse started over).
         """
         parse_state = ParseState(state)
         with storage_errors(), Session(self.engine) as db:
-            db.exec(
-                update(FileRow)
-                .where(FileRow.id == str(file_id))
-                .values(
+            query = update(FileRow).where(FileRow.id == str(file_id))
+            if sha256 is not None:
+                query = query.where(FileRow.sha256 == sha256)
+            result = db.exec(
+                query.values(
                     parse_state=parse_state,
                     extract=extract,
                     page_count=page_count,
@@ -459,6 +529,7 @@ class FileStore:
                 )
             )
             db.commit()
+            return result.rowcount == 1
 
     # -- deleting ------------------------------------------------------------------
     def delete(self, file_id: str, *, user_id: str) -> bool:
@@ -514,6 +585,16 @@ def _in_session(row: FileRow, session_id: str | None) -> bool:
     if session_id is None or _value(row.durability) != Durability.ephemeral.value:
         return True
     return row.session_id is None or row.session_id == session_id
+
+
+def _require_durable(stored: StoredFile, verb: str) -> None:
+    if not stored.is_durable:
+        raise FileInputError(
+            f"File {stored.id!r} is ephemeral (valid only for its session); it cannot be {verb}. "
+            "Upload it as a durable file to keep or change it.",
+            reason="not_durable",
+            file_id=stored.id,
+        )
 
 
 def _not_found(file_id: object) -> str:

@@ -13,6 +13,8 @@
     companion files show ID
     companion files read ID [--start-page N] [--max-pages N] [--focus WORD]
     companion files delete ID
+    companion files export ID PATH
+    companion files edit ID PATH
     companion session delete SESSION --user USER
 
 In ``companion chat``, ``/attach PATH_OR_ID ...`` attaches files to the next message.
@@ -471,6 +473,35 @@ def cmd_files_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_files_export(args: argparse.Namespace) -> int:
+    out = Path(args.path).expanduser()
+    if not out.parent.is_dir():
+        print(f"error: the directory of {args.path!r} does not exist; create it first.", file=sys.stderr)
+        return EXIT_USAGE
+    services = _file_services()
+    owner = services.files.lookup(args.file_id).user_id
+    stored, data = services.files.export(args.file_id, user_id=owner)
+    out.write_bytes(data)
+    print(f"wrote {len(data):,} bytes of {stored.id} ({stored.name}) to {out}")
+    return 0
+
+
+def cmd_files_edit(args: argparse.Namespace) -> int:
+    path = Path(args.path).expanduser()
+    if not path.is_file():
+        print(f"error: {args.path!r} is not a readable file.", file=sys.stderr)
+        return EXIT_USAGE
+    services = _file_services()
+    try:
+        owner = services.files.lookup(args.file_id).user_id
+        stored = services.edit(args.file_id, user_id=owner, data=path.read_bytes(), name=path.name)
+        services.parses.wait(stored.id, FILES_ADD_WAIT_SECONDS)
+        print(_file_line(services.files.get(stored.id, user_id=owner, with_extract=False)))
+    finally:
+        services.close()
+    return 0
+
+
 def _add_files_parser(sub) -> None:
     files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete")
     f_sub = files.add_subparsers(dest="files_command", required=True)
@@ -496,6 +527,14 @@ def _add_files_parser(sub) -> None:
     delete = f_sub.add_parser("delete", help="delete a file, its blob and every turn's reference to it")
     delete.add_argument("file_id")
     delete.set_defaults(func=cmd_files_delete)
+    export = f_sub.add_parser("export", help="write a durable file's stored bytes to PATH")
+    export.add_argument("file_id")
+    export.add_argument("path")
+    export.set_defaults(func=cmd_files_export)
+    edit = f_sub.add_parser("edit", help="replace a durable file's bytes with PATH, keeping its id, and parse again")
+    edit.add_argument("file_id")
+    edit.add_argument("path")
+    edit.set_defaults(func=cmd_files_edit)
 
 
 def build_parser() -> argparse.ArgumentParser:

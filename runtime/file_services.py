@@ -45,6 +45,17 @@ class FileServices:
         self.parses.submit(stored.id)
         return stored
 
+    def edit(self, file_id: str, *, user_id: str, data: bytes, name: str | None = None) -> StoredFile:
+        """Replace a durable file's bytes under the same id (:meth:`FileStore.edit`) and parse
+        them again in the background.
+
+        Raises:
+            FileNotFound, FileInputError: as :meth:`FileStore.edit`; nothing changed.
+        """
+        stored = self.files.edit(file_id, user_id=user_id, data=data, name=name)
+        self.parses.submit(stored.id)
+        return stored
+
     def close(self) -> None:
         """Wait for running parses to end and stop the parser threads."""
         self.parses.close()

@@ -165,6 +165,8 @@ class ParseService:
         with self._lock:
             self._futures.pop(file_id, None)
             watch = self._watches.get(file_id)
+        if not future.cancelled() and future.exception() is None and future.result() == "superseded":
+            self.submit(file_id)  # the file was edited while this parse ran: parse the new bytes
         if watch is not None:
             watch.wake.set()
 
@@ -180,7 +182,7 @@ class ParseService:
             extract = self.parser(data, name=stored.name, mime=stored.mime, limits=self.limits)
         except FileParseError as exc:
             log.info("file.parse.failed", file_id=file_id, reason=exc.reason)
-            self.files.set_parse_result(file_id, state="failed", parse_error=str(exc))
+            self.files.set_parse_result(file_id, state="failed", parse_error=str(exc), sha256=stored.sha256)
             return "failed"
         except Exception as exc:  # a library bug on odd input must end the parse visibly, not hang it
             log.exception("file.parse.crashed", file_id=file_id, error_type=type(exc).__name__)
@@ -188,6 +190,7 @@ class ParseService:
                 file_id,
                 state="failed",
                 parse_error=f"{stored.name}: the parser failed unexpectedly ({type(exc).__name__}: {exc}).",
+                sha256=stored.sha256,
             )
             return "failed"
         if extract.needs_ocr:
@@ -196,13 +199,17 @@ class ParseService:
             state = "empty"
         else:
             state = "ready"
-        self.files.set_parse_result(
+        written = self.files.set_parse_result(
             file_id,
             state=state,
             extract=serialize(extract) if extract.pages else None,
             page_count=len(extract.pages),
             body_start_page=extract.body_start_page,
+            sha256=stored.sha256,
         )
+        if not written:  # edited while parsing: the edit's own parse will run
+            log.info("file.parse.superseded", file_id=file_id)
+            return "superseded"
         log.info("file.parse.done", file_id=file_id, state=state, pages=len(extract.pages), body_start_page=extract.body_start_page)
         return state
 

@@ -32,6 +32,12 @@ def test_files_add_show_read_and_delete(db_url, tmp_path):
     assert read.returncode == 0, read.stderr
     assert "pages 1-2 of 8" in read.stdout and "Contents" in read.stdout and "--- page 3 ---" not in read.stdout
 
+    exported = _run(["files", "export", book_id, str(tmp_path / "out.pdf")], env)
+    assert exported.returncode == 0 and (tmp_path / "out.pdf").read_bytes() == paths["book.pdf"].read_bytes()
+    edited = _run(["files", "edit", book_id, str(paths["notes.txt"])], env)
+    assert edited.returncode == 0, edited.stderr
+    assert edited.stdout.startswith(book_id) and "notes.txt" in edited.stdout and "ready, 1 page(s)" in edited.stdout
+
     deleted = _run(["files", "delete", book_id], env)
     assert deleted.returncode == 0 and f"deleted {book_id}" in deleted.stdout
     gone = _run(["files", "read", book_id], env)

@@ -128,3 +128,14 @@ def test_waiting_on_a_deleted_file_ends_with_none(files, service):
     stored = files.add(user_id="u1", name="a.txt", data=b"short-lived")
     files.delete(stored.id, user_id="u1")
     assert service.wait(stored.id, LONG) is None
+
+
+def test_an_edit_during_a_parse_drops_the_stale_result_and_parses_the_new_bytes(files, service, parser):
+    stored = files.add(user_id="u1", name="notes.txt", data=b"old words")
+    service.submit(stored.id)
+    assert parser.started.wait(LONG)
+    files.edit(stored.id, user_id="u1", data=b"new words")
+    parser.gate.set()
+    assert service.wait(stored.id, LONG) == "ready"
+    assert "new words" in files.get(stored.id, user_id="u1").extract
+    assert parser.calls == 2

@@ -161,3 +161,32 @@ def test_migration_creates_file_tables_and_downgrades_cleanly(store):
     with store.engine.begin() as conn:
         command.upgrade(_alembic_config(conn, 384), head_revision())
     assert {"files", "turn_files"} <= tables()
+
+
+def test_edit_replaces_the_bytes_of_a_durable_file_under_the_same_id(files):
+    stored = files.add(user_id="u1", name="a.txt", data=b"version one")
+    files.set_parse_result(stored.id, state="ready", extract="--- page 1 ---\nversion one\n", page_count=1)
+    edited = files.edit(stored.id, user_id="u1", data=b"version two", name="a-v2.txt")
+    assert edited.id == stored.id and edited.name == "a-v2.txt"
+    assert edited.parse_state == "pending" and edited.extract is None
+    assert files.export(stored.id, user_id="u1")[1] == b"version two"
+    assert len(blobs(files)) == 1  # the old blob went with its last row
+    # a result computed from the old bytes is dropped
+    assert not files.set_parse_result(stored.id, state="ready", extract="--- page 1 ---\nversion one\n", sha256=stored.sha256)
+    assert files.state(stored.id) == "pending"
+
+
+def test_ephemeral_ids_cannot_be_edited_or_exported_and_duplicates_are_refused(files):
+    eph = files.add(user_id="u1", name="a.txt", data=b"temp", durability="ephemeral", session_id="s1")
+    for call in (lambda: files.edit(eph.id, user_id="u1", data=b"new"), lambda: files.export(eph.id, user_id="u1")):
+        with pytest.raises(FileInputError) as info:
+            call()
+        assert info.value.reason == "not_durable"
+    one = files.add(user_id="u1", name="one.txt", data=b"one")
+    two = files.add(user_id="u1", name="two.txt", data=b"two")
+    with pytest.raises(FileInputError) as info:
+        files.edit(two.id, user_id="u1", data=b"one")
+    assert info.value.reason == "duplicate" and one.id in str(info.value)
+    with pytest.raises(FileNotFound):
+        files.edit(two.id, user_id="u2", data=b"three")
+    assert files.export(two.id, user_id="u1")[1] == b"two"
