@@ -503,7 +503,7 @@ def cmd_files_edit(args: argparse.Namespace) -> int:
 
 
 def _add_files_parser(sub) -> None:
-    files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete")
+    files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete, export, edit")
     f_sub = files.add_subparsers(dest="files_command", required=True)
     add = f_sub.add_parser("add", help="store files for a user and parse them")
     add.add_argument("user", help="the owner's user id")
