@@ -34,6 +34,8 @@ class FilesEnv:
 
 @pytest.fixture
 def files_env(store, embedder, fake_llm, tmp_path):
+    # the server is shared by the whole run: a reported usage another test left would calibrate these turns
+    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
     settings = Settings(database_url="unused", files_dir=tmp_path / "files")
     services = open_file_services(settings, store.engine)
 
