@@ -286,10 +286,7 @@ def _attach(engine, user_id: str, targets: list[str]) -> list[str]:
     for target in targets:
         path = Path(target).expanduser()
         if path.is_file():
-            stored = engine.files.add(user_id=user_id, name=path.name, data=path.read_bytes())
-            if engine.parses is not None:
-                engine.parses.submit(stored.id)
-            ids.append(stored.id)
+            ids.append(engine.add_file(user_id=user_id, name=path.name, data=path.read_bytes()).id)
         else:
             ids.append(target)
     return ids

@@ -505,6 +505,35 @@ class Engine:
             max_rounds=self.settings.tool_rounds,
         )
 
+    def add_file(
+        self,
+        *,
+        user_id: str,
+        name: str,
+        data: bytes,
+        mime: str | None = None,
+        durability: str = "durable",
+        session_id: str | None = None,
+    ) -> StoredFile:
+        """Store a user's file (:meth:`memory.files.FileStore.add`: deduplicated, atomic) and start
+        its parse in the background; pass the returned id in ``turn(attachments=[...])``.
+
+        Raises:
+            ConfigurationError: the engine has no file store.
+            FileInputError: a bad name, no bytes, too many bytes, a bad durability; nothing stored.
+        """
+        if self.files is None:
+            raise ConfigurationError(
+                "This engine has no file store. Open it with runtime.bootstrap.open_engine (COMPANION_FILES_DIR).",
+                setting="COMPANION_FILES_DIR",
+            )
+        stored = self.files.add(
+            user_id=user_id, name=name, data=data, mime=mime, durability=durability, session_id=session_id
+        )
+        if self.parses is not None and not stored.is_final:
+            self.parses.submit(stored.id)
+        return stored
+
     def delete_file(self, *, user_id: str, file_id: str) -> bool:
         """Delete a file and every reference to it in every session (its ``turn_files`` rows; the
         blocks are rendered from them, so no assembled context shows a trace). False if the user
