@@ -27,10 +27,10 @@ from typing import Any, Sequence
 
 from memory.errors import ConfigurationError
 from memory.recall import RecalledSegment
-from runtime.attachments import AttachedFile, earlier_block, with_block
 from memory.tables import Summary, Turn
 from persona import Persona
 from prompts import render
+from runtime.attachments import AttachedFile, earlier_block, with_block
 from runtime.budgets import SOURCES, Budgets
 from runtime.calibration import Baseline, baseline_total
 from runtime.tokens import REPLY_PRIMING, TokenCounter
@@ -355,10 +355,12 @@ def _fold(
 def _earlier(
     files: Sequence[AttachedFile], cap: int, counter: TokenCounter
 ) -> tuple[str, list[AttachedFile]]:
-    """The block listing ``files`` (oldest first) within ``cap`` tokens, dropping the oldest first."""
+    """The block listing ``files`` (oldest first) within ``cap`` tokens, dropping the oldest first
+    (and saying how many in the block)."""
     listed = list(files)
     while listed:
-        text = earlier_block(listed)
+        dropped = len(files) - len(listed)
+        text = earlier_block(listed) + ("\n" + render("notice_files_omitted", count=dropped) if dropped else "")
         if counter.count_text(text) <= cap:
             return text, listed
         listed.pop(0)
