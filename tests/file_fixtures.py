@@ -56,12 +56,15 @@ def _toc_page(pdf, entries: list[tuple[str, int]], *, flattened: bool = False) -
         pdf.cell(0, 7, f"{i}. {title} {'.' * (40 - len(title))} {page}", new_x="LMARGIN", new_y="NEXT")
 
 
-def book_pdf(*, outline: bool = True, toc: bool = True, title_page: bool = True, extra_pages: int = 0) -> bytes:
+def book_pdf(
+    *, outline: bool = True, toc: bool = True, title_page: bool = True, extra_pages: int = 0, flattened_toc: bool = False
+) -> bytes:
     """A small book: a title page, a "Contents" page (dot leaders, numbered entries, page
     numbers), then one page per chapter of :data:`CHAPTERS` plus ``extra_pages`` more.
 
     With ``outline`` the PDF outline has an entry per chapter (the first body entry is
-    page 3 with the title and contents pages; page 1 without them).
+    page 3 with the title and contents pages; page 1 without them). ``flattened_toc``
+    writes the contents as one run-on paragraph, as text extraction often returns it.
     """
     pdf = _fpdf()
     front = int(title_page) + int(toc)
@@ -72,7 +75,7 @@ def book_pdf(*, outline: bool = True, toc: bool = True, title_page: bool = True,
         pdf.set_font("Helvetica", size=11)
         pdf.cell(0, 10, "A novel in six chapters", new_x="LMARGIN", new_y="NEXT")
     if toc:
-        _toc_page(pdf, [(c, front + k) for k, c in enumerate(CHAPTERS, start=1)])
+        _toc_page(pdf, [(c, front + k) for k, c in enumerate(CHAPTERS, start=1)], flattened=flattened_toc)
     for k, chapter in enumerate(CHAPTERS, start=1):
         _body_page(pdf, front + k, chapter, outline=outline)
     for extra in range(extra_pages):

@@ -241,3 +241,10 @@ def test_every_library_error_class_becomes_a_file_parse_error(monkeypatch, targe
         parse_document(data, name=name)
     assert name in str(info.value)
     assert info.value.reason in ("corrupt", "encrypted", "too_large")
+
+
+def test_pdf_contents_page_flattened_into_run_on_lines_is_skipped():
+    extract = parse_document(F.book_pdf(outline=False, flattened_toc=True), name="flat.pdf")
+    assert len(extract.pages[1].splitlines()) <= 4  # the contents came out as a few run-on lines
+    assert score_page(extract.pages[1], max_page=len(extract.pages)).flattened
+    assert extract.body_start_page == 3
