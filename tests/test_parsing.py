@@ -248,3 +248,22 @@ def test_pdf_contents_page_flattened_into_run_on_lines_is_skipped():
     assert len(extract.pages[1].splitlines()) <= 4  # the contents came out as a few run-on lines
     assert score_page(extract.pages[1], max_page=len(extract.pages)).flattened
     assert extract.body_start_page == 3
+
+
+def test_a_long_sheet_is_split_so_every_row_stays_reachable():
+    import io
+
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Log"
+    for n in range(1, 2001):
+        sheet.append([n, f"entry number {n}", "ok"])
+    buffer = io.BytesIO()
+    book.save(buffer)
+    extract = parse_document(buffer.getvalue(), name="log.xlsx")
+    assert len(extract.pages) > 1
+    assert extract.pages[0].startswith("[sheet Log, part 1 of ")
+    assert all(len(p) <= 12_100 for p in extract.pages)
+    assert "2000\tentry number 2000" in extract.pages[-1]

@@ -9,7 +9,8 @@ Formats: plain text, Markdown and code (sections of about 6,000 characters), PDF
 (pypdf; a page per page, the outline for the body start, scanned PDFs flagged), DOCX
 (a page per level-1 section), PPTX (a page per slide), XLSX (a page per sheet), EPUB
 (a page per spine document), ZIP (a catalog page, then the members' pages, recursively
-to a depth limit).
+to a depth limit). A section, sheet or chapter over 12,000 characters becomes several
+pages headed ``[label, part k of n]``, so a bounded window reaches all of it.
 
 Failures are explicit: corrupt, encrypted or unsupported bytes raise
 :class:`~memory.errors.FileParseError`, never an empty success.

@@ -11,6 +11,7 @@ import zipfile
 from memory.errors import FileParseError
 from runtime.parsing._extract import Extract
 from runtime.parsing._frontmatter import is_front_matter_title
+from runtime.parsing._text import split_unit
 
 
 def html_text(content: bytes) -> str:
@@ -67,9 +68,10 @@ def _pages(book) -> Extract:
         text = html_text(item.get_content())
         if not text:
             continue
-        pages.append(text)
         first = text.split("\n", 1)[0]
-        kinds.append("front" if is_nav or is_front_matter_title(first) else "body")
+        parts = split_unit(text, first[:60] or idref)
+        pages.extend(parts)
+        kinds.extend(["front" if is_nav or is_front_matter_title(first) else "body"] * len(parts))
     start = None
     if "front" in kinds and "body" in kinds:
         first_body = kinds.index("body")

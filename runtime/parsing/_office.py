@@ -1,7 +1,8 @@
 """DOCX (python-docx), PPTX (python-pptx) and XLSX (openpyxl).
 
 Pages: a DOCX document section (text up to the next level-1 heading), a slide (its
-shapes' text, tables and speaker notes), a sheet (one tab-separated line per row).
+shapes' text, tables and speaker notes), a sheet (one tab-separated line per row). Long
+sections and sheets are split into parts (``_text.split_unit``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import zipfile
 
 from memory.errors import FileParseError
 from runtime.parsing._extract import Extract
-from runtime.parsing._text import split_sections, SECTION_CHARS
+from runtime.parsing._text import split_unit
 
 XLSX_MAX_ROWS = 5000
 """Rows read per sheet; a note on the page says when a sheet had more."""
@@ -77,10 +78,10 @@ def parse_docx(data: bytes, *, name: str) -> Extract:
     except library_errors("DOCX") as exc:
         raise _corrupt(name, "DOCX", exc) from exc
     pages: list[str] = []
-    for section in sections:
+    for number, section in enumerate(sections, start=1):
         text = "\n".join(section).strip()
         if text:
-            pages.extend(split_sections(text, size=SECTION_CHARS * 2) if len(text) > SECTION_CHARS * 2 else [text])
+            pages.extend(split_unit(text, f"section {number}"))
     return Extract(pages=pages)
 
 
@@ -141,7 +142,7 @@ def parse_xlsx(data: bytes, *, name: str) -> Extract:
                     rows += 1
                 if more:
                     lines.append(f"[only the first {XLSX_MAX_ROWS} rows of this sheet were read]")
-                pages.append("\n".join(lines) if len(lines) > 1 else "")
+                pages.extend(split_unit("\n".join(lines), f"sheet {sheet.title}") if len(lines) > 1 else [""])
         finally:
             workbook.close()
     except library_errors("XLSX") as exc:

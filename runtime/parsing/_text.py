@@ -71,5 +71,19 @@ def split_sections(text: str, *, markdown: bool = False, size: int = SECTION_CHA
     return [p.strip("\n") for p in pages if p.strip()]
 
 
+LONG_UNIT_CHARS = 2 * SECTION_CHARS
+"""A sheet, DOCX section or EPUB chapter longer than this many characters is split into
+pages of about that size, so a bounded ``file_read`` window can still reach all of it."""
+
+
+def split_unit(text: str, label: str) -> list[str]:
+    """One source unit (a sheet, section or chapter) as one page, or, when longer than
+    :data:`LONG_UNIT_CHARS`, as several pages each headed ``[label, part k of n]``."""
+    if len(text) <= LONG_UNIT_CHARS:
+        return [text]
+    parts = split_sections(text, size=LONG_UNIT_CHARS)
+    return [f"[{label}, part {k} of {len(parts)}]\n{part}" for k, part in enumerate(parts, start=1)]
+
+
 def parse_text(data: bytes, *, name: str, markdown: bool = False) -> Extract:
     return Extract(pages=split_sections(decode_text(data, name=name), markdown=markdown))
