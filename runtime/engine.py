@@ -39,27 +39,18 @@ from memory.recall import recall_segments
 from memory.store import Store
 from memory.tables import Turn, TurnState
 from persona import Persona
-from runtime.attachments import (
-    AttachedFile,
-    compact_block,
-    first_turn_block,
-    folded_block,
-    is_text_mime,
-    placeholder_ids,
-    strip_placeholders,
-)
 from runtime.budgets import Budgets
 from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter, correction, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
-from runtime.context import AssembledContext, TurnBlocks, assemble_context
+from runtime.context import AssembledContext, assemble_context
 from runtime.file_read import FileReader
-from runtime.file_tool import file_read_spec, file_tools, spec_tokens
 from runtime.messages import validate_message
-from runtime.model import Replier, Reply, Tools
+from runtime.model import Replier, Reply
 from runtime.parse_service import ParseService
 from runtime.summarizer import Summarizer, summarizer_for
 from runtime.tokens import TokenCounter, counter_for
+from runtime.turn_attachments import FileTool, check_attachments, session_attachments, warm
 
 log = structlog.get_logger("companion.engine")
 
@@ -69,8 +60,6 @@ OVERFLOW_SHRINK = 0.5
 """After a provider overflow, ``recent`` and ``memory`` get this share of their caps for the one retry."""
 OVERFLOW_MARGIN = 0.1
 """...and this share of the window is kept free besides, against a provider that counts more than we do."""
-HEAD_MARGIN = 4000
-"""Characters of an extract loaded beyond the inline limit (page markers, previews past the front matter)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +108,7 @@ class Engine:
         self.persona = persona
         self.replier = replier
         self.counter = counter or counter_for(settings.model)
+        self.file_tool = FileTool(reader, settings=settings, counter=self.counter)
         self.budgets: Budgets = settings.scaled_budgets
         self.window: int = settings.window
         self.compactor = Compactor(
@@ -189,7 +179,7 @@ class Engine:
             reply = validate_message(reply, max_chars=self.settings.max_message_chars)
         elif self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
-        attached = self._check_attachments(user_id, session_id, attachments)
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona.name)
         user_turn = self.store.add_turn(
             session_id=session_id,
@@ -199,7 +189,7 @@ class Engine:
             created_at=at,
             file_ids=[f.id for f in attached],
         )
-        self._warm(attached)
+        warm(self.parses, attached, settings=self.settings)
         compactions = [c for c in [self._compact(session_id, user_id)] if c is not None]
         context = self.assemble(user_id=user_id, session_id=session_id)
         if reply is not None:
@@ -224,7 +214,7 @@ class Engine:
             usage_completion_tokens=completion_tokens,
             # the file_read schema rides along whenever it was offered: part of the request the usage is for
             request_estimate_tokens=self.counter.count_messages(context.messages)
-            + (self._tool_tokens() if reply is None and self._offers_tools(context) else 0),
+            + (self.file_tool.tokens if reply is None and self.file_tool.offered(context) else 0),
             request_messages=len(context.messages),
             request_fingerprint=fingerprint(context.messages),
             interrupted=answer.interrupted,
@@ -295,7 +285,8 @@ class Engine:
                 (tokens); by default the engine's.
         """
         turns = self.store.turns(session_id, state=TurnState.context)
-        turns, blocks, earlier = self._attachment_blocks(user_id, session_id, turns)
+        files = session_attachments(self.store, user_id=user_id, session_id=session_id, turns=turns, settings=self.settings)
+        turns = files.turns
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
         candidates = []
         if query:
@@ -334,10 +325,10 @@ class Engine:
             baseline=baseline,
             calibration=calibration.factor,
             # while files are shown, the file_read schema goes with every request
-            overhead=calibration.overhead
-            + (self._tool_tokens() if (blocks or earlier) and self.reader is not None and self.settings.tool_rounds >= 1 else 0),
-            attachments=blocks,
-            earlier_files=earlier,
+            overhead=calibration.overhead + (self.file_tool.tokens if self.file_tool.available and
+                                              (files.blocks or files.earlier) else 0),
+            attachments=files.blocks,
+            earlier_files=files.earlier,
         )
 
     # -- internals ------------------------------------------------------------
@@ -351,7 +342,7 @@ class Engine:
         """
         assert self.replier is not None
         kwargs: dict[str, Any] = {"on_delta": on_delta} if on_delta is not None else {}
-        tools = self._tools_for(user_id, session_id, context)
+        tools = self.file_tool.for_reply(context, user_id=user_id, session_id=session_id, window=self.window)
         if tools is not None:
             kwargs["tools"] = tools
         try:
@@ -388,7 +379,7 @@ class Engine:
         )
         harder = self.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
         if "tools" in kwargs:
-            kwargs["tools"] = self._tools_for(user_id, session_id, harder, window=window)
+            kwargs["tools"] = self.file_tool.for_reply(harder, user_id=user_id, session_id=session_id, window=window)
         try:
             return self.replier.reply(harder.messages, session_id=session_id, **kwargs), harder, compaction
         except ContextOverflowError as second:
@@ -409,102 +400,6 @@ class Engine:
             ) from second
 
     # -- attachments (issue 9) ------------------------------------------------------
-    def _check_attachments(self, user_id: str, session_id: str, attachments: Sequence[str]) -> list[StoredFile]:
-        """The stored files for ``attachments``, in order, after checking every id; stores nothing."""
-        if isinstance(attachments, str) or not all(isinstance(a, str) for a in attachments):
-            raise InvalidMessageError(
-                "attachments must be a list of file id strings, e.g. ['file_0123456789abcdef0123'].",
-                reason="bad_attachments",
-            )
-        if not attachments:
-            return []
-        if self.files is None:
-            raise ConfigurationError(
-                "This engine has no file store, so a turn cannot carry attachments. Open it with "
-                "runtime.bootstrap.open_engine (COMPANION_FILES_DIR).",
-                setting="COMPANION_FILES_DIR",
-            )
-        found = self.files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False)
-        return list(found.values())
-
-    def _warm(self, attached: Sequence[StoredFile]) -> None:
-        """Start the parses of new attachments; wait (bounded) for small text files, so that
-        the first turn can inline them."""
-        if self.parses is None:
-            return
-        for stored in attached:
-            if stored.is_final:
-                continue
-            self.parses.submit(stored.id)
-            if is_text_mime(stored.mime) and stored.size_bytes <= 4 * self.settings.inline_file_chars:  # UTF-8: at most 4 bytes a character
-                with self.parses.watch(stored.id) as handle:
-                    handle.wait(self.settings.file_read_wait)
-
-    def _attachment_blocks(
-        self, user_id: str, session_id: str, turns: list[Turn]
-    ) -> tuple[list[Turn], dict[int, TurnBlocks], list[AttachedFile]]:
-        """The attachment blocks of the user turns in ``turns`` (seq -> blocks), the files of the
-        session's rolled-out turns not shown in those blocks (oldest first), and the turns with
-        any echoed placeholder line of a file that no longer exists removed. A read."""
-        rows = self.store.turn_attachments(session_id, head_chars=self.settings.inline_file_chars + HEAD_MARGIN)
-        blocks: dict[int, TurnBlocks] = {}
-        for turn in turns:
-            files = [AttachedFile(**row) for row in rows.get(turn.id or -1, [])]
-            if not files or turn.role != "user":
-                continue
-            blocks[turn.seq] = TurnBlocks(
-                first=first_turn_block(files, inline_chars=self.settings.inline_file_chars),
-                folded=folded_block(files, preview_chars=self.settings.file_preview_chars),
-                compact=compact_block(files),
-                file_ids=tuple(f.file_id for f in files),
-            )
-        in_window = {t.id for t in turns}
-        shown = {fid for b in blocks.values() for fid in b.file_ids}
-        earlier: dict[str, AttachedFile] = {}
-        for turn_id, turn_rows in rows.items():  # in turn order
-            if turn_id in in_window:
-                continue
-            for row in turn_rows:
-                if row["file_id"] not in shown:
-                    earlier.pop(row["file_id"], None)  # re-attached later: listed at its latest place
-                    earlier[row["file_id"]] = AttachedFile(**row)
-        named = placeholder_ids(t.content for t in turns)
-        if named:
-            live = self.store.existing_file_ids(named, user_id=user_id)
-            if live != named:
-                turns = [
-                    t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)})
-                    for t in turns
-                ]
-        return turns, blocks, list(earlier.values())
-
-    def _offers_tools(self, context: AssembledContext) -> bool:
-        return self.reader is not None and bool(context.attached_files) and self.settings.tool_rounds >= 1
-
-    def _tool_spec(self) -> dict[str, Any]:
-        return file_read_spec(max_pages=self.settings.file_read_pages, max_chars=self.settings.file_read_chars)
-
-    def _tool_tokens(self) -> int:
-        return spec_tokens(self._tool_spec(), self.counter)
-
-    def _tools_for(
-        self, user_id: str, session_id: str, context: AssembledContext, *, window: int | None = None
-    ) -> Tools | None:
-        """``file_read`` for this reply while the context shows any file, else ``None``."""
-        if not self._offers_tools(context):
-            return None
-        limit = (window or self.window) - context.reply_reserve - self._tool_tokens() - context.overhead_tokens
-        return file_tools(
-            self.reader,
-            user_id=user_id,
-            session_id=session_id,
-            spec=self._tool_spec(),
-            counter=self.counter,
-            limit=limit,
-            result_cap=(limit - (context.total_tokens - context.overhead_tokens)) // 2,
-            max_rounds=self.settings.tool_rounds,
-        )
-
     def add_file(
         self,
         *,
@@ -594,7 +489,7 @@ class Engine:
             raise SessionOwnershipError(
                 f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
             )
-        attached = self._check_attachments(user_id, session_id, attachments)
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         removed = self.store.truncate_from(session_id, seq=seq)
         log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
         try:

@@ -64,7 +64,6 @@ def run(pages: int, turns: int, model: str) -> dict:
     from runtime.config import Settings
     from runtime.engine import Engine
     from runtime.file_services import open_file_services
-    from runtime.file_tool import spec_tokens
     from runtime.model import LiteLLMReplier
     from runtime.parsing import pages_of
     from tests.fake_llm import FakeLLM, ToolCalls
@@ -97,7 +96,7 @@ def run(pages: int, turns: int, model: str) -> dict:
                 before = len(fake.requests)
                 engine.turn(user_id="bench", session_id="bench-1", message=question,
                             attachments=[stored.id] if i == 0 else [])
-                schema = spec_tokens(engine._tool_spec(), engine.counter)
+                schema = engine.file_tool.tokens
                 per_turn_ours.append(sum(
                     engine.counter.count_messages(r["messages"]) + (schema if r.get("tools") else 0)
                     for r in fake.requests[before:]
