@@ -167,7 +167,7 @@ def read_window(
         first = start_page
     elif body_start and 1 < body_start <= total:
         first = body_start
-        notes.insert(0, prompts.render("file_read_note_skipped", skipped_last=body_start - 1))
+        notes.insert(0, prompts.render("file_read_note_skipped", skipped="page 1" if body_start == 2 else f"pages 1-{body_start - 1}"))
     else:
         first = 1
 

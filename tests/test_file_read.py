@@ -200,3 +200,8 @@ def test_a_page_without_text_says_so_instead_of_showing_nothing():
     result = read_window(serialize(["first page text", "", "third page text"]))
     assert pages_in(result) == [1, 2, 3]
     assert "--- page 2 ---\n[This page has no extractable text" in result
+
+
+def test_a_single_skipped_page_is_named_as_one_page():
+    result = read_window(numbered_extract(5), body_start_page=2)
+    assert pages_in(result)[0] == 2 and "skipped front matter (page 1)" in result
