@@ -286,7 +286,7 @@ def _attach(engine, user_id: str, targets: list[str]) -> list[str]:
     for target in targets:
         path = Path(target).expanduser()
         if path.is_file():
-            ids.append(engine.add_file(user_id=user_id, name=path.name, data=path.read_bytes()).id)
+            ids.append(engine.file_services.upload(user_id=user_id, name=path.name, data=path.read_bytes()).id)
         else:
             ids.append(target)
     return ids

@@ -33,8 +33,7 @@ from typing import Any, Callable, Sequence
 import structlog
 
 from memory.embeddings import Embedder
-from memory.files import FileStore, StoredFile
-from memory.errors import ConfigurationError, ContextOverflowError, InvalidMessageError, SessionOwnershipError
+from memory.errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError
 from memory.recall import recall_segments
 from memory.store import Store
 from memory.tables import Turn, TurnState
@@ -44,10 +43,9 @@ from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter,
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
 from runtime.context import AssembledContext, assemble_context
-from runtime.file_read import FileReader
+from runtime.file_services import FileServices
 from runtime.messages import validate_message
 from runtime.model import Replier, Reply
-from runtime.parse_service import ParseService
 from runtime.summarizer import Summarizer, summarizer_for
 from runtime.tokens import TokenCounter, counter_for
 from runtime.turn_attachments import FileTool, check_attachments, session_attachments, warm
@@ -92,23 +90,23 @@ class Engine:
         replier: Replier | None = None,
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
-        files: FileStore | None = None,
-        reader: FileReader | None = None,
-        parses: ParseService | None = None,
+        file_services: FileServices | None = None,
     ) -> None:
-        """``files`` (:class:`memory.files.FileStore`), ``reader`` (:class:`runtime.file_read.FileReader`)
-        and ``parses`` (:class:`runtime.parse_service.ParseService`) enable attachments; without
-        ``files`` a turn with attachments raises ConfigurationError."""
-        self.files = files
-        self.reader = reader
-        self.parses = parses
+        """``file_services`` (:func:`runtime.file_services.open_file_services`: the file store, the
+        parse service, the ``file_read`` reader) enable attachments; without them a turn with
+        attachments raises ConfigurationError."""
+        self.file_services = file_services
+        self.files = file_services.files if file_services is not None else None
+        self.parses = file_services.parses if file_services is not None else None
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.persona = persona
         self.replier = replier
         self.counter = counter or counter_for(settings.model)
-        self.file_tool = FileTool(reader, settings=settings, counter=self.counter)
+        self.file_tool = FileTool(
+            file_services.reader if file_services is not None else None, settings=settings, counter=self.counter
+        )
         self.budgets: Budgets = settings.scaled_budgets
         self.window: int = settings.window
         self.compactor = Compactor(
@@ -134,9 +132,7 @@ class Engine:
             replier=self.replier,
             summarizer=self.compactor.summarizer,
             counter=self.counter,
-            files=self.files,
-            reader=self.reader,
-            parses=self.parses,
+            file_services=self.file_services,
         )
 
     # -- writing turns --------------------------------------------------------
@@ -400,35 +396,6 @@ class Engine:
             ) from second
 
     # -- attachments (issue 9) ------------------------------------------------------
-    def add_file(
-        self,
-        *,
-        user_id: str,
-        name: str,
-        data: bytes,
-        mime: str | None = None,
-        durability: str = "durable",
-        session_id: str | None = None,
-    ) -> StoredFile:
-        """Store a user's file (:meth:`memory.files.FileStore.add`: deduplicated, atomic) and start
-        its parse in the background; pass the returned id in ``turn(attachments=[...])``.
-
-        Raises:
-            ConfigurationError: the engine has no file store.
-            FileInputError: a bad name, no bytes, too many bytes, a bad durability; nothing stored.
-        """
-        if self.files is None:
-            raise ConfigurationError(
-                "This engine has no file store. Open it with runtime.bootstrap.open_engine (COMPANION_FILES_DIR).",
-                setting="COMPANION_FILES_DIR",
-            )
-        stored = self.files.add(
-            user_id=user_id, name=name, data=data, mime=mime, durability=durability, session_id=session_id
-        )
-        if self.parses is not None and not stored.is_final:
-            self.parses.submit(stored.id)
-        return stored
-
     def delete_file(self, *, user_id: str, file_id: str) -> bool:
         """Delete a file and every reference to it in every session (its ``turn_files`` rows; the
         blocks are rendered from them, so no assembled context shows a trace). False if the user

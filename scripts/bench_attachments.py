@@ -81,7 +81,7 @@ def run(pages: int, turns: int, model: str) -> dict:
         with FakeLLM() as fake:
             replier = LiteLLMReplier(model=f"openai/{model}", api_base=fake.api_base, api_key="sk-bench", timeout=30)
             engine = Engine(settings=settings, store=Store(db), embedder=embedder, persona=persona, replier=replier,
-                            files=services.files, reader=services.reader, parses=services.parses)
+                            file_services=services)
             started = time.perf_counter()
             data = long_pdf(pages)
             stored = services.files.add(user_id="bench", name="harbour-minutes.pdf", data=data)

@@ -47,9 +47,7 @@ def files_env(store, embedder, fake_llm, tmp_path):
             embedder=embedder,
             persona=PERSONA,
             replier=replier,
-            files=services.files,
-            reader=services.reader,
-            parses=services.parses,
+            file_services=services,
         )
 
     yield FilesEnv(build=build, files=services.files, parses=services.parses)
