@@ -12,12 +12,15 @@ import contextlib
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import Engine, func, text, update
 from sqlmodel import Session, select
 
 from memory.database import storage_errors
+
+if TYPE_CHECKING:
+    from memory.files import FileStore
 from memory.tables import (
     ArchivedSegment,
     ChatSession,
@@ -471,7 +474,7 @@ class Store:
             db.commit()
         return {"turns": int(deleted), "file_ids": list(dict.fromkeys(file_ids))}
 
-    def delete_session(self, session_id: str, *, files: Any = None) -> dict[str, int]:
+    def delete_session(self, session_id: str, *, files: "FileStore | None" = None) -> dict[str, int]:
         """Delete a session and everything of it, in one transaction: its turns and their
         ``turn_files`` rows, the summary, the archived segments, the compaction state and the
         session row. Then, if ``files`` (a :class:`memory.files.FileStore`) is given, the files
