@@ -18,7 +18,11 @@ It lives in ``memory`` because that is the lowest layer: ``runtime`` and
     │   ├── InvalidRequestError     an HTTP API request is missing or misuses a field
     │   ├── AuthenticationError     no API key, or one no app has (HTTP 401)
     │   ├── NotFoundError           no such user or session for this app (HTTP 404)
-    │   └── SessionClosedError      the session was closed; it takes no new turns
+    │   ├── SessionClosedError      the session was closed; it takes no new turns
+    │   └── FileError               a stored-file operation cannot be done as asked (issue 9)
+    │       ├── FileInputError      an upload or a file_read argument is bad (name, size, page, limit)
+    │       ├── FileNotFound        no such file id for this user (unknown and foreign ids alike)
+    │       └── FileParseError      the bytes are corrupt, encrypted or of no supported format
     └── TurnError                   a failure while a turn runs; the user turn is already stored
         ├── ModelCallError          the chat model call failed (network, provider, timeout)
         │   ├── ModelAuthError      401/403: the API key is missing, wrong or not allowed; not retried
@@ -129,7 +133,9 @@ class InvalidMessageError(UsageError):
     """A message cannot be stored as given. Nothing was stored.
 
     Attributes:
-        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_large``, ``empty``, ``bad_role``.
+        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_large``, ``empty``, ``bad_role``;
+            for attachments and edits (issue 9): ``bad_attachments`` (not a list of file ids),
+            ``bad_edit`` (no such user turn, or it has left the recent window), ``no_replier``.
         position: character (or byte, for ``invalid_utf8`` bytes input) offset of the problem, if any.
     """
 
@@ -182,6 +188,51 @@ class SessionClosedError(UsageError):
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
+# -- files (issue 9) ------------------------------------------------------------
+class FileError(UsageError):
+    """A stored-file operation cannot be done as asked. Nothing was stored or changed.
+
+    Attributes:
+        file_id: the file id concerned, when there is one.
+    """
+
+    def __init__(self, message: str, *, file_id: str | None = None) -> None:
+        super().__init__(message)
+        self.file_id = file_id
+
+
+class FileInputError(FileError):
+    """An upload or a ``file_read`` argument is bad: empty or unsafe name, empty or too large
+    bytes, a page or limit out of range.
+
+    Attributes:
+        reason: a stable code: ``bad_name``, ``empty``, ``too_large``, ``bad_durability``,
+            ``bad_argument``, ``not_durable`` (an ephemeral id cannot be edited or exported),
+            ``duplicate`` (an edit would give bytes the user already has under another id).
+    """
+
+    def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
+        super().__init__(message, file_id=file_id)
+        self.reason = reason
+
+
+class FileNotFound(FileError):
+    """No file with this id for this user. Unknown ids and other users' ids get the same
+    message, so the error does not tell whether an id exists."""
+
+
+class FileParseError(FileError):
+    """The bytes cannot be parsed: corrupt, encrypted, or of no supported format.
+
+    The parse service stores the message as the file's ``parse_error`` (state ``failed``).
+
+    Attributes:
+        reason: a stable code: ``corrupt``, ``encrypted``, ``unsupported``, ``too_large``, ``too_deep``.
+    """
+
+    def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
+        super().__init__(message, file_id=file_id)
+        self.reason = reason
 
 
 class TurnError(CompanionError):

@@ -14,12 +14,15 @@ import contextlib
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import Engine, func, text, update
 from sqlmodel import Session, select
 
 from memory.database import storage_errors
+
+if TYPE_CHECKING:
+    from memory.files import FileStore
 from memory.tables import (
     ArchivedSegment,
     ChatSession,
@@ -123,12 +126,18 @@ class Store:
         request_messages: int | None = None,
         request_fingerprint: str | None = None,
         interrupted: bool = False,
+        file_ids: Sequence[str] = (),
     ) -> Turn:
         """Append one turn with the next sequence number and commit it.
 
         The session row is locked while the number is taken, so concurrent writers
         to one session get distinct, gap-free numbers. The session's
         ``last_activity_at`` moves to now (wall clock, whatever ``created_at`` says).
+
+        Args:
+            file_ids: files the turn carries (attachments), in order; their ``turn_files``
+                rows are written in the same transaction as the turn. The caller checks
+                ownership first.
 
         Raises:
             SessionClosedError: the session was closed; nothing was stored.
@@ -160,6 +169,14 @@ class Store:
                 created_at=created_at or utcnow(),
             )
             db.add(turn)
+            if file_ids:
+                db.flush()
+                for position, file_id in enumerate(dict.fromkeys(file_ids)):
+                    db.exec(
+                        text(
+                            "INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)"
+                        ).bindparams(t=turn.id, f=file_id, p=position)
+                    )
             db.commit()
             db.refresh(turn)
             return turn
@@ -377,7 +394,7 @@ class Store:
                 session_id=session_id,
             )
 
-    # -- issue 8: carried-over summaries and deleting sessions ---------------------
+    # -- issue 8: carried-over summaries ---------------------
     def carried_quotes(self, session_id: str) -> dict[int, str]:
         """User quotes the session's summary carried over from its previous session:
         their (non-positive) ``seq`` → text. They were validated against that session's
@@ -390,29 +407,152 @@ class Store:
             if i.get("carried_from") and i.get("role") == "user" and isinstance(i.get("seq"), int) and i["seq"] <= 0
         }
 
-    def delete_session(self, session_id: str) -> dict[str, int]:
-        """Delete a session and every row only it references, in ONE transaction: its
-        archived segments, summary, compaction state, turns and the session row. The
-        user stays; a later session that started from this one's summary keeps its own
-        copy (its ``carried_from`` becomes NULL).
+    # -- attachments and deletion (issue 9) ---------------------------------------
+    def turn_attachments(self, session_id: str, *, head_chars: int) -> dict[int, list[dict[str, Any]]]:
+        """The files carried by the session's turns: turn id -> rows in attachment order.
 
-        Returns:
-            Rows deleted per table (``sessions`` is 0 when there was no such session).
+        Each row has the file's columns needed to render it (``file_id``, ``name``, ``mime``,
+        ``size_bytes``, ``durability``, ``parse_state``, ``parse_error``, ``page_count``,
+        ``body_start_page``, ``position``), ``text_head`` (the first ``head_chars`` characters of the
+        extract, ``None`` before a parse) and ``text_chars`` (the whole extract's length, characters).
+        A read: nothing changes.
+        """
+        with storage_errors(session_id), Session(self.engine) as db:
+            rows = db.exec(
+                text(
+                    "SELECT tf.turn_id, tf.position, f.id AS file_id, f.name, f.mime, f.size_bytes, f.durability, "
+                    "f.parse_state, f.parse_error, f.page_count, f.body_start_page, "
+                    "left(f.extract, :head) AS text_head, length(f.extract) AS text_chars "
+                    "FROM turn_files tf JOIN turns t ON t.id = tf.turn_id JOIN files f ON f.id = tf.file_id "
+                    "WHERE t.session_id = :s ORDER BY t.seq, tf.position"
+                ).bindparams(s=session_id, head=max(int(head_chars), 0))
+            ).mappings().all()
+        out: dict[int, list[dict[str, Any]]] = {}
+        for row in rows:
+            values = dict(row)
+            out.setdefault(values.pop("turn_id"), []).append(values)
+        return out
+
+    def existing_file_ids(self, file_ids: Iterable[str], *, user_id: str) -> set[str]:
+        """Those of ``file_ids`` that exist and belong to ``user_id``."""
+        ids = list(dict.fromkeys(file_ids))
+        if not ids:
+            return set()
+        with storage_errors(), Session(self.engine) as db:
+            rows = db.exec(
+                text("SELECT id FROM files WHERE user_id = :u AND id = ANY(:ids)").bindparams(u=user_id, ids=ids)
+            ).all()
+        return {r[0] for r in rows}
+
+    def turn_file_ids(self, session_id: str, *, from_seq: int = 1) -> list[str]:
+        """Ids of the files carried by the session's turns with ``seq >= from_seq``, first use first."""
+        with storage_errors(session_id), Session(self.engine) as db:
+            rows = db.exec(
+                text(
+                    "SELECT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+                    "WHERE t.session_id = :s AND t.seq >= :q ORDER BY t.seq, tf.position"
+                ).bindparams(s=session_id, q=from_seq)
+            ).all()
+        return list(dict.fromkeys(r[0] for r in rows))
+
+    def truncate_from(self, session_id: str, *, seq: int) -> dict[str, Any]:
+        """Delete the session's turns with ``seq >= seq`` (and their ``turn_files`` rows) in one
+        transaction, for editing and resending the turn ``seq``.
+
+        Returns ``{"turns": deleted count, "file_ids": ids those turns carried}``; the files
+        themselves stay (the caller removes those nothing references any more, afterwards).
+
+        Raises:
+            InvalidMessageError: ``reason="bad_edit"``: no such turn, it is not a user turn, or a
+                turn from it on has left the recent window (summarized or archived turns are
+                never deleted).
+        """
+        from memory.errors import InvalidMessageError
+
+        with storage_errors(session_id), Session(self.engine) as db:
+            db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
+            target = db.exec(select(Turn).where(Turn.session_id == session_id, Turn.seq == seq)).first()
+            if target is None or target.role != "user":
+                raise InvalidMessageError(
+                    f"Session {session_id!r} has no user turn {seq}; only a stored user turn can be edited and resent.",
+                    reason="bad_edit",
+                )
+            rolled = db.exec(
+                select(func.count()).select_from(Turn).where(
+                    Turn.session_id == session_id, Turn.seq >= seq, Turn.state != TurnState.context
+                )
+            ).one()
+            if rolled:
+                raise InvalidMessageError(
+                    f"Turn {seq} of session {session_id!r} has left the recent window (it is summarized or "
+                    "archived); only turns still in the recent window can be edited and resent.",
+                    reason="bad_edit",
+                )
+            file_ids = [
+                r[0]
+                for r in db.exec(
+                    text(
+                        "SELECT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+                        "WHERE t.session_id = :s AND t.seq >= :q ORDER BY t.seq, tf.position"
+                    ).bindparams(s=session_id, q=seq)
+                ).all()
+            ]
+            db.exec(
+                text(
+                    "DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s AND seq >= :q)"
+                ).bindparams(s=session_id, q=seq)
+            )
+            deleted = db.exec(
+                text("DELETE FROM turns WHERE session_id = :s AND seq >= :q").bindparams(s=session_id, q=seq)
+            ).rowcount
+            db.commit()
+        return {"turns": int(deleted), "file_ids": list(dict.fromkeys(file_ids))}
+
+    def delete_session(self, session_id: str, *, files: "FileStore | None" = None) -> dict[str, int]:
+        """Delete a session and everything of it, in one transaction: its turns and their
+        ``turn_files`` rows, the summary, the archived segments, the compaction state and the
+        session row. The user stays; a later session that started from this one's summary
+        keeps its own copy (its ``carried_from`` becomes NULL). Then, if ``files`` (a :class:`memory.files.FileStore`) is given, the files
+        those turns carried (and the session's ephemeral files) that no turn of any other
+        session references any more: a reference count over ``turn_files``; session-level
+        source lists play no part, so a stale entry cannot keep a file alive.
+
+        Returns counts by kind: ``turns``, ``turn_files``, ``summaries``, ``archived_segments``,
+        ``compaction_state``, ``sessions``, ``files``. An unknown session gives all zeros.
 
         Raises:
             StorageError: the database failed; nothing was deleted.
         """
-        counts: dict[str, int] = {}
         with storage_errors(session_id), Session(self.engine) as db:
-            found = db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
-            for table in ("archived_segments", "summaries", "compaction_state", "turns"):
-                result = db.exec(text(f"DELETE FROM {table} WHERE session_id = :s").bindparams(s=session_id))
-                counts[table] = result.rowcount
-            counts["sessions"] = 0
-            if found is not None:
-                counts["sessions"] = db.exec(text("DELETE FROM sessions WHERE id = :s").bindparams(s=session_id)).rowcount
+            params = {"s": session_id}
+            db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(**params))
+            candidates = [
+                r[0]
+                for r in db.exec(
+                    text(
+                        "SELECT DISTINCT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+                        "WHERE t.session_id = :s UNION SELECT id FROM files WHERE session_id = :s"
+                    ).bindparams(**params)
+                ).all()
+            ]
+            counts = {
+                "turn_files": db.exec(
+                    text(
+                        "DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s)"
+                    ).bindparams(**params)
+                ).rowcount,
+            }
+            for name, table in (
+                ("archived_segments", "archived_segments"),
+                ("summaries", "summaries"),
+                ("compaction_state", "compaction_state"),
+                ("turns", "turns"),
+            ):
+                counts[name] = db.exec(text(f"DELETE FROM {table} WHERE session_id = :s").bindparams(**params)).rowcount
+            counts["sessions"] = db.exec(text("DELETE FROM sessions WHERE id = :s").bindparams(**params)).rowcount
             db.commit()
-        return counts
+        counts["files"] = len(files.delete_unreferenced(candidates)) if files is not None and candidates else 0
+        return {k: int(v) for k, v in counts.items()}
 
     # -- counts ----------------------------------------------------------------
     def archive_count(self, *, user_id: str) -> int:

@@ -202,3 +202,77 @@ class UserProfile(SQLModel, table=True):
     learned: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Facts merged from the profile section of summaries, oldest first."""
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+# -- files (issue 9) ------------------------------------------------------------
+class ParseState(str, Enum):
+    """Where a stored file's parse stands. ``ready``, ``empty``, ``needs_ocr`` and ``failed`` are final."""
+
+    pending = "pending"
+    """Stored; no parse has started."""
+    parsing = "parsing"
+    """A parser claimed it (``parse_started_at``) and is running."""
+    ready = "ready"
+    """The extract holds text."""
+    empty = "empty"
+    """Parsed, and there is no text at all (``EXTRACT_EMPTY``)."""
+    needs_ocr = "needs_ocr"
+    """A PDF with pages but no text layer (scanned); its text needs OCR."""
+    failed = "failed"
+    """Corrupt, encrypted or unsupported; ``parse_error`` says why."""
+
+
+FINAL_PARSE_STATES: frozenset[str] = frozenset(
+    s.value for s in (ParseState.ready, ParseState.empty, ParseState.needs_ocr, ParseState.failed)
+)
+"""The parse states that end a wait, as strings."""
+
+
+class Durability(str, Enum):
+    """How long a file id stays valid."""
+
+    durable = "durable"
+    """Stored until deleted; may be edited or re-exported."""
+    ephemeral = "ephemeral"
+    """Valid only for its session (``session_id``) or request."""
+
+
+class FileRow(SQLModel, table=True):
+    """One stored document of one user. The bytes live in the files directory at ``blob_path``."""
+
+    __tablename__ = "files"
+
+    id: str = Field(primary_key=True, max_length=40)
+    """``file_`` plus 20 hex characters."""
+    user_id: str = Field(foreign_key="users.id", max_length=200)
+    name: str = Field(max_length=255)
+    """The file name as uploaded (no directories)."""
+    mime: str = Field(max_length=200)
+    size_bytes: int
+    """Size of the stored bytes, bytes."""
+    sha256: str = Field(max_length=64)
+    """Hex SHA-256 of the bytes."""
+    blob_path: str = Field(max_length=200)
+    """Path of the blob relative to the files directory (content-addressed)."""
+    durability: Durability = Field(default=Durability.durable, max_length=20)
+    session_id: Optional[str] = Field(default=None, max_length=200)
+    """For an ephemeral id: the session it is valid in (``None``: the request only)."""
+    parse_state: ParseState = Field(default=ParseState.pending, max_length=20)
+    parse_error: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    parse_started_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    page_count: Optional[int] = None
+    """Pages in ``extract``, once parsed."""
+    extract: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    """The parsed text: pages separated by ``--- page N ---`` lines (``runtime.parsing.serialize``)."""
+    body_start_page: Optional[int] = None
+    """First page after the front matter (outline, table-of-contents heuristic or catalog), 1-based."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class TurnFile(SQLModel, table=True):
+    """A file carried by a stored turn. Rows across sessions are the file's reference count."""
+
+    __tablename__ = "turn_files"
+
+    turn_id: int = Field(foreign_key="turns.id", primary_key=True)
+    file_id: str = Field(foreign_key="files.id", primary_key=True, max_length=40)
+    position: int = 0
+    """Order of the file among the turn's attachments, from 0."""

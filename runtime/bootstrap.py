@@ -14,6 +14,7 @@ from memory.store import Store
 from persona import Persona, load_persona
 from runtime.config import Settings
 from runtime.engine import Engine
+from runtime.file_services import open_file_services
 from runtime.logs import configure_logging
 from runtime.model import LiteLLMReplier, Replier, RetryPolicy, model_window
 from runtime.summarizer import Summarizer
@@ -99,6 +100,7 @@ def open_engine(
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
+    services = open_file_services(settings, database.engine)  # attachments (issue 9)
     return Engine(
         settings=settings,
         store=Store(database.engine),
@@ -106,4 +108,5 @@ def open_engine(
         persona=persona or load_persona(settings.persona_file),
         replier=replier,
         summarizer=summarizer,
+        file_services=services,
     )

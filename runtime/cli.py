@@ -8,12 +8,23 @@
     companion db upgrade
     companion breaker show SESSION
     companion breaker reset SESSION
+    companion files add USER PATH... [--ephemeral --session SESSION] [--no-wait]
+    companion files list USER
+    companion files show ID
+    companion files read ID [--start-page N] [--max-pages N] [--focus WORD]
+    companion files delete ID
+    companion files export ID PATH
+    companion files edit ID PATH
+    companion session delete SESSION --user USER
+
     companion persona show FILE [--user NAME]
     companion kb add PERSONA FILE... | kb list PERSONA | kb remove PERSONA FILE
     companion profile show USER | profile set USER [--name N] [--pronouns P] [--fact F ...] [--clear-facts]
     companion serve [--host H] [--port P]
     companion apps create NAME | companion apps list
     companion jobs run | companion jobs close-idle --once [--idle-hours H] [--worker ID]
+
+In ``companion chat``, ``/attach PATH_OR_ID ...`` attaches files to the next message.
 
 Errors of the runtime print one line to stderr and exit with status 2.
 """
@@ -186,10 +197,11 @@ class _Speaker:
 
 def cmd_chat(args: argparse.Namespace) -> int:
     """A terminal chat: each line is a user turn; the reply streams back. ``/context`` prints
-    the assembled context by source, ``/quit`` or end of input (Ctrl-D) ends it."""
+    the assembled context by source, ``/attach PATH_OR_ID ...`` attaches files (a path is
+    stored first) to the next line, ``/quit`` or end of input (Ctrl-D) ends it."""
     from rich.console import Console
 
-    from memory.errors import InvalidMessageError, ModelAuthError, TurnError
+    from memory.errors import FileError, InvalidMessageError, ModelAuthError, TurnError
     from persona import load_persona
     from runtime.bootstrap import open_engine
 
@@ -208,9 +220,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     name = engine.persona.name
     print(
         f"companion chat: session {args.session} (user {args.user}) with {name} on {engine.settings.model}, "
-        f"window {engine.window} tokens. /context shows the context; /quit or Ctrl-D ends.",
+        f"window {engine.window} tokens. /context shows the context; /attach PATH_OR_ID attaches files to "
+        "your next line; /quit or Ctrl-D ends.",
         flush=True,
     )
+    attach: list[str] = []  # file ids for the next line (issue 9)
     if existing is None:  # a new session opens with the character's first message, if it has one
         greeting = engine.greet(user_id=args.user, session_id=args.session)
         if greeting is not None:
@@ -231,12 +245,26 @@ def cmd_chat(args: argparse.Namespace) -> int:
         if command == "/context":
             console.print(context_table(engine.assemble(user_id=args.user, session_id=args.session)))
             continue
+        if command.startswith("/attach"):
+            try:
+                attach.extend(_attach(engine, args.user, command.split()[1:]))
+            except FileError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+            print(f"[attached to your next message: {', '.join(attach) or 'nothing'}]", flush=True)
+            continue
         if command.startswith("/") and " " not in command:
-            print("commands: /context (the assembled context by source), /quit")
+            print("commands: /context (the assembled context by source), /attach PATH_OR_ID ..., /quit")
             continue
         speaker = _Speaker(name)
         try:
-            result = engine.turn(user_id=args.user, session_id=args.session, message=line, on_delta=speaker)
+            result = engine.turn(
+                user_id=args.user, session_id=args.session, message=line, on_delta=speaker, attachments=attach
+            )
+            attach = []
+        except FileError as exc:  # an attachment is not the user's; nothing was stored
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            attach = []
+            continue
         except ModelAuthError as exc:  # no later line can fix a refused key
             print("", end="\n" if speaker.started else "", flush=True)
             print(f"error: {exc}", file=sys.stderr)
@@ -261,6 +289,31 @@ def cmd_chat(args: argparse.Namespace) -> int:
             else:
                 print(f"[compaction failed: {outcome.error}]")
         sys.stdout.flush()
+
+
+def _attach(engine, user_id: str, targets: list[str]) -> list[str]:
+    """File ids for ``/attach``: an existing path is stored (and its parse started), anything else is an id."""
+    ids = []
+    for target in targets:
+        path = Path(target).expanduser()
+        if path.is_file():
+            ids.append(engine.file_services.upload(user_id=user_id, name=path.name, data=path.read_bytes()).id)
+        else:
+            ids.append(target)
+    return ids
+
+
+def cmd_session_delete(args: argparse.Namespace) -> int:
+    """Delete a session, its turns, summary, archive and the files no other session references."""
+    from runtime.bootstrap import open_engine
+
+    engine = open_engine(_settings(), with_model=False)
+    if engine.store.get_session(args.session) is None:
+        print(f"error: no session {args.session!r}", file=sys.stderr)
+        return EXIT_USAGE
+    counts = engine.delete_session(user_id=args.user, session_id=args.session)
+    print(", ".join(f"{kind}: {n}" for kind, n in counts.items()))
+    return 0
 
 
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
@@ -575,6 +628,178 @@ def _add_service_commands(sub) -> None:
     once.set_defaults(func=cmd_jobs_close_idle)
 
 
+# -- files (issue 9) --------------------------------------------------------------
+FILES_ADD_WAIT_SECONDS = 600.0
+"""``files add`` waits this long at most for each parse before it reports the state it has."""
+
+
+def _file_services(settings=None):
+    """The file services on the configured database (migrated first when embedded)."""
+    from memory.database import current_revision, head_revision, require_schema, upgrade
+    from runtime.bootstrap import connect
+    from runtime.file_services import open_file_services
+
+    settings = settings or _settings()
+    database = connect(settings)
+    if database.embedded and current_revision(database.engine) != head_revision():
+        from memory.embeddings import SentenceTransformerEmbedder
+
+        upgrade(database.engine, embedding_dim=SentenceTransformerEmbedder(settings.embedding_model).dimension)
+    require_schema(database.engine)
+    return open_file_services(settings, database.engine)
+
+
+def _file_line(stored) -> str:
+    pages = f"{stored.page_count} page(s)" if stored.page_count is not None else "pages unknown"
+    body = f", body from page {stored.body_start_page}" if stored.body_start_page else ""
+    scope = stored.durability + (f" (session {stored.session_id})" if stored.session_id else "")
+    return (
+        f"{stored.id}  {stored.name}  {stored.mime}  {stored.size_bytes:,} bytes  {scope}  "
+        f"{stored.parse_state}, {pages}{body}"
+    )
+
+
+def cmd_files_add(args: argparse.Namespace) -> int:
+    if args.ephemeral != (args.session is not None):
+        print("error: --ephemeral and --session go together: an ephemeral file is valid in one session.", file=sys.stderr)
+        return EXIT_USAGE
+    paths = [Path(p).expanduser() for p in args.paths]
+    for path in paths:  # check every path before storing anything
+        if not path.is_file():
+            print(f"error: {str(path)!r} is not a readable file.", file=sys.stderr)
+            return EXIT_USAGE
+    services = _file_services()
+    status = 0
+    try:
+        store = services.files.add if args.no_wait else services.upload  # --no-wait: parsed on first read
+        stored = [
+            store(
+                user_id=args.user,
+                name=path.name,
+                data=path.read_bytes(),
+                durability="ephemeral" if args.ephemeral else "durable",
+                session_id=args.session,
+            )
+            for path in paths
+        ]
+        for item in stored:
+            if not args.no_wait:
+                services.parses.wait(item.id, FILES_ADD_WAIT_SECONDS)
+            item = services.files.get(item.id, user_id=args.user, with_extract=False)
+            print(_file_line(item))
+            if item.parse_state == "failed":
+                print(f"  parse error: {item.parse_error}")
+                status = 1
+    finally:
+        services.close()
+    return status
+
+
+def cmd_files_list(args: argparse.Namespace) -> int:
+    services = _file_services()
+    for item in services.files.list(user_id=args.user):
+        print(_file_line(item))
+    return 0
+
+
+def cmd_files_show(args: argparse.Namespace) -> int:
+    services = _file_services()
+    item = services.files.lookup(args.file_id)
+    print(_file_line(item))
+    print(f"owner {item.user_id}; sha256 {item.sha256}; stored {item.created_at.isoformat()}; "
+          f"referenced by {services.files.reference_count(item.id)} turn(s)")
+    if item.parse_error:
+        print(f"parse error: {item.parse_error}")
+    if item.extract:
+        print(f"extract: {len(item.extract):,} characters")
+    return 0
+
+
+def cmd_files_read(args: argparse.Namespace) -> int:
+    services = _file_services()
+    try:
+        owner = services.files.lookup(args.file_id).user_id
+        print(services.reader.file_read(
+            args.file_id, owner, start_page=args.start_page, max_pages=args.max_pages, focus=args.focus
+        ))
+    finally:
+        services.close()
+    return 0
+
+
+def cmd_files_delete(args: argparse.Namespace) -> int:
+    services = _file_services()
+    item = services.files.lookup(args.file_id)
+    references = services.files.reference_count(item.id)
+    services.files.delete(item.id, user_id=item.user_id)
+    print(f"deleted {item.id} ({item.name}); {references} turn reference(s) removed")
+    return 0
+
+
+def cmd_files_export(args: argparse.Namespace) -> int:
+    out = Path(args.path).expanduser()
+    if not out.parent.is_dir():
+        print(f"error: the directory of {args.path!r} does not exist; create it first.", file=sys.stderr)
+        return EXIT_USAGE
+    services = _file_services()
+    owner = services.files.lookup(args.file_id).user_id
+    stored, data = services.files.export(args.file_id, user_id=owner)
+    out.write_bytes(data)
+    print(f"wrote {len(data):,} bytes of {stored.id} ({stored.name}) to {out}")
+    return 0
+
+
+def cmd_files_edit(args: argparse.Namespace) -> int:
+    path = Path(args.path).expanduser()
+    if not path.is_file():
+        print(f"error: {args.path!r} is not a readable file.", file=sys.stderr)
+        return EXIT_USAGE
+    services = _file_services()
+    try:
+        owner = services.files.lookup(args.file_id).user_id
+        stored = services.edit(args.file_id, user_id=owner, data=path.read_bytes(), name=path.name)
+        services.parses.wait(stored.id, FILES_ADD_WAIT_SECONDS)
+        print(_file_line(services.files.get(stored.id, user_id=owner, with_extract=False)))
+    finally:
+        services.close()
+    return 0
+
+
+def _add_files_parser(sub) -> None:
+    files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete, export, edit")
+    f_sub = files.add_subparsers(dest="files_command", required=True)
+    add = f_sub.add_parser("add", help="store files for a user and parse them")
+    add.add_argument("user", help="the owner's user id")
+    add.add_argument("paths", nargs="+", metavar="PATH")
+    add.add_argument("--ephemeral", action="store_true", help="valid only in --session (default: durable)")
+    add.add_argument("--session", help="the session an ephemeral file is valid in")
+    add.add_argument("--no-wait", action="store_true", help="store only; the parse runs on the first read or wait")
+    add.set_defaults(func=cmd_files_add)
+    lst = f_sub.add_parser("list", help="a user's files")
+    lst.add_argument("user")
+    lst.set_defaults(func=cmd_files_list)
+    show = f_sub.add_parser("show", help="one file's metadata and parse state")
+    show.add_argument("file_id")
+    show.set_defaults(func=cmd_files_show)
+    read = f_sub.add_parser("read", help="print what the file_read tool returns for a file")
+    read.add_argument("file_id")
+    read.add_argument("--start-page", type=int)
+    read.add_argument("--max-pages", type=int)
+    read.add_argument("--focus")
+    read.set_defaults(func=cmd_files_read)
+    delete = f_sub.add_parser("delete", help="delete a file, its blob and every turn's reference to it")
+    delete.add_argument("file_id")
+    delete.set_defaults(func=cmd_files_delete)
+    export = f_sub.add_parser("export", help="write a durable file's stored bytes to PATH")
+    export.add_argument("file_id")
+    export.add_argument("path")
+    export.set_defaults(func=cmd_files_export)
+    edit = f_sub.add_parser("edit", help="replace a durable file's bytes with PATH, keeping its id, and parse again")
+    edit.add_argument("file_id")
+    edit.add_argument("path")
+    edit.set_defaults(func=cmd_files_edit)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="companion", description="companion-runtime: long-running companion chat.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -611,6 +836,13 @@ def build_parser() -> argparse.ArgumentParser:
     reset = b_sub.add_parser("reset", help="close a session's breaker")
     reset.add_argument("session")
     reset.set_defaults(func=cmd_breaker_reset)
+    _add_files_parser(sub)  # issue 9
+    session = sub.add_parser("session", help="session commands")  # issue 9 (turns)
+    s_sub = session.add_subparsers(dest="session_command", required=True)
+    s_delete = s_sub.add_parser("delete", help="delete a session and the files no other session references")
+    s_delete.add_argument("session")
+    s_delete.add_argument("--user", required=True, help="the session's owner (checked)")
+    s_delete.set_defaults(func=cmd_session_delete)
     _add_issue7_commands(sub)
     _add_service_commands(sub)  # issue 8
     return parser

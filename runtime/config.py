@@ -97,6 +97,28 @@ class Settings:
     retrieval budget per turn (0: none)."""
     knowledge_chunk_tokens: int = 300
     """``COMPANION_KNOWLEDGE_CHUNK_TOKENS``: largest chunk ``companion kb add`` makes, tokens."""
+    # -- files (issue 9) --
+    files_dir: Path | None = None
+    """``COMPANION_FILES_DIR``: where uploaded files' bytes are kept; ``None``: ``data_dir / "files"``."""
+    max_file_bytes: int = 50 * 1024 * 1024
+    """``COMPANION_MAX_FILE_BYTES``: the largest upload accepted, bytes (default 50 MiB)."""
+    inline_file_chars: int = 20_000
+    """``COMPANION_INLINE_FILE_CHARS``: text files under this many characters are inlined in full
+    into the turn that carries them; larger ones and binary formats go in as a pointer."""
+    file_read_pages: int = 8
+    """``COMPANION_FILE_READ_PAGES``: most pages one ``file_read`` call returns."""
+    file_read_chars: int = 28_000
+    """``COMPANION_FILE_READ_CHARS``: most characters of page text one ``file_read`` call returns."""
+    file_read_wait: float = 3.0
+    """``COMPANION_FILE_READ_WAIT``: seconds ``file_read`` waits for a parse in progress before it
+    answers "still processing"."""
+    zip_depth: int = 2
+    """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
+    # -- attachments in turns (issue 9, turns) --
+    file_preview_chars: int = 400
+    """``COMPANION_FILE_PREVIEW_CHARS``: characters of preview under each folded file reference (0: none)."""
+    tool_rounds: int = 4
+    """``COMPANION_TOOL_ROUNDS``: most ``file_read`` rounds in one reply; the last request forbids more calls."""
     log_level: str = "warning"
     """``COMPANION_LOG_LEVEL``: debug, info, warning or error."""
     log_format: str = "console"
@@ -112,6 +134,11 @@ class Settings:
     """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
     close_batch: int = 20
     """``COMPANION_CLOSE_BATCH``: sessions one close-job transaction claims and locks at a time."""
+
+    @property
+    def files_path(self) -> Path:
+        """Where file blobs live: ``files_dir``, else ``data_dir / "files"``."""
+        return self.files_dir if self.files_dir is not None else self.data_dir / "files"
 
     @property
     def window(self) -> int:
@@ -205,6 +232,26 @@ class Settings:
             values["knowledge_chunks"] = _int(env, "COMPANION_KNOWLEDGE_CHUNKS", minimum=0)
         if env.get("COMPANION_KNOWLEDGE_CHUNK_TOKENS", "").strip():
             values["knowledge_chunk_tokens"] = _int(env, "COMPANION_KNOWLEDGE_CHUNK_TOKENS", minimum=20)
+        # -- files (issue 9) --
+        if env.get("COMPANION_FILES_DIR"):
+            values["files_dir"] = Path(env["COMPANION_FILES_DIR"]).expanduser()
+        if env.get("COMPANION_MAX_FILE_BYTES", "").strip():
+            values["max_file_bytes"] = _int(env, "COMPANION_MAX_FILE_BYTES", minimum=1)
+        if env.get("COMPANION_INLINE_FILE_CHARS", "").strip():
+            values["inline_file_chars"] = _int(env, "COMPANION_INLINE_FILE_CHARS", minimum=0)
+        if env.get("COMPANION_FILE_READ_PAGES", "").strip():
+            values["file_read_pages"] = _int(env, "COMPANION_FILE_READ_PAGES", minimum=1)
+        if env.get("COMPANION_FILE_READ_CHARS", "").strip():
+            values["file_read_chars"] = _int(env, "COMPANION_FILE_READ_CHARS", minimum=100)
+        if env.get("COMPANION_FILE_READ_WAIT", "").strip():
+            values["file_read_wait"] = _float(env, "COMPANION_FILE_READ_WAIT", 0.0, 60.0)
+        if env.get("COMPANION_ZIP_DEPTH", "").strip():
+            values["zip_depth"] = _int(env, "COMPANION_ZIP_DEPTH", minimum=1)
+        # -- attachments in turns (issue 9, turns) --
+        if env.get("COMPANION_FILE_PREVIEW_CHARS", "").strip():
+            values["file_preview_chars"] = _int(env, "COMPANION_FILE_PREVIEW_CHARS", minimum=0)
+        if env.get("COMPANION_TOOL_ROUNDS", "").strip():
+            values["tool_rounds"] = _int(env, "COMPANION_TOOL_ROUNDS", minimum=0)
         if env.get("COMPANION_LOG_LEVEL"):
             level = env["COMPANION_LOG_LEVEL"].lower()
             if level not in ("debug", "info", "warning", "error"):

@@ -9,6 +9,12 @@ The message list is::
     user / assistant ...  the recent turns, oldest first, ending with the current user message
     system   the persona's post-history instructions, if it has any (counted to ``persona``)
 
+A user turn that carried files gets its attachment block under its text (see
+:mod:`runtime.attachments`): the newest user message, when it ends the prompt, in its
+first-turn form (inline text or pointers; charged to ``recent``); every older one folded
+into a "referenced files" placeholder, charged to ``retrieval`` and kept within its cap
+(newest first; previews dropped, then whole entries, with a notice, when it is short).
+
 Each source is cut to its cap before it enters the prompt, and every cut says so
 in the prompt. Budget left unused by memory, retrieval and summary flows to
 ``recent``. The total (framing and reply priming included) plus the reply reserve
@@ -17,13 +23,14 @@ never exceeds the window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from memory.recall import RecalledSegment
 from memory.tables import Summary, Turn, UserProfile
 from persona import Persona
 from prompts import render
+from runtime.attachments import AttachedFile, earlier_block, with_block
 from runtime.budgets import SOURCES, Budgets
 from runtime.calibration import Baseline, baseline_total
 from runtime.persona_render import DEFAULT_USER_NAME, render_persona
@@ -46,6 +53,20 @@ class SourceReport:
     """Entries included: turns, segments, summary lines."""
     cut: str | None = None
     """What was cut, as said in the prompt; ``None`` if nothing was."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnBlocks:
+    """The attachment block of one stored user turn, in each of its forms (texts, not tokens)."""
+
+    first: str
+    """First-turn form: small text files inline, the rest as pointers."""
+    folded: str
+    """History form: placeholder lines with previews."""
+    compact: str
+    """History form without previews, for a short retrieval budget."""
+    file_ids: tuple[str, ...]
+    """The files the turn carries, in order."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +99,8 @@ class AssembledContext:
     baseline_tokens: int | None = None
     """The request's size by the provider's last reported usage plus the messages added since,
     when the request starts with that last request; ``total_tokens`` is never below it."""
+    attached_files: list[str] = field(default_factory=list)
+    """Ids of the files whose blocks (first-turn or folded) the messages show, in turn order."""
 
     @property
     def overflow(self) -> bool:
@@ -101,6 +124,8 @@ def assemble_context(
     overhead: int = 0,
     profile: UserProfile | None = None,
     retrieval: Sequence[RetrievalItem] = (),
+    attachments: dict[int, TurnBlocks] | None = None,
+    earlier_files: Sequence[AttachedFile] = (),
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
@@ -121,6 +146,10 @@ def assemble_context(
         profile: the user's pinned profile, shown first in ``memory``; its name is what
             ``{{user}}`` becomes (default ``User``).
         retrieval: fired lorebook entries and knowledge chunks (see ``runtime/retrieval.py``).
+        attachments: turn ``seq`` -> the attachment blocks of that user turn.
+        earlier_files: files of turns rolled out of the recent window, oldest first; listed
+            (placeholder lines) in the system context while ``retrieval`` has room after the
+            folded blocks, newest kept first.
 
     Raises:
         ConfigurationError: the persona's parts that are never cut exceed its cap.
@@ -158,15 +187,32 @@ def assemble_context(
     if memory_text:
         blocks.append(memory_text)
         texts["memory"] = memory_text
-    found = fit_retrieval(retrieval, cap=budgets.retrieval, counter=counter)
+    # retrieval: the folded file references of older turns first (they anchor what the user
+    # sent), then rolled-out turns' files, then lorebook entries and knowledge chunks in what is left
+    newest = turns[-1].seq if turns and pending is None and turns[-1].role == "user" else None
+    first_block = {newest: attachments[newest].first} if attachments and newest in attachments else {}
+    folded, fold_costs, listed, fold_cut = _fold(attachments or {}, newest, budgets.retrieval, counter)
+    fold_total = sum(fold_costs.values())
+    earlier_text, earlier_listed = _earlier(earlier_files, budgets.retrieval - fold_total, counter)
+    earlier_cost = counter.count_text(earlier_text) if earlier_text else 0
+    found = fit_retrieval(retrieval, cap=max(budgets.retrieval - fold_total - earlier_cost, 0), counter=counter)
+    cuts = [c for c in (fold_cut, found.cut) if c]
+    if len(earlier_listed) < len(earlier_files):
+        cuts.append(f"{len(earlier_files) - len(earlier_listed)} files of rolled-out turns not listed")
     sources["retrieval"] = SourceReport(
-        source="retrieval", tokens=found.tokens, cap=budgets.retrieval, items=len(found.shown), cut=found.cut
+        source="retrieval",
+        tokens=fold_total + earlier_cost + found.tokens,
+        cap=budgets.retrieval,
+        items=len(folded) + len(earlier_listed) + len(found.shown),
+        cut="; ".join(cuts) or None,
     )
     if found.text:
         blocks.append(found.text)
-        texts["retrieval"] = found.text
+    if earlier_text:
+        blocks.append(earlier_text)
 
     head = [persona_msg]
+    retrieval_framing = 0
     if blocks:
         context_msg = {"role": "system", "content": "\n\n".join(blocks)}
         head.append(context_msg)
@@ -174,10 +220,24 @@ def assemble_context(
         framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
         first = "summary" if summary_text else "memory" if memory_text else "retrieval"
         sources[first] = _add_tokens(sources[first], framing)
+        retrieval_framing = framing if first == "retrieval" else 0
 
     used_by_others = sum(s.tokens for s in sources.values())
     room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
-    recent_msgs, shown, recent_report = _recent(turns, pending, room, budgets.recent, counter)
+    blocks_in = {**folded, **first_block}
+
+    def recent(room: int) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
+        # folded blocks sit inside the recent messages but are charged to retrieval (already out of room)
+        msgs, kept, report = _recent(turns, pending, room + fold_total, budgets.recent, counter, blocks_in)
+        shown_fold = sum(cost for seq, cost in fold_costs.items() if seq in kept)
+        sources["retrieval"] = replace(
+            sources["retrieval"],
+            tokens=shown_fold + earlier_cost + found.tokens + retrieval_framing,
+            items=sum(len(attachments[q].file_ids) for q in folded if q in kept) + len(earlier_listed) + len(found.shown),
+        )
+        return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
+
+    recent_msgs, shown, recent_report = recent(room)
     messages = head + recent_msgs + post_history
     total = counter.count_messages(messages)
     # the provider's baseline covers the previous request without its post-history message
@@ -185,7 +245,7 @@ def assemble_context(
     by_baseline = baseline_total(baseline, head + recent_msgs, counter)
     if by_baseline is not None and by_baseline > total:
         # the provider counts this prefix higher than we do: shrink recent by the difference
-        recent_msgs, shown, recent_report = _recent(turns, pending, room - (by_baseline - total), budgets.recent, counter)
+        recent_msgs, shown, recent_report = recent(room - (by_baseline - total))
         messages = head + recent_msgs + post_history
         total = counter.count_messages(messages)
         refit = baseline_total(baseline, head + recent_msgs, counter)
@@ -193,6 +253,9 @@ def assemble_context(
         total = max(total, refit or 0)
     sources["recent"] = recent_report
     texts["recent"] = "\n".join(_text(m) for m in recent_msgs)
+    retrieval_texts = [t for t in (found.text, earlier_text) if t] + [folded[q] for q in sorted(folded) if q in shown]
+    if retrieval_texts:
+        texts["retrieval"] = "\n\n".join(retrieval_texts)
     total += overhead
     return AssembledContext(
         session_id=session_id,
@@ -208,6 +271,12 @@ def assemble_context(
         calibration=calibration,
         overhead_tokens=overhead,
         baseline_tokens=by_baseline,
+        attached_files=list(
+            dict.fromkeys(
+                [f.file_id for f in earlier_listed]
+                + [fid for q in sorted(listed | set(first_block)) if q in shown for fid in (attachments or {})[q].file_ids]
+            )
+        ),
     )
 
 
@@ -273,12 +342,74 @@ def _memory_block(
     return text, [seg for seg, _ in chosen], SourceReport(source="memory", tokens=tokens, cap=cap, items=len(chosen), cut=cut)
 
 
+def _fold(
+    attachments: dict[int, TurnBlocks], newest: int | None, cap: int, counter: TokenCounter
+) -> tuple[dict[int, str], dict[int, int], set[int], str | None]:
+    """The folded block of each older turn within the retrieval ``cap`` (tokens), newest turn
+    first: with previews while they fit, then without, then a one-line notice, then nothing.
+
+    Returns ``seq -> block``, ``seq -> tokens it adds``, the seqs whose files are listed (not
+    just counted in a notice), and what was cut (or ``None``).
+    """
+    chosen: dict[int, str] = {}
+    listed: set[int] = set()
+    costs: dict[int, int] = {}
+    used = 0
+    compacted = omitted = 0
+    for seq in sorted((q for q in attachments if q != newest), reverse=True):
+        blocks = attachments[seq]
+        count = len(blocks.file_ids)
+        forms = [(blocks.folded, 0), (blocks.compact, 1), (render("notice_files_omitted", count=count), 2)]
+        for text, level in forms:
+            cost = counter.count_text("\n\n" + text)
+            if used + cost <= cap:
+                chosen[seq], costs[seq] = text, cost
+                used += cost
+                compacted += level == 1
+                omitted += count if level == 2 else 0
+                if level < 2:
+                    listed.add(seq)
+                break
+        else:
+            omitted += count
+    notes = []
+    if compacted:
+        notes.append(f"previews of {compacted} earlier attachment blocks dropped")
+    if omitted:
+        notes.append(f"{omitted} earlier attached files not listed")
+    return chosen, costs, listed, "; ".join(notes) or None
+
+
+def _earlier(
+    files: Sequence[AttachedFile], cap: int, counter: TokenCounter
+) -> tuple[str, list[AttachedFile]]:
+    """The block listing ``files`` (oldest first) within ``cap`` tokens, dropping the oldest first
+    (and saying how many in the block)."""
+    listed = list(files)
+    while listed:
+        dropped = len(files) - len(listed)
+        text = earlier_block(listed) + ("\n" + render("notice_files_omitted", count=dropped) if dropped else "")
+        if counter.count_text(text) <= cap:
+            return text, listed
+        listed.pop(0)
+    return "", []
+
+
 def _recent(
-    turns: Sequence[Turn], pending: str | None, room: int, cap: int, counter: TokenCounter
+    turns: Sequence[Turn],
+    pending: str | None,
+    room: int,
+    cap: int,
+    counter: TokenCounter,
+    blocks: dict[int, str] | None = None,
 ) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
-    """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped."""
+    """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped.
+    ``blocks`` (turn seq -> attachment block) go under their turns' text."""
+    blocks = blocks or {}
     seqs: list[int | None] = [t.seq for t in turns]
-    messages: list[dict[str, Any]] = [{"role": t.role, "content": t.content} for t in turns]
+    messages: list[dict[str, Any]] = [
+        {"role": t.role, "content": with_block(t.content, blocks.get(t.seq, ""))} for t in turns
+    ]
     if pending is not None:
         seqs.append(None)
         messages.append({"role": "user", "content": pending})

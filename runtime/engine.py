@@ -14,18 +14,26 @@ the turn compacts harder (``recent`` and ``memory`` at half their caps, a 10 % m
 off the window) and asks once more; a second overflow raises
 :class:`~memory.errors.ContextOverflowError`. A reply whose stream broke off is
 stored as far as it arrived, marked ``interrupted``.
+
+Attachments (issue 9): ``turn(..., attachments=[file_id, ...])`` checks every id belongs
+to the user (and, if ephemeral, to the session) before anything is stored, and writes
+the ``turn_files`` rows in the user turn's transaction. Assembly renders the blocks from
+those rows (:mod:`runtime.attachments`): the newest user message's files first-turn style,
+older ones folded and charged to ``retrieval``. While any block is shown, the model is
+offered ``file_read`` (:mod:`runtime.file_tool`). :meth:`Engine.edit_turn` truncates and
+resends; :meth:`Engine.delete_file` and :meth:`Engine.delete_session` delete.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Callable
+from typing import Any, Callable, Sequence
 
 import structlog
 
 from memory.embeddings import Embedder
-from memory.errors import ContextOverflowError, InvalidMessageError
+from memory.errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError
 from memory.knowledge import search_chunks
 from memory.profiles import Profiles
 from memory.recall import recall_segments
@@ -37,6 +45,7 @@ from runtime.calibration import CALIBRATION_WINDOW, Baseline, CalibratedCounter,
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
 from runtime.context import AssembledContext, assemble_context
+from runtime.file_services import FileServices
 from runtime.lorebook import match_entries, scan_text
 from runtime.persona_render import DEFAULT_USER_NAME
 from runtime.profile import summary_profile_facts
@@ -45,6 +54,7 @@ from runtime.messages import validate_message
 from runtime.model import Replier, Reply
 from runtime.summarizer import Summarizer, summarizer_for
 from runtime.tokens import TokenCounter, counter_for
+from runtime.turn_attachments import FileTool, check_attachments, session_attachments, warm
 
 log = structlog.get_logger("companion.engine")
 
@@ -86,13 +96,23 @@ class Engine:
         replier: Replier | None = None,
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
+        file_services: FileServices | None = None,
     ) -> None:
+        """``file_services`` (:func:`runtime.file_services.open_file_services`: the file store, the
+        parse service, the ``file_read`` reader) enable attachments; without them a turn with
+        attachments raises ConfigurationError."""
+        self.file_services = file_services
+        self.files = file_services.files if file_services is not None else None
+        self.parses = file_services.parses if file_services is not None else None
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.persona = persona
         self.replier = replier
         self.counter = counter or counter_for(settings.model)
+        self.file_tool = FileTool(
+            file_services.reader if file_services is not None else None, settings=settings, counter=self.counter
+        )
         self.budgets: Budgets = settings.scaled_budgets
         self.window: int = settings.window
         self.profiles = Profiles(store.engine)
@@ -120,6 +140,7 @@ class Engine:
             replier=self.replier,
             summarizer=self.compactor.summarizer,
             counter=self.counter,
+            file_services=self.file_services,
         )
 
     # -- writing turns --------------------------------------------------------
@@ -132,6 +153,7 @@ class Engine:
         at: datetime | None = None,
         reply: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        attachments: Sequence[str] = (),
     ) -> TurnResult:
         """Run one turn: store the user message, assemble the context, reply, store the reply.
 
@@ -143,9 +165,14 @@ class Engine:
             on_delta: called with each piece of the reply as it streams in; ``None``
                 asks for the reply whole. Either way the reply is stored once, complete
                 (or, if the stream broke off, as far as it came, marked ``interrupted``).
+            attachments: ids of stored files the message carries, in order. Each must be the
+                user's (an ephemeral one, of this session); checked before anything is stored.
 
         Raises:
             InvalidMessageError: the message is invalid; nothing was stored.
+            FileNotFound: an attachment id is unknown, another user's, or another session's
+                ephemeral id; nothing was stored.
+            ConfigurationError: attachments given to an engine without a file store.
             ModelCallError: the reply failed; the user turn stays stored. Its subclass
                 says why: ContextOverflowError (twice too long), ModelAuthError,
                 ModelRequestError, ModelUnavailableError (after bounded retries).
@@ -156,10 +183,17 @@ class Engine:
             reply = validate_message(reply, max_chars=self.settings.max_message_chars)
         elif self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona.name)
         user_turn = self.store.add_turn(
-            session_id=session_id, role="user", content=text, tokens=self._tokens("user", text), created_at=at
+            session_id=session_id,
+            role="user",
+            content=text,
+            tokens=self._tokens("user", text),
+            created_at=at,
+            file_ids=[f.id for f in attached],
         )
+        warm(self.parses, attached, settings=self.settings)
         compactions = [c for c in [self._compact(session_id, user_id)] if c is not None]
         context = self.assemble(user_id=user_id, session_id=session_id)
         if reply is not None:
@@ -182,11 +216,14 @@ class Engine:
             created_at=at,
             usage_prompt_tokens=prompt_tokens,
             usage_completion_tokens=completion_tokens,
-            request_estimate_tokens=self.counter.count_messages(context.messages),
+            # the file_read schema rides along whenever it was offered: part of the request the usage is for
+            request_estimate_tokens=self.counter.count_messages(context.messages)
+            + (self.file_tool.tokens if reply is None and self.file_tool.offered(context) else 0),
+            # the fingerprint leaves out the trailing post-history message (see runtime.calibration)
             request_messages=len(context.messages) - context.post_history_messages,
             request_fingerprint=fingerprint(context.messages[: len(context.messages) - context.post_history_messages]),
             interrupted=answer.interrupted,
-        )
+        )  # only the final text is stored: tool calls and their results (file text) never are
         # a failed compaction is not retried in the same turn; the breaker counts it once
         after = None if any(not c.ok for c in compactions) else self._compact(session_id, user_id)
         if after is not None:
@@ -277,6 +314,8 @@ class Engine:
                 (tokens); by default the engine's.
         """
         turns = self.store.turns(session_id, state=TurnState.context)
+        files = session_attachments(self.store, user_id=user_id, session_id=session_id, turns=turns, settings=self.settings)
+        turns = files.turns
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
         candidates = []
         vector: list[float] = []
@@ -317,9 +356,13 @@ class Engine:
             counter=CalibratedCounter(self.counter, calibration.factor),
             baseline=baseline,
             calibration=calibration.factor,
-            overhead=calibration.overhead,
+            # while files are shown, the file_read schema goes with every request
+            overhead=calibration.overhead + (self.file_tool.tokens if self.file_tool.available and
+                                              (files.blocks or files.earlier) else 0),
             profile=profile,
             retrieval=retrieval,
+            attachments=files.blocks,
+            earlier_files=files.earlier,
         )
 
     def _retrieval(
@@ -367,7 +410,10 @@ class Engine:
         Returns the reply, the context it answers, and the harder compaction (if one ran).
         """
         assert self.replier is not None
-        kwargs = {"on_delta": on_delta} if on_delta is not None else {}
+        kwargs: dict[str, Any] = {"on_delta": on_delta} if on_delta is not None else {}
+        tools = self.file_tool.for_reply(context, user_id=user_id, session_id=session_id, window=self.window)
+        if tools is not None:
+            kwargs["tools"] = tools
         try:
             return self.replier.reply(context.messages, session_id=session_id, **kwargs), context, None
         except ContextOverflowError as first:
@@ -405,6 +451,8 @@ class Engine:
             ),
         )
         harder = self.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
+        if "tools" in kwargs:
+            kwargs["tools"] = self.file_tool.for_reply(harder, user_id=user_id, session_id=session_id, window=window)
         try:
             return self.replier.reply(harder.messages, session_id=session_id, **kwargs), harder, compaction
         except ContextOverflowError as second:
@@ -423,6 +471,80 @@ class Engine:
                 window=self.window,
                 provider_limit=limit,
             ) from second
+
+    # -- attachments (issue 9) ------------------------------------------------------
+    def delete_file(self, *, user_id: str, file_id: str) -> bool:
+        """Delete a file and every reference to it in every session (its ``turn_files`` rows; the
+        blocks are rendered from them, so no assembled context shows a trace). False if the user
+        has no such file."""
+        if self.files is None:
+            return False
+        deleted = bool(self.files.delete(file_id, user_id=user_id))
+        log.info("file.deleted", file_id=file_id, deleted=deleted)
+        return deleted
+
+    def delete_session(self, *, user_id: str, session_id: str) -> dict[str, int]:
+        """Delete a session and everything of it, and the files no other session references
+        (:meth:`memory.store.Store.delete_session`). Returns counts by kind.
+
+        Raises:
+            SessionOwnershipError: the session belongs to another user (nothing deleted).
+        """
+        session = self.store.get_session(session_id)
+        if session is not None and session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} belongs to another user, not {user_id!r}; nothing was deleted.",
+                session_id=session_id,
+            )
+        counts = self.store.delete_session(session_id, files=self.files)
+        log.info("session.deleted", session_id=session_id, **counts)
+        return counts
+
+    def edit_turn(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        seq: int,
+        message: str | bytes,
+        attachments: Sequence[str] = (),
+        at: datetime | None = None,
+        reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> TurnResult:
+        """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then
+        the edited message runs as a new turn with ``attachments`` (the full first-turn path).
+
+        Files of earlier turns are kept. The replaced turns' files are deleted only after the
+        truncation has happened, and only those nothing references any more (the new turn
+        may carry one again).
+
+        Raises:
+            InvalidMessageError: a bad message (``reason`` as in :meth:`turn`), or ``bad_edit``: no such
+                user turn, or it has left the recent window. Nothing was changed.
+            FileNotFound, SessionOwnershipError: as in :meth:`turn`; nothing was changed.
+            ModelCallError: as in :meth:`turn`; the edited user turn stays stored.
+        """
+        text = validate_message(message, max_chars=self.settings.max_message_chars)
+        if reply is None and self.replier is None:
+            raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        session = self.store.get_session(session_id)
+        if session is None or session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
+            )
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        removed = self.store.truncate_from(session_id, seq=seq)
+        log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
+        try:
+            return self.turn(
+                user_id=user_id, session_id=session_id, message=text, at=at, reply=reply, on_delta=on_delta,
+                attachments=[f.id for f in attached],
+            )
+        finally:
+            if self.files is not None and removed["file_ids"]:
+                gone = self.files.delete_unreferenced(removed["file_ids"])
+                log.info("turn.edit_files_cleaned", session_id=session_id, files_deleted=len(gone))
 
     def _tokens(self, role: str, content: str) -> int:
         return self.counter.count_message({"role": role, "content": content})

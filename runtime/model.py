@@ -19,10 +19,21 @@ that would start after :attr:`RetryPolicy.total_seconds`.
 
 A stream that breaks after some text arrived is not retried (the caller already
 showed that text): the reply comes back with ``interrupted=True`` and what arrived.
+
+Tools: given :class:`Tools`, the replier offers them as real function tools
+(litellm ``tools=``, ``tool_choice="auto"``). When the model answers with structured
+``tool_calls``, each call is run, the assistant message with its ``tool_calls`` and
+one ``{"role": "tool", "tool_call_id", "content"}`` message per call are appended,
+the list is refitted (:attr:`Tools.fit`, e.g. the trim rules' tool-result caps), and
+the model is asked again, at most :attr:`Tools.max_rounds` times; the last request says
+``tool_choice="none"`` so that it ends in text. Only structured calls run: text that
+merely looks like a call (``[file_read(file_id="...")]`` inside ``content``) is
+ordinary reply text. Each request is retried on its own like a reply without tools.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -72,7 +83,59 @@ class Reply:
     interrupted: bool = False
     """True if the stream broke off: ``content`` is what arrived before it did."""
     attempts: int = 1
-    """Requests made for this reply, the first one included."""
+    """Requests made for this reply, the first one included (retries and tool rounds too)."""
+    tool_calls: tuple["ToolCall", ...] = ()
+    """Tool calls the model asked for, all rounds, in order (empty without tools)."""
+    tool_rounds: int = 0
+    """Follow-up requests made after running tool calls."""
+    total_prompt_tokens: int | None = None
+    """Prompt tokens the provider reported over all requests of this reply (``prompt_tokens`` is the first request's)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """One structured tool call from the model."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as the model sent them: a JSON object, as text."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tools:
+    """Function tools offered for one reply, and how to run them."""
+
+    specs: list[dict[str, Any]]
+    """OpenAI-format tool schemas (``{"type": "function", "function": {...}}``), passed as ``tools=``."""
+    run: Callable[[str, dict[str, Any]], str]
+    """Runs one call: ``(tool name, parsed arguments) -> result text``. A
+    :class:`~memory.errors.UsageError` it raises (a bad id, a bad argument) becomes the result
+    text, so the model can correct itself; any other exception fails the reply."""
+    max_rounds: int = 4
+    """Most follow-up requests after tool results; the last one forbids further calls."""
+    fit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    """Refits the message list after results were appended (caps, window); ``None``: as is."""
+
+
+def run_tool_call(tools: Tools, call: ToolCall) -> str:
+    """The result text of one call: the tool's answer, or a plain explanation for an unknown
+    tool, arguments that are not a JSON object, or a usage error the tool raised."""
+    from memory.errors import UsageError
+
+    known = [spec.get("function", {}).get("name") for spec in tools.specs]
+    if call.name not in known:
+        return f"Unknown tool {call.name!r}. Available tools: {', '.join(str(k) for k in known)}."
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return f"The arguments of {call.name} are not valid JSON ({exc.msg} at character {exc.pos}). Send a JSON object."
+    if not isinstance(arguments, dict):
+        return f"The arguments of {call.name} must be a JSON object, got {type(arguments).__name__}."
+    try:
+        return tools.run(call.name, arguments)
+    except UsageError as exc:
+        return f"{call.name} failed: {exc}"
 
 
 class Replier(Protocol):
@@ -337,20 +400,89 @@ class LiteLLMReplier:
         *,
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
+        tools: Tools | None = None,
     ) -> Reply:
-        """Ask the model; stream to ``on_delta`` when it is given.
+        """Ask the model; stream to ``on_delta`` when it is given; offer ``tools`` when given
+        and run the calls the model makes (see the module docstring).
+
+        The returned ``content`` joins the text of every round with a blank line (what
+        ``on_delta`` was given, in the same order).
 
         Raises:
             ContextOverflowError, ModelAuthError, ModelRequestError: at once, without a retry.
             ModelUnavailableError: once the retries or their time are used up.
         """
+        if tools is None:
+            return self._retrying(messages, session_id=session_id, on_delta=on_delta, extra={})
+        convo = list(messages)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        attempts = 0
+        first_prompt: int | None = None
+        total_prompt = 0
+        completion = 0
+        deltas = _Joiner(on_delta) if on_delta is not None else None
+        rounds = 0
+        while True:
+            last = rounds >= tools.max_rounds
+            extra = {"tools": tools.specs, "tool_choice": "none" if last else "auto"}
+            if deltas is not None:
+                deltas.new_round()
+            answer = self._retrying(convo, session_id=session_id, on_delta=deltas, extra=extra)
+            attempts += answer.attempts
+            first_prompt = answer.prompt_tokens if rounds == 0 else first_prompt
+            total_prompt += answer.prompt_tokens or 0
+            completion += answer.completion_tokens or 0
+            if answer.content:
+                texts.append(answer.content)
+            if not answer.tool_calls or last or answer.interrupted:
+                if answer.tool_calls:
+                    log.warning("model.tool_calls_ignored", session_id=session_id, model=self.model,
+                                calls=len(answer.tool_calls), rounds=rounds)
+                return Reply(
+                    content="\n\n".join(texts),
+                    prompt_tokens=first_prompt,
+                    completion_tokens=completion or None,
+                    interrupted=answer.interrupted,
+                    attempts=attempts,
+                    tool_calls=tuple(calls),
+                    tool_rounds=rounds,
+                    total_prompt_tokens=total_prompt or None,
+                )
+            calls.extend(answer.tool_calls)
+            convo.append({
+                "role": "assistant",
+                "content": answer.content or None,
+                "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in answer.tool_calls
+                ],
+            })
+            for call in answer.tool_calls:
+                result = run_tool_call(tools, call)
+                convo.append({"role": "tool", "tool_call_id": call.id, "content": result})
+                log.info("model.tool_call", session_id=session_id, tool=call.name, call_id=call.id,
+                         result_chars=len(result), round=rounds + 1)
+            if tools.fit is not None:
+                convo = tools.fit(convo)
+            rounds += 1
+
+    def _retrying(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None,
+        extra: dict[str, Any],
+    ) -> Reply:
+        """One request with the bounded retries."""
         started = time.monotonic()
         waited = 0.0
         attempt = 0
         while True:
             attempt += 1
             try:
-                return replace(self._once(messages, session_id=session_id, on_delta=on_delta), attempts=attempt)
+                return replace(self._once(messages, session_id=session_id, on_delta=on_delta, extra=extra), attempts=attempt)
             except _ProviderFailure as failure:
                 exc = failure.exc
             error = map_model_error(exc, model=self.model, session_id=session_id)
@@ -391,7 +523,12 @@ class LiteLLMReplier:
         )
 
     def _once(
-        self, messages: Sequence[dict[str, Any]], *, session_id: str, on_delta: Callable[[str], None] | None
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None,
+        extra: dict[str, Any] | None = None,
     ) -> Reply:
         """One request. litellm's exceptions come out wrapped in :class:`_ProviderFailure`;
         ``on_delta``'s own exceptions come out as they are."""
@@ -405,11 +542,14 @@ class LiteLLMReplier:
             num_retries=0,
             max_retries=0,
             **self.extra,
+            **(extra or {}),
         )
         if on_delta is None:
             try:
                 response = litellm.completion(**kwargs)
-                content = response.choices[0].message.content or ""
+                message = response.choices[0].message
+                content = message.content or ""
+                calls = _tool_calls(getattr(message, "tool_calls", None))
             except Exception as exc:
                 raise _ProviderFailure(exc) from exc
             usage = getattr(response, "usage", None)
@@ -417,9 +557,11 @@ class LiteLLMReplier:
                 content=content,
                 prompt_tokens=getattr(usage, "prompt_tokens", None),
                 completion_tokens=getattr(usage, "completion_tokens", None),
+                tool_calls=calls,
             )
 
         parts: list[str] = []
+        fragments: dict[int, dict[str, str]] = {}
         usage = None
         try:
             chunks = iter(litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True}))
@@ -443,12 +585,65 @@ class LiteLLMReplier:
                 return Reply(content="".join(parts), interrupted=True)
             usage = getattr(chunk, "usage", None) or usage
             for choice in getattr(chunk, "choices", None) or []:
-                delta = getattr(getattr(choice, "delta", None), "content", None)
+                delta_obj = getattr(choice, "delta", None)
+                delta = getattr(delta_obj, "content", None)
                 if delta:
                     parts.append(delta)
                     on_delta(delta)
+                for piece in getattr(delta_obj, "tool_calls", None) or []:
+                    _add_fragment(fragments, piece)
         return Reply(
             content="".join(parts),
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
+            tool_calls=tuple(
+                ToolCall(id=f["id"] or f"call_{i}", name=f["name"], arguments=f["arguments"])
+                for i, f in sorted(fragments.items())
+            ),
         )
+
+
+def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    """Structured tool calls of a whole reply's message (litellm objects or dicts)."""
+    out = []
+    for i, call in enumerate(raw or []):
+        get = call.get if isinstance(call, dict) else lambda k, c=call: getattr(c, k, None)
+        function = get("function")
+        fget = function.get if isinstance(function, dict) else lambda k, f=function: getattr(f, k, None)
+        out.append(ToolCall(id=get("id") or f"call_{i}", name=fget("name") or "", arguments=fget("arguments") or ""))
+    return tuple(out)
+
+
+def _add_fragment(fragments: dict[int, dict[str, str]], piece: Any) -> None:
+    """Merge one streamed tool-call delta: the first fragment of a call (by ``index``) brings
+    its id and name, later ones append to its arguments (the OpenAI streaming form)."""
+    get = piece.get if isinstance(piece, dict) else lambda k: getattr(piece, k, None)
+    index = get("index") or 0
+    entry = fragments.setdefault(index, {"id": "", "name": "", "arguments": ""})
+    if get("id"):
+        entry["id"] = get("id")
+    function = get("function")
+    if function is not None:
+        fget = function.get if isinstance(function, dict) else lambda k: getattr(function, k, None)
+        if fget("name"):
+            entry["name"] = fget("name")
+        entry["arguments"] += fget("arguments") or ""
+
+
+class _Joiner:
+    """Passes streamed text on, with a blank line between the text of two tool rounds."""
+
+    def __init__(self, on_delta: Callable[[str], None]) -> None:
+        self.on_delta = on_delta
+        self.shown = False
+        self.fresh = True
+
+    def new_round(self) -> None:
+        self.fresh = True
+
+    def __call__(self, piece: str) -> None:
+        if self.fresh and self.shown:
+            self.on_delta("\n\n")
+        self.fresh = False
+        self.shown = True
+        self.on_delta(piece)

@@ -11,8 +11,11 @@ then ``data: [DONE]``), one chunk per word, and a final chunk with ``usage`` whe
 ``stream_options.include_usage`` is set. Besides reply texts and ``(status, body)``
 tuples, a script entry can be a scripted fault: :class:`HTTPError` (any status,
 OpenAI-style body, extra headers such as ``Retry-After``; see :func:`rate_limited`
-and :data:`OVERFLOW`), :class:`Hang` (sleep past the client's timeout) or
-:class:`Cut` (close the connection halfway through the reply).
+and :data:`OVERFLOW`), :class:`Hang` (sleep past the client's timeout),
+:class:`Cut` (close the connection halfway through the reply) or :class:`ToolCalls`
+(a structured ``tool_calls`` reply, whole or streamed as argument fragments, with
+``finish_reason: "tool_calls"``). A callable step sees each request, so a test can
+answer by what the tool results in it say.
 
 Run it alone for a manual session (``python -m tests.fake_llm --port 0``); it
 prints its ``api_base``.
@@ -100,6 +103,16 @@ class Cut:
     after: int = 2
 
 
+@dataclass(frozen=True)
+class ToolCalls:
+    """A reply that asks for tool calls: ``calls`` is a list of ``(name, arguments)`` with
+    ``arguments`` a dict (sent JSON-encoded, as providers do). ``content`` is text sent
+    beside the calls (usually empty). Call ids are ``call_<n>`` numbered per server."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    content: str = ""
+
+
 def _pieces(text: str) -> list[str]:
     """``text`` split into word chunks that join back to it exactly."""
     return [p for p in re.findall(r"\S*\s*", text) if p]
@@ -172,6 +185,11 @@ class FakeLLM:
 
             def _whole(self, body: dict[str, Any], step: Any) -> None:
                 text = step.text if isinstance(step, Cut) else step
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                finish = "stop"
+                if isinstance(step, ToolCalls):
+                    message = {"role": "assistant", "content": step.content or None, "tool_calls": fake._calls(step)}
+                    finish = "tool_calls"
                 data = json.dumps(
                     {
                         "id": "chatcmpl-fake",
@@ -179,7 +197,7 @@ class FakeLLM:
                         "created": int(time.time()),
                         "model": body.get("model", "fake"),
                         "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                            {"index": 0, "message": message, "finish_reason": finish}
                         ],
                         "usage": self._usage(body),
                     }
@@ -203,6 +221,9 @@ class FakeLLM:
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
                 self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+                if isinstance(step, ToolCalls):
+                    self._stream_calls(body, base, step)
+                    return
                 for i, piece in enumerate(_pieces(text)):
                     if isinstance(step, Cut) and i >= step.after:
                         self.wfile.write(b"40\r\ndata: {\"id\": \"chatcmpl-fa")  # a chunk that never ends
@@ -212,6 +233,24 @@ class FakeLLM:
                         time.sleep(fake.stream_delay)
                     self._event({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
                 self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+                if (body.get("stream_options") or {}).get("include_usage"):
+                    self._event({**base, "choices": [], "usage": self._usage(body)})
+                self._event("[DONE]")
+                self.wfile.write(b"0\r\n\r\n")
+
+            def _stream_calls(self, body: dict[str, Any], base: dict[str, Any], step: ToolCalls) -> None:
+                """Text first (if any), then each call: id and name, then its arguments in two fragments."""
+                for piece in _pieces(step.content):
+                    self._event({**base, "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
+                for index, call in enumerate(fake._calls(step)):
+                    args = call["function"]["arguments"]
+                    half = len(args) // 2
+                    head = {"index": index, "id": call["id"], "type": "function",
+                            "function": {"name": call["function"]["name"], "arguments": args[:half]}}
+                    tail = {"index": index, "function": {"arguments": args[half:]}}
+                    for delta in (head, tail):
+                        self._event({**base, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}]})
+                self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
                 if (body.get("stream_options") or {}).get("include_usage"):
                     self._event({**base, "choices": [], "usage": self._usage(body)})
                 self._event("[DONE]")
@@ -233,8 +272,20 @@ class FakeLLM:
                 except OSError:
                     pass
 
+        self._call_ids = 0
+        self._lock = threading.Lock()
         self.server = _Server((host, port), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _calls(self, step: ToolCalls) -> list[dict[str, Any]]:
+        """``step``'s calls in the OpenAI wire form, each with a fresh ``call_<n>`` id."""
+        out = []
+        for name, arguments in step.calls:
+            with self._lock:
+                self._call_ids += 1
+                call_id = f"call_{self._call_ids}"
+            out.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
+        return out
 
     @property
     def api_base(self) -> str:

@@ -206,9 +206,10 @@ def close(session_id: str, app: App = Depends(current_app), svc: Services = Depe
 @router.delete("/sessions/{session_id}", response_model=DeleteOut, tags=["sessions"])
 def delete(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Delete the session with its turns, summary, archived segments and breaker state, in
-    one transaction. The user stays."""
-    session, _ = svc.directory.session(app.id, session_id)
-    return DeleteOut(session_id=session.id, deleted=svc.engine.store.delete_session(session.id))
+    one transaction, then the files its turns carried that no other session references.
+    The user stays."""
+    session, user = svc.directory.session(app.id, session_id)
+    return DeleteOut(session_id=session.id, deleted=svc.engine.delete_session(user_id=user.id, session_id=session.id))
 
 
 @router.post("/sessions/{session_id}/breaker/reset", response_model=BreakerOut, tags=["sessions"])

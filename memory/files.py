@@ -1,0 +1,615 @@
+"""Stored files: the ``files`` rows, their blobs on disk, and the parse results.
+
+Blobs are content-addressed: ``<files_dir>/<sha[:2]>/<sha>``, written atomically (a
+temporary file in the same directory, fsynced, then ``os.replace``). One user's same
+bytes are one row per durability (and per session for an ephemeral id), and equal
+bytes are one blob whoever stored them. A blob is removed when no row points at it.
+
+Ownership: :meth:`FileStore.get` raises :class:`~memory.errors.FileNotFound` with one
+and the same message for an unknown id and for another user's id.
+
+Reads never change state; parse results are written by :meth:`FileStore.set_parse_result`
+(the parse service in ``runtime.parse_service`` calls it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mimetypes
+import os
+import secrets
+import tempfile
+import unicodedata
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from sqlalchemy import Engine, delete, func, or_, text, update
+from sqlmodel import Session, select
+
+from memory.database import storage_errors
+from memory.errors import FileInputError, FileNotFound
+from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
+
+DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
+"""``COMPANION_MAX_FILE_BYTES`` default: 50 MiB."""
+MAX_NAME_CHARS = 255
+"""Longest file name kept, characters (the usual file-system limit)."""
+STALE_PARSE_SECONDS = 600.0
+"""A ``parsing`` claim older than this many seconds is taken to be from a dead process and may be re-claimed."""
+
+_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"PK\x05\x06", "application/zip"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+)
+_OOXML = {
+    "word/": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    "ppt/": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    "xl/": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+}
+EPUB_MIME = "application/epub+zip"
+
+
+def new_file_id() -> str:
+    """A fresh file id: ``file_`` plus 20 random hex characters."""
+    return "file_" + secrets.token_hex(10)
+
+
+def sniff_mime(data: bytes, name: str) -> str:
+    """The MIME type of ``data``: from its magic bytes first, then from ``name``'s extension.
+
+    ZIP containers are told apart by their members: ``mimetype`` (EPUB) and the
+    ``word/``, ``ppt/``, ``xl/`` folders of Office Open XML. Unknown bytes that decode
+    as UTF-8 without NUL bytes are ``text/plain``; anything else ``application/octet-stream``.
+    """
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            if mime == "application/zip":
+                return _zip_kind(data) or mime
+            return mime
+    guessed, _ = mimetypes.guess_type(name, strict=False)
+    if guessed:
+        return guessed
+    head = data[:4096]
+    if b"\x00" not in head:
+        try:
+            head.decode("utf-8")
+            return "text/plain"
+        except UnicodeDecodeError as exc:
+            if exc.start >= len(head) - 4:  # a multi-byte character cut by the 4096-byte window
+                return "text/plain"
+    return "application/octet-stream"
+
+
+def _zip_kind(data: bytes) -> str | None:
+    import io
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            names = archive.namelist()
+            if "mimetype" in names and archive.read("mimetype").strip() == EPUB_MIME.encode():
+                return EPUB_MIME
+    except (zipfile.BadZipFile, OSError, KeyError, RuntimeError, NotImplementedError):
+        return None
+    for prefix, mime in _OOXML.items():
+        if any(n.startswith(prefix) for n in names) and "[Content_Types].xml" in names:
+            return mime
+    return None
+
+
+def clean_name(name: str) -> str:
+    """The file name to store: the last path component, NFC-normalised, stripped.
+
+    Raises:
+        FileInputError: ``bad_name`` for an empty name, ``.``/``..``, control characters
+            or NUL, or more than :data:`MAX_NAME_CHARS` characters.
+    """
+    base = unicodedata.normalize("NFC", str(name)).replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if not base or base in (".", ".."):
+        raise FileInputError(f"The file name {name!r} is empty; give the file a name such as notes.txt.", reason="bad_name")
+    if any(unicodedata.category(ch) == "Cc" for ch in base):
+        raise FileInputError(
+            f"The file name {name!r} contains control characters; rename the file.", reason="bad_name"
+        )
+    if len(base) > MAX_NAME_CHARS:
+        raise FileInputError(
+            f"The file name is {len(base)} characters long; at most {MAX_NAME_CHARS} are allowed. Rename the file.",
+            reason="bad_name",
+        )
+    return base
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredFile:
+    """One stored file as the runtime sees it (a detached copy of its ``files`` row)."""
+
+    id: str
+    user_id: str
+    name: str
+    mime: str
+    size_bytes: int
+    """Bytes."""
+    sha256: str
+    blob_path: str
+    """Relative to the files directory."""
+    durability: str
+    """``durable`` or ``ephemeral``."""
+    session_id: str | None
+    """For an ephemeral id, the session it is valid in."""
+    parse_state: str
+    """``pending``, ``parsing``, ``ready``, ``empty``, ``needs_ocr`` or ``failed``."""
+    parse_error: str | None
+    page_count: int | None
+    """Pages of the extract, once parsed."""
+    body_start_page: int | None
+    """First page after the front matter, 1-based; ``None`` when the body starts on page 1 or nothing was found."""
+    created_at: datetime
+    extract: str | None = None
+    """The ``--- page N ---`` text; ``None`` before parsing, or when loaded without it."""
+
+    @property
+    def is_durable(self) -> bool:
+        return self.durability == Durability.durable.value
+
+    @property
+    def is_final(self) -> bool:
+        """True once the parse has ended (ready, empty, needs OCR or failed)."""
+        return self.parse_state in FINAL_PARSE_STATES
+
+
+def _stored(row: FileRow, *, with_extract: bool) -> StoredFile:
+    return StoredFile(
+        id=row.id,
+        user_id=row.user_id,
+        name=row.name,
+        mime=row.mime,
+        size_bytes=row.size_bytes,
+        sha256=row.sha256,
+        blob_path=row.blob_path,
+        durability=_value(row.durability),
+        session_id=row.session_id,
+        parse_state=_value(row.parse_state),
+        parse_error=row.parse_error,
+        page_count=row.page_count,
+        body_start_page=row.body_start_page,
+        created_at=row.created_at,
+        extract=row.extract if with_extract else None,
+    )
+
+
+def _value(v) -> str:
+    return v.value if hasattr(v, "value") else str(v)
+
+
+class FileStore:
+    """The ``files`` table and the blobs under ``files_dir``.
+
+    Args:
+        engine: the SQLAlchemy engine of the runtime's database.
+        files_dir: where blobs are kept (``COMPANION_FILES_DIR``); created on first write.
+        max_file_bytes: largest upload accepted, bytes (``COMPANION_MAX_FILE_BYTES``).
+    """
+
+    def __init__(self, engine: Engine, files_dir: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+        self.engine = engine
+        self.files_dir = Path(files_dir)
+        self.max_file_bytes = max_file_bytes
+
+    # -- writing ----------------------------------------------------------------
+    def add(
+        self,
+        *,
+        user_id: str,
+        name: str,
+        data: bytes,
+        mime: str | None = None,
+        durability: str = "durable",
+        session_id: str | None = None,
+    ) -> StoredFile:
+        """Store ``data`` for ``user_id`` and return its row (state ``pending`` when new).
+
+        The same bytes stored again by the same user with the same durability (and, for
+        an ephemeral id, the same session) return the existing row unchanged: one row,
+        one blob. Creates the user row if missing.
+
+        Args:
+            mime: the caller's MIME type; ``None`` sniffs it (:func:`sniff_mime`).
+            durability: ``durable`` or ``ephemeral``.
+            session_id: for ``ephemeral``, the session the id is valid in.
+
+        Raises:
+            FileInputError: bad name (``bad_name``), no bytes (``empty``), more than
+                ``max_file_bytes`` (``too_large``), or a bad durability (``bad_durability``).
+                Nothing was written.
+            StorageError: the database refused the write.
+        """
+        clean = clean_name(name)
+        if durability not in ("durable", "ephemeral"):
+            raise FileInputError(
+                f"durability must be 'durable' or 'ephemeral', got {durability!r}.", reason="bad_durability"
+            )
+        if durability == "durable" and session_id is not None:
+            raise FileInputError(
+                "session_id is only for ephemeral files; a durable file is valid in every session of its user.",
+                reason="bad_durability",
+            )
+        data = self._checked_bytes(data, clean)
+        sha = hashlib.sha256(data).hexdigest()
+        mime = (mime or "").strip() or sniff_mime(data, clean)
+        existing = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
+        if existing is not None:
+            return existing
+        blob_path = f"{sha[:2]}/{sha}"
+        self._write_blob(blob_path, data)
+        with storage_errors(session_id), Session(self.engine) as db:
+            db.exec(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            row = FileRow(
+                id=new_file_id(),
+                user_id=user_id,
+                name=clean,
+                mime=mime[:200],
+                size_bytes=len(data),
+                sha256=sha,
+                blob_path=blob_path,
+                durability=Durability(durability),
+                session_id=session_id,
+            )
+            db.add(row)
+            try:
+                db.commit()
+            except Exception:
+                db.rollback()
+                # A concurrent upload of the same bytes won the unique index: use its row.
+                again = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
+                if again is not None:
+                    return again
+                self._remove_unused_blobs({blob_path})  # nothing half-written
+                raise
+            db.refresh(row)
+            return _stored(row, with_extract=True)
+
+    def _checked_bytes(self, data: object, name: str) -> bytes:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise FileInputError(f"File data must be bytes, got {type(data).__name__}.", reason="bad_argument")
+        data = bytes(data)
+        if not data:
+            raise FileInputError(f"The file {name!r} is empty (0 bytes); nothing to store.", reason="empty")
+        if len(data) > self.max_file_bytes:
+            raise FileInputError(
+                f"The file {name!r} is {len(data):,} bytes; at most {self.max_file_bytes:,} are accepted "
+                "(COMPANION_MAX_FILE_BYTES).",
+                reason="too_large",
+            )
+        return data
+
+    def _find(self, *, user_id: str, sha256: str, durability: str, session_id: str | None) -> StoredFile | None:
+        with storage_errors(session_id), Session(self.engine) as db:
+            query = select(FileRow).where(
+                FileRow.user_id == user_id, FileRow.sha256 == sha256, FileRow.durability == Durability(durability)
+            )
+            if durability == "ephemeral":
+                query = query.where(func.coalesce(FileRow.session_id, "") == (session_id or ""))
+            row = db.exec(query).first()
+            return _stored(row, with_extract=True) if row is not None else None
+
+    def _write_blob(self, blob_path: str, data: bytes) -> None:
+        target = self.files_dir / blob_path
+        if target.is_file() and target.stat().st_size == len(data):
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    # -- reading ----------------------------------------------------------------
+    def get(
+        self, file_id: str, *, user_id: str, session_id: str | None = None, with_extract: bool = True
+    ) -> StoredFile:
+        """The file ``file_id`` of ``user_id``.
+
+        Args:
+            session_id: when given, an ephemeral file bound to another session is not found.
+            with_extract: ``False`` leaves ``extract`` as ``None`` (cheaper for listings).
+
+        Raises:
+            FileNotFound: no such id, another user's id, or an ephemeral id of another
+                session; one message for all, so nothing leaks.
+        """
+        with storage_errors(session_id), Session(self.engine) as db:
+            row = db.get(FileRow, str(file_id))
+            if row is None or row.user_id != user_id or not _in_session(row, session_id):
+                raise FileNotFound(_not_found(file_id), file_id=str(file_id))
+            return _stored(row, with_extract=with_extract)
+
+    def get_many(
+        self, file_ids: Sequence[str], *, user_id: str, session_id: str | None = None, with_extract: bool = True
+    ) -> dict[str, StoredFile]:
+        """``{id: StoredFile}`` for ``file_ids`` in one query, in the order given.
+
+        Raises:
+            FileNotFound: for the first id that :meth:`get` would not find.
+        """
+        ids = [str(i) for i in dict.fromkeys(file_ids)]
+        if not ids:
+            return {}
+        with storage_errors(session_id), Session(self.engine) as db:
+            rows = {r.id: r for r in db.exec(select(FileRow).where(FileRow.id.in_(ids))).all()}
+        out: dict[str, StoredFile] = {}
+        for file_id in ids:
+            row = rows.get(file_id)
+            if row is None or row.user_id != user_id or not _in_session(row, session_id):
+                raise FileNotFound(_not_found(file_id), file_id=file_id)
+            out[file_id] = _stored(row, with_extract=with_extract)
+        return out
+
+    def lookup(self, file_id: str) -> StoredFile:
+        """The file ``file_id`` whoever owns it: for operator commands (``companion files show``) and
+        the parse service only, never for a user's request.
+
+        Raises:
+            FileNotFound: no such id.
+        """
+        with storage_errors(), Session(self.engine) as db:
+            row = db.get(FileRow, str(file_id))
+            if row is None:
+                raise FileNotFound(_not_found(file_id), file_id=str(file_id))
+            return _stored(row, with_extract=True)
+
+    def extract(self, file_id: str) -> str | None:
+        """The extract text of ``file_id`` (``None`` before parsing or for an unknown id)."""
+        with storage_errors(), Session(self.engine) as db:
+            return db.exec(select(FileRow.extract).where(FileRow.id == str(file_id))).first()
+
+    def state(self, file_id: str) -> str | None:
+        """The parse state of ``file_id``, or ``None`` if the id is gone."""
+        with storage_errors(), Session(self.engine) as db:
+            value = db.exec(select(FileRow.parse_state).where(FileRow.id == str(file_id))).first()
+            return None if value is None else _value(value)
+
+    def read_bytes(self, stored: StoredFile) -> bytes:
+        """The stored bytes of ``stored`` (for parsing and re-export).
+
+        Raises:
+            FileNotFound: the blob is missing from the files directory.
+        """
+        path = self.files_dir / stored.blob_path
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise FileNotFound(
+                f"The bytes of file {stored.id!r} are missing from the files directory ({path}).", file_id=stored.id
+            ) from None
+
+    def export(self, file_id: str, *, user_id: str) -> tuple[StoredFile, bytes]:
+        """The stored bytes of a durable file of ``user_id``, for re-export.
+
+        Raises:
+            FileNotFound: as :meth:`get`, or the blob is missing.
+            FileInputError: ``not_durable`` for an ephemeral id.
+        """
+        stored = self.get(file_id, user_id=user_id, with_extract=False)
+        _require_durable(stored, "exported")
+        return stored, self.read_bytes(stored)
+
+    def edit(self, file_id: str, *, user_id: str, data: bytes, name: str | None = None, mime: str | None = None) -> StoredFile:
+        """Replace the bytes of a durable file, keeping its id (and every turn's reference to it).
+
+        The parse starts over (``pending``; the old extract is cleared); the old blob is
+        removed when no row uses it any more.
+
+        Raises:
+            FileNotFound: as :meth:`get`.
+            FileInputError: ``not_durable`` for an ephemeral id; ``duplicate`` when the user
+                already has a durable file with these bytes (its id is in the message);
+                ``empty`` / ``too_large`` / ``bad_name`` as :meth:`add`. Nothing changed.
+        """
+        stored = self.get(file_id, user_id=user_id, with_extract=False)
+        _require_durable(stored, "edited")
+        new_name = clean_name(name) if name is not None else stored.name
+        data = self._checked_bytes(data, new_name)
+        sha = hashlib.sha256(data).hexdigest()
+        if sha == stored.sha256 and new_name == stored.name:
+            return stored
+        twin = self._find(user_id=user_id, sha256=sha, durability="durable", session_id=None)
+        if twin is not None and twin.id != stored.id:
+            raise FileInputError(
+                f"You already have these bytes as file {twin.id!r} ({twin.name}); use that id instead.",
+                reason="duplicate",
+                file_id=stored.id,
+            )
+        blob_path = f"{sha[:2]}/{sha}"
+        self._write_blob(blob_path, data)
+        with storage_errors(), Session(self.engine) as db:
+            db.exec(
+                update(FileRow)
+                .where(FileRow.id == stored.id)
+                .values(
+                    name=new_name,
+                    mime=((mime or "").strip() or sniff_mime(data, new_name))[:200],
+                    size_bytes=len(data),
+                    sha256=sha,
+                    blob_path=blob_path,
+                    parse_state=ParseState.pending,
+                    parse_error=None,
+                    parse_started_at=None,
+                    page_count=None,
+                    extract=None,
+                    body_start_page=None,
+                )
+            )
+            db.commit()
+        if blob_path != stored.blob_path:
+            self._remove_unused_blobs({stored.blob_path})
+        return self.get(stored.id, user_id=user_id)
+
+    def list(self, *, user_id: str) -> list[StoredFile]:
+        """The user's files, oldest first, without extracts."""
+        with storage_errors(), Session(self.engine) as db:
+            rows = db.exec(select(FileRow).where(FileRow.user_id == user_id).order_by(FileRow.created_at, FileRow.id)).all()
+            return [_stored(r, with_extract=False) for r in rows]
+
+    def pending_ids(self) -> list[str]:
+        """Ids still ``pending`` (e.g. stored by a process that exited before parsing), oldest first."""
+        with storage_errors(), Session(self.engine) as db:
+            return list(
+                db.exec(
+                    select(FileRow.id).where(FileRow.parse_state == ParseState.pending).order_by(FileRow.created_at)
+                ).all()
+            )
+
+    def reference_count(self, file_id: str) -> int:
+        """Turns (in any session) that carry ``file_id``."""
+        with storage_errors(), Session(self.engine) as db:
+            return int(db.exec(select(func.count()).select_from(TurnFile).where(TurnFile.file_id == str(file_id))).one())
+
+    # -- parse results ------------------------------------------------------------
+    def claim_parse(self, file_id: str, *, stale_after: float = STALE_PARSE_SECONDS) -> bool:
+        """Move ``file_id`` from ``pending`` to ``parsing`` (or re-claim a ``parsing`` claim older than
+        ``stale_after`` seconds). True if this caller won the claim; across processes one wins."""
+        cutoff = utcnow() - timedelta(seconds=stale_after)
+        with storage_errors(), Session(self.engine) as db:
+            result = db.exec(
+                update(FileRow)
+                .where(
+                    FileRow.id == str(file_id),
+                    or_(
+                        FileRow.parse_state == ParseState.pending,
+                        (FileRow.parse_state == ParseState.parsing) & (FileRow.parse_started_at < cutoff),
+                    ),
+                )
+                .values(parse_state=ParseState.parsing, parse_started_at=utcnow())
+            )
+            db.commit()
+            return result.rowcount == 1
+
+    def set_parse_result(
+        self,
+        file_id: str,
+        *,
+        state: str,
+        extract: str | None = None,
+        page_count: int | None = None,
+        body_start_page: int | None = None,
+        parse_error: str | None = None,
+        sha256: str | None = None,
+    ) -> bool:
+        """Record the end of a parse in one write. Returns False when nothing was written.
+
+        Args:
+            state: ``ready``, ``empty``, ``needs_ocr``, ``failed`` (or ``pending`` to give the claim back).
+            extract: the ``--- page N ---`` text (for ``ready``; may be given for ``needs_ocr``).
+            parse_error: why it failed (for ``failed``), shown to users and the model.
+            sha256: the bytes that were parsed; when given, the result is dropped if the file
+                was edited meanwhile (its parse started over).
+        """
+        parse_state = ParseState(state)
+        with storage_errors(), Session(self.engine) as db:
+            query = update(FileRow).where(FileRow.id == str(file_id))
+            if sha256 is not None:
+                query = query.where(FileRow.sha256 == sha256)
+            result = db.exec(
+                query.values(
+                    parse_state=parse_state,
+                    extract=extract,
+                    page_count=page_count,
+                    body_start_page=body_start_page,
+                    parse_error=(parse_error or None) if parse_state == ParseState.failed else None,
+                )
+            )
+            db.commit()
+            return result.rowcount == 1
+
+    # -- deleting ------------------------------------------------------------------
+    def delete(self, file_id: str, *, user_id: str) -> bool:
+        """Delete the file, every ``turn_files`` row that carries it, and its blob if no other
+        row uses the blob. False if the user has no such file (nothing changed)."""
+        with storage_errors(), Session(self.engine) as db:
+            row = db.get(FileRow, str(file_id))
+            if row is None or row.user_id != user_id:
+                return False
+        return bool(self._delete_rows([str(file_id)]))
+
+    def delete_unreferenced(self, file_ids: Iterable[str]) -> list[str]:
+        """Delete those of ``file_ids`` that no turn carries any more (no ``turn_files`` row in any
+        session), with their blobs when unused. Returns the ids deleted.
+
+        This is the reference count across messages: session-level lists play no part.
+        Call it after the turns (and their ``turn_files`` rows) are gone.
+        """
+        ids = [str(i) for i in dict.fromkeys(file_ids)]
+        if not ids:
+            return []
+        with storage_errors(), Session(self.engine) as db:
+            referenced = set(db.exec(select(TurnFile.file_id).where(TurnFile.file_id.in_(ids))).all())
+        return self._delete_rows([i for i in ids if i not in referenced], only_unreferenced=True)
+
+    def _delete_rows(self, ids: list[str], *, only_unreferenced: bool = False) -> list[str]:
+        if not ids:
+            return []
+        with storage_errors(), Session(self.engine) as db:
+            if only_unreferenced:
+                # Re-check under the row locks: a turn may have picked the file up meanwhile.
+                db.exec(select(FileRow.id).where(FileRow.id.in_(ids)).with_for_update())
+                still = set(db.exec(select(TurnFile.file_id).where(TurnFile.file_id.in_(ids))).all())
+                ids = [i for i in ids if i not in still]
+            rows = db.exec(select(FileRow.id, FileRow.blob_path).where(FileRow.id.in_(ids))).all()
+            db.exec(delete(TurnFile).where(TurnFile.file_id.in_(ids)))
+            db.exec(delete(FileRow).where(FileRow.id.in_(ids)))
+            db.commit()
+        self._remove_unused_blobs({blob for _, blob in rows})
+        return [file_id for file_id, _ in rows]
+
+    def _remove_unused_blobs(self, blobs: set[str]) -> None:
+        """Unlink those of ``blobs`` that no ``files`` row points at."""
+        if not blobs:
+            return
+        with storage_errors(), Session(self.engine) as db:
+            used = set(db.exec(select(FileRow.blob_path).where(FileRow.blob_path.in_(list(blobs)))).all())
+        for blob in blobs - used:
+            (self.files_dir / blob).unlink(missing_ok=True)
+
+
+def _in_session(row: FileRow, session_id: str | None) -> bool:
+    if session_id is None or _value(row.durability) != Durability.ephemeral.value:
+        return True
+    return row.session_id is None or row.session_id == session_id
+
+
+def _require_durable(stored: StoredFile, verb: str) -> None:
+    if not stored.is_durable:
+        raise FileInputError(
+            f"File {stored.id!r} is ephemeral (valid only for its session); it cannot be {verb}. "
+            "Upload it as a durable file to keep or change it.",
+            reason="not_durable",
+            file_id=stored.id,
+        )
+
+
+def _not_found(file_id: object) -> str:
+    return (
+        f"No file {str(file_id)!r} for this user. Check the id (ids look like file_0123456789abcdef0123), "
+        "or upload the file again."
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "EPUB_MIME",
+    "FileStore",
+    "StoredFile",
+    "clean_name",
+    "new_file_id",
+    "sniff_mime",
+]

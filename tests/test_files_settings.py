@@ -1,0 +1,49 @@
+"""The COMPANION_* settings of stored files: read from the environment, bad values refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory.errors import ConfigurationError
+from runtime.config import Settings
+
+
+def test_file_settings_defaults_and_overrides(tmp_path):
+    defaults = Settings.from_env({"COMPANION_DATA_DIR": str(tmp_path)})
+    assert defaults.files_path == tmp_path / "files"
+    assert (defaults.max_file_bytes, defaults.inline_file_chars) == (50 * 1024 * 1024, 20_000)
+    assert (defaults.file_read_pages, defaults.file_read_chars, defaults.file_read_wait, defaults.zip_depth) == (8, 28_000, 3.0, 2)
+    custom = Settings.from_env(
+        {
+            "COMPANION_FILES_DIR": str(tmp_path / "blobs"),
+            "COMPANION_MAX_FILE_BYTES": "1000",
+            "COMPANION_INLINE_FILE_CHARS": "500",
+            "COMPANION_FILE_READ_PAGES": "3",
+            "COMPANION_FILE_READ_CHARS": "9000",
+            "COMPANION_FILE_READ_WAIT": "0.5",
+            "COMPANION_ZIP_DEPTH": "1",
+        }
+    )
+    assert custom.files_path == Path(tmp_path / "blobs")
+    assert (custom.max_file_bytes, custom.inline_file_chars, custom.file_read_pages) == (1000, 500, 3)
+    assert (custom.file_read_chars, custom.file_read_wait, custom.zip_depth) == (9000, 0.5, 1)
+
+
+@pytest.mark.parametrize(
+    "var, value",
+    [
+        pytest.param("COMPANION_MAX_FILE_BYTES", "0", id="no-bytes"),
+        pytest.param("COMPANION_MAX_FILE_BYTES", "lots", id="not-a-number"),
+        pytest.param("COMPANION_FILE_READ_PAGES", "0", id="no-pages"),
+        pytest.param("COMPANION_FILE_READ_CHARS", "50", id="too-few-chars"),
+        pytest.param("COMPANION_FILE_READ_WAIT", "-1", id="negative-wait"),
+        pytest.param("COMPANION_FILE_READ_WAIT", "3600", id="hour-long-wait"),
+        pytest.param("COMPANION_ZIP_DEPTH", "0", id="no-zip"),
+    ],
+)
+def test_bad_file_settings_name_the_variable(var, value):
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_env({var: value})
+    assert info.value.setting == var and var in str(info.value)
