@@ -27,11 +27,17 @@ class ProfileBlock:
 
 
 def summary_profile_facts(items: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The texts of a summary's profile notes (model summarizer, ``section == "profile"``).
+    """The facts in a summary's profile notes (``section == "profile"``).
 
-    The extractive summarizer writes no profile section, so it teaches nothing.
+    A model summarizer's note is a fact as written. The extractive summarizer's note is
+    the user's own sentence (it has a ``seq``), so it becomes ``The user said: "…"``,
+    the quote verbatim, so that its "I" cannot be read as the character's.
     """
-    return [str(i["text"]) for i in items if i.get("role") == "note" and i.get("section") == "profile" and i.get("text")]
+    facts = []
+    for i in items:
+        if i.get("role") == "note" and i.get("section") == "profile" and i.get("text"):
+            facts.append(render("profile_fact_quoted", text=str(i["text"])) if isinstance(i.get("seq"), int) else str(i["text"]))
+    return facts
 
 
 def render_profile(profile: UserProfile | None, *, cap: int, counter: TokenCounter) -> ProfileBlock:
