@@ -292,3 +292,14 @@ def test_a_persona_without_a_first_message_greets_with_null(app_a):
     http, session = app_a
     assert session["greeting"] is None
     assert http.get(f"/v1/sessions/{session['id']}/turns").json() == []
+
+
+def test_openapi_lists_the_file_profile_and_resend_routes(api_server):
+    paths = httpx.get(f"{api_server}/openapi.json").json()["paths"]
+    assert {"post", "get"} <= set(paths["/v1/users/{user_id}/files"])
+    assert {"get", "delete"} <= set(paths["/v1/files/{file_id}"])
+    assert "get" in paths["/v1/files/{file_id}/read"]
+    assert {"get", "put"} <= set(paths["/v1/users/{user_id}/profile"])
+    assert "post" in paths["/v1/sessions/{session_id}/turns/{seq}/resend"]
+    upload_body = paths["/v1/users/{user_id}/files"]["post"]["requestBody"]["content"]
+    assert list(upload_body) == ["multipart/form-data"]
