@@ -26,7 +26,8 @@ from sqlmodel import Session, select
 
 from memory.database import storage_errors
 from memory.errors import InvalidRequestError, NotFoundError
-from memory.tables import App, ChatSession, Summary, User
+from memory.files import file_not_found
+from memory.tables import App, ChatSession, FileRow, Summary, User
 
 KEY_PREFIX = "ck_"
 MAX_ID_CHARS = 200
@@ -113,6 +114,21 @@ class Directory:
     def users(self, app_id: str) -> list[User]:
         with storage_errors(), Session(self.engine) as db:
             return list(db.exec(select(User).where(User.app_id == app_id).order_by(User.created_at, User.id)).all())
+
+    # -- files (HTTP API) ----------------------------------------------------------
+    def file_owner(self, app_id: str, file_id: str) -> User:
+        """The user owning stored file ``file_id``, if the app owns that user.
+
+        Raises:
+            FileNotFound: no such file, or another app's (the same answer, the file store's message).
+        """
+        with storage_errors(), Session(self.engine) as db:
+            user = db.exec(
+                select(User).join(FileRow, FileRow.user_id == User.id).where(FileRow.id == file_id, User.app_id == app_id)
+            ).first()
+        if user is None:
+            raise file_not_found(file_id)
+        return user
 
     # -- sessions ---------------------------------------------------------------
     def session(self, app_id: str, session_id: str) -> tuple[ChatSession, User]:

@@ -604,12 +604,18 @@ def _not_found(file_id: object) -> str:
     )
 
 
+def file_not_found(file_id: object) -> FileNotFound:
+    """The one :class:`FileNotFound` for an unknown or foreign id (the same message for both)."""
+    return FileNotFound(_not_found(file_id), file_id=str(file_id))
+
+
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "EPUB_MIME",
     "FileStore",
     "StoredFile",
     "clean_name",
+    "file_not_found",
     "new_file_id",
     "sniff_mime",
 ]

@@ -3,6 +3,7 @@ database per test, the real all-MiniLM-L6-v2 embedder, and a loopback fake model
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -128,16 +129,32 @@ def api_db_url(admin_url) -> str:
 
 
 @pytest.fixture(scope="session")
-def api_engine(api_db_url, embedder, fake_llm) -> Engine:
-    settings = Settings(context_window=API_WINDOW, database_url=api_db_url)
+def api_engine(api_db_url, embedder, fake_llm, tmp_path_factory) -> Engine:
+    """The API tests' engine, with file services (blobs in a temporary directory)."""
+    from runtime.file_services import open_file_services
+
+    settings = Settings(context_window=API_WINDOW, database_url=api_db_url, files_dir=tmp_path_factory.mktemp("api-files"))
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
-    return Engine(settings=settings, store=Store(make_engine(api_db_url)), embedder=embedder, persona=PERSONA, replier=replier)
+    store = Store(make_engine(api_db_url))
+    services = open_file_services(settings, store.engine)
+    yield Engine(
+        settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier, file_services=services
+    )
+    services.close()
 
 
 @pytest.fixture(scope="session")
 def api_server(api_engine):
     """``http://127.0.0.1:PORT`` of a real uvicorn server running ``create_app(api_engine)``
     in a background thread on a free loopback port, for the whole test session."""
+    with serve(api_engine) as base:
+        yield base
+
+
+@contextlib.contextmanager
+def serve(engine: Engine):
+    """Run ``create_app(engine)`` under uvicorn on a free loopback port in a background
+    thread; yields ``http://127.0.0.1:PORT`` and stops the server afterwards."""
     import threading
     import time
 
@@ -145,7 +162,7 @@ def api_server(api_engine):
 
     from runtime.api import create_app
 
-    config = uvicorn.Config(create_app(api_engine), host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    config = uvicorn.Config(create_app(engine), host="127.0.0.1", port=0, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -155,9 +172,11 @@ def api_server(api_engine):
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 @pytest.fixture

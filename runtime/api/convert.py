@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from memory.tables import ChatSession, Turn, User
-from runtime.api.schemas import SessionOut, TokenReport, TurnDone, TurnOut, UserOut
+from memory.files import StoredFile
+from memory.tables import ChatSession, Turn, User, UserProfile
+from runtime.api.schemas import FileOut, ProfileOut, SessionOut, TokenReport, TurnDone, TurnOut, UserOut
 from runtime.engine import TurnResult
 
 
@@ -53,4 +54,37 @@ def turn_done(result: TurnResult) -> TurnDone:
             window=result.context.window,
         ),
         compactions=len(result.compactions),
+    )
+
+
+def file_out(stored: StoredFile, user: User) -> FileOut:
+    """A stored file as the app sees it: its own id for the owning user."""
+    return FileOut(
+        id=stored.id,
+        user_id=user.external_id or "",
+        name=stored.name,
+        mime=stored.mime,
+        size_bytes=stored.size_bytes,
+        sha256=stored.sha256,
+        durability=stored.durability,
+        session_id=stored.session_id,
+        parse_state=stored.parse_state,
+        parse_error=stored.parse_error,
+        page_count=stored.page_count,
+        body_start_page=stored.body_start_page,
+        created_at=stored.created_at,
+    )
+
+
+def profile_out(profile: UserProfile | None, user: User) -> ProfileOut:
+    """The user's pinned profile; an empty one when nothing was ever set or learned."""
+    if profile is None:
+        return ProfileOut(user_id=user.external_id or "")
+    return ProfileOut(
+        user_id=user.external_id or "",
+        name=profile.name,
+        pronouns=profile.pronouns,
+        facts=list(profile.facts or []),
+        learned=list(profile.learned or []),
+        updated_at=profile.updated_at,
     )

@@ -4,9 +4,11 @@ times are ISO 8601 UTC."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
+
+from memory.profiles import MAX_FACT_CHARS
 
 
 class ErrorDetail(BaseModel):
@@ -48,6 +50,10 @@ class SessionOut(BaseModel):
 class MessageIn(BaseModel):
     content: str = Field(description="The user's message.")
     stream: bool = Field(default=True, description="Stream the reply as server-sent events (default) or answer whole.")
+    attachments: list[str] = Field(
+        default_factory=list,
+        description="Ids of the user's stored files the message carries, in order (POST /v1/users/{id}/files).",
+    )
 
 
 class TokenReport(BaseModel):
@@ -120,3 +126,53 @@ class CloseOut(BaseModel):
 class DeleteOut(BaseModel):
     session_id: str
     deleted: dict[str, int] = Field(description="Rows deleted per table.")
+
+
+# -- greeting, files, profile (HTTP API part 2) -----------------------------------------
+class NewSessionOut(SessionOut):
+    greeting: TurnOut | None = Field(
+        default=None, description="The persona's first message, stored as the opening assistant turn; null when it has none."
+    )
+
+
+class FileOut(BaseModel):
+    id: str = Field(description="Server-generated file id (`file_` + 20 hex digits).")
+    user_id: str = Field(description="Your id for the owning user.")
+    name: str
+    mime: str
+    size_bytes: int = Field(description="Size of the stored bytes, bytes.")
+    sha256: str = Field(description="Hex SHA-256 of the bytes.")
+    durability: Literal["durable", "ephemeral"]
+    session_id: str | None = Field(default=None, description="For an ephemeral file, the session it is valid in.")
+    parse_state: str = Field(description="`pending`, `parsing`, `ready`, `empty`, `needs_ocr` or `failed`.")
+    parse_error: str | None = None
+    page_count: int | None = Field(default=None, description="Pages of the extract, once parsed.")
+    body_start_page: int | None = Field(default=None, description="First page after the front matter, 1-based.")
+    created_at: datetime
+
+
+class FileReadOut(BaseModel):
+    file_id: str
+    text: str = Field(description="The window of pages, exactly as the `file_read` tool gives it to the model.")
+
+
+class FileDeleteOut(BaseModel):
+    file_id: str
+    deleted: bool = Field(description="Always true: the file and every session's reference to it are gone.")
+
+
+class ProfileIn(BaseModel):
+    name: str | None = Field(default=None, max_length=200, description="null leaves it; \"\" clears it.")
+    pronouns: str | None = Field(default=None, max_length=100, description="null leaves it; \"\" clears it.")
+    facts: list[Annotated[str, Field(max_length=MAX_FACT_CHARS)]] | None = Field(
+        default=None, max_length=100, description="Replaces the user-set facts (null leaves them; [] clears them)."
+    )
+
+
+class ProfileOut(BaseModel):
+    user_id: str = Field(description="Your id for the user.")
+    name: str | None = None
+    pronouns: str | None = None
+    facts: list[str] = Field(default_factory=list, description="Facts set by the user or app.")
+    learned: list[str] = Field(default_factory=list, description="Facts learned from summaries (read-only here).")
+    updated_at: datetime | None = None

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
 
-from memory.errors import SessionClosedError
-from memory.tables import App
+from memory.errors import InvalidMessageError, SessionClosedError
+from memory.tables import App, TurnState
 from runtime.api.convert import session_out, turn_done, turn_out, user_out
 from runtime.api.deps import Services, current_app, services
 from runtime.api.errors import error_body
@@ -23,6 +23,7 @@ from runtime.api.schemas import (
     DeleteOut,
     ErrorBody,
     MessageIn,
+    NewSessionOut,
     SessionIn,
     SessionOut,
     SourceOut,
@@ -35,6 +36,7 @@ from runtime.api.schemas import (
 from runtime.api.streaming import turn_events
 from runtime.compaction import reset_breaker
 from runtime.messages import validate_message
+from runtime.turn_attachments import check_attachments
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "No or invalid API key (`unauthorized`)."},
@@ -73,13 +75,16 @@ def list_sessions(user_id: str, app: App = Depends(current_app), svc: Services =
 
 
 # -- sessions ----------------------------------------------------------------
-@router.post("/sessions", response_model=SessionOut, status_code=status.HTTP_201_CREATED, tags=["sessions"])
+@router.post("/sessions", response_model=NewSessionOut, status_code=status.HTTP_201_CREATED, tags=["sessions"])
 def create_session(body: SessionIn, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Start a session for the user (created if new). It begins from the summary of the
-    user's newest closed session with this server's persona (``carried_from``)."""
+    user's newest closed session with this server's persona (``carried_from``). When the
+    persona has a first message, it is stored as the opening assistant turn (``{{user}}``
+    is the pinned profile's name, else ``User``) and returned as ``greeting``."""
     user, _ = svc.directory.ensure_user(app.id, body.user_id)
     session = svc.directory.start_session(user_id=user.id, persona=svc.engine.persona.name)
-    return session_out(session, user)
+    greeting = svc.engine.greet(user_id=user.id, session_id=session.id)
+    return NewSessionOut(**session_out(session, user).model_dump(), greeting=turn_out(greeting) if greeting else None)
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"])
@@ -109,6 +114,59 @@ async def post_message(
     The message is checked and the session's state too before anything is stored, so
     those errors come back as plain JSON errors, not as events. Once the stream has
     started, a failure arrives as an ``error`` event (the user turn stays stored)."""
+    session, user = await _open_session(svc, app, session_id)
+    text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
+
+    def run(on_delta=None):
+        return svc.engine.turn(
+            user_id=user.id, session_id=session.id, message=text, on_delta=on_delta, attachments=attachments
+        )
+
+    return await _reply(run, stream=body.stream)
+
+
+@router.post(
+    "/sessions/{session_id}/turns/{seq}/resend",
+    response_model=TurnDone,
+    tags=["sessions"],
+    responses={
+        200: {"description": "As POST /v1/sessions/{id}/messages.", "content": {"text/event-stream": {}}},
+        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`)."},
+        422: {"model": ErrorBody, "description": "Invalid message, or `seq` is no user turn of the recent window "
+                                                 "(`invalid_message`, reason `bad_edit`)."},
+    },
+)
+async def resend(
+    session_id: str, seq: int, body: MessageIn, app: App = Depends(current_app), svc: Services = Depends(services)
+):
+    """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then
+    the new message (with its ``attachments``) runs as a new turn, answered as by
+    POST /messages. The replaced turns' files that nothing references any more are
+    deleted. Bad input (message, seq, attachments) changes nothing."""
+    session, user = await _open_session(svc, app, session_id)
+    text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
+    turns = await run_in_threadpool(svc.engine.store.turns, session.id, state=TurnState.context)
+    if not any(t.seq == seq and t.role == "user" for t in turns):
+        raise InvalidMessageError(
+            f"Turn {seq} of session {session_id!r} is not a user turn in the recent window; only those can be "
+            "edited (GET /v1/sessions/{id}/turns lists them with their state).",
+            reason="bad_edit",
+        )
+
+    def run(on_delta=None):
+        return svc.engine.edit_turn(
+            user_id=user.id, session_id=session.id, seq=seq, message=text, attachments=attachments, on_delta=on_delta
+        )
+
+    return await _reply(run, stream=body.stream)
+
+
+async def _open_session(svc: Services, app: App, session_id: str):
+    """The app's session and its user, if it still takes turns.
+
+    Raises:
+        NotFoundError: no such session for this app. SessionClosedError: it was closed.
+    """
     session, user = await run_in_threadpool(svc.directory.session, app.id, session_id)
     if session.closed_at is not None:
         raise SessionClosedError(
@@ -116,12 +174,29 @@ async def post_message(
             "(POST /v1/sessions), which begins from this one's summary.",
             session_id=session_id,
         )
+    return session, user
+
+
+async def _checked_message(svc: Services, body: MessageIn, *, user_id: str, session_id: str) -> tuple[str, list[str]]:
+    """The message text and attachment ids, checked before anything is stored or streamed, so
+    a bad message or an unknown or foreign file id is a plain JSON error (422, 404).
+
+    Raises:
+        InvalidMessageError: a bad message. FileNotFound: an id that is not the user's (or
+            another session's ephemeral id). ConfigurationError: attachments but no file store.
+    """
     text = validate_message(body.content, max_chars=svc.engine.settings.max_message_chars)
+    attachments = list(body.attachments)
+    if attachments:
+        await run_in_threadpool(
+            lambda: check_attachments(svc.engine.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        )
+    return text, attachments
 
-    def run(on_delta=None):
-        return svc.engine.turn(user_id=user.id, session_id=session.id, message=text, on_delta=on_delta)
 
-    if not body.stream:
+async def _reply(run, *, stream: bool):
+    """The turn answered whole (a TurnDone) or streamed as server-sent events."""
+    if not stream:
         return turn_done(await run_in_threadpool(run))
     return EventSourceResponse(_sse(run))
 
