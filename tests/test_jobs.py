@@ -237,7 +237,7 @@ def test_a_new_session_by_id_through_the_engine_also_starts_from_the_previous_su
     context = engine.assemble(user_id="bea", session_id="bea-2")
     assert "My dog is called Pixel." in context.source_text["summary"]
     engine.turn(user_id="bea", session_id="bea-2", message="Still here.", reply="Good.")
-    assert engine.store.summary("bea-2").content.count("My dog is called Pixel.") == 1
+    assert engine.store.summary("bea-2").content.count('User: "My dog is called Pixel."') == 1  # one quote, not two
     # another user's new session carries nothing over
     engine.turn(user_id="cai", session_id="cai-1", message="Hello", reply="Hi.")
     assert engine.store.summary("cai-1") is None and engine.store.get_session("cai-1").carried_from is None
