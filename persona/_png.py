@@ -33,7 +33,9 @@ def parse_card_png(raw: bytes, *, path: str) -> Persona:
         with Image.open(io.BytesIO(raw)) as image:
             image.load()
             chunks = dict(getattr(image, "text", {}) or {})
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except UnidentifiedImageError as exc:  # its message names an in-memory buffer, not the file
+        raise PersonaError(f"Persona file {path!r} is not a readable PNG (not an image format Pillow knows).", path=path, field="png") from exc
+    except (OSError, SyntaxError, ValueError) as exc:
         raise PersonaError(f"Persona file {path!r} is not a readable PNG ({exc}).", path=path, field="png") from exc
     keyword = next((k for k in KEYWORDS if k in chunks), None)
     if keyword is None:

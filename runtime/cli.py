@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -488,24 +489,24 @@ def _add_issue7_commands(sub) -> None:
     kb = sub.add_parser("kb", help="a persona's knowledge base")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)
     add = kb_sub.add_parser("add", help="split text/Markdown files into chunks and embed them for the persona")
-    add.add_argument("persona", help="the persona's name, or a persona file to take the name from")
+    add.add_argument("persona", type=_id_arg, help="the persona's name, or a persona file to take the name from")
     add.add_argument("files", nargs="+", help="plain text or Markdown files; adding a file again replaces it")
     add.set_defaults(func=cmd_kb_add)
     lst = kb_sub.add_parser("list", help="the persona's knowledge files")
-    lst.add_argument("persona")
+    lst.add_argument("persona", type=_id_arg)
     lst.set_defaults(func=cmd_kb_list)
     rm = kb_sub.add_parser("remove", help="remove one file's chunks")
-    rm.add_argument("persona")
+    rm.add_argument("persona", type=_id_arg)
     rm.add_argument("file")
     rm.set_defaults(func=cmd_kb_remove)
 
     profile = sub.add_parser("profile", help="a user's pinned profile")
     pr_sub = profile.add_subparsers(dest="profile_command", required=True)
     pshow = pr_sub.add_parser("show", help="the user's name, pronouns, facts and learned facts")
-    pshow.add_argument("user")
+    pshow.add_argument("user", type=_id_arg)
     pshow.set_defaults(func=cmd_profile_show)
     pset = pr_sub.add_parser("set", help="set name, pronouns or facts")
-    pset.add_argument("user")
+    pset.add_argument("user", type=_id_arg)
     pset.add_argument("--name", help="what the user wants to be called ('' clears)")
     pset.add_argument("--pronouns", help="e.g. she/her ('' clears)")
     pset.add_argument("--fact", action="append", help="add a fact (repeatable)")
@@ -606,7 +607,7 @@ def cmd_jobs_close_idle(args: argparse.Namespace) -> int:
 def _add_service_commands(sub) -> None:
     serve = sub.add_parser("serve", help="serve the HTTP API (FastAPI under uvicorn)")
     serve.add_argument("--host", help="address to listen on (default: COMPANION_API_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)")
+    serve.add_argument("--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)")
     serve.set_defaults(func=cmd_serve)
 
     apps = sub.add_parser("apps", help="client apps and their API keys")
@@ -623,7 +624,7 @@ def _add_service_commands(sub) -> None:
     run.set_defaults(func=cmd_jobs_run)
     once = j_sub.add_parser("close-idle", help="close idle sessions now")
     once.add_argument("--once", action="store_true", help="run once and exit (for cron or tests)")
-    once.add_argument("--idle-hours", type=float, help="idle threshold in hours (default: COMPANION_CLOSE_IDLE_HOURS)")
+    once.add_argument("--idle-hours", type=_hours_arg, help="idle threshold in hours (default: COMPANION_CLOSE_IDLE_HOURS)")
     once.add_argument("--worker", help="worker id recorded as closed_by (default HOST:PID)")
     once.set_defaults(func=cmd_jobs_close_idle)
 
@@ -769,14 +770,14 @@ def _add_files_parser(sub) -> None:
     files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete, export, edit")
     f_sub = files.add_subparsers(dest="files_command", required=True)
     add = f_sub.add_parser("add", help="store files for a user and parse them")
-    add.add_argument("user", help="the owner's user id")
+    add.add_argument("user", type=_id_arg, help="the owner's user id")
     add.add_argument("paths", nargs="+", metavar="PATH")
     add.add_argument("--ephemeral", action="store_true", help="valid only in --session (default: durable)")
-    add.add_argument("--session", help="the session an ephemeral file is valid in")
+    add.add_argument("--session", help="the session an ephemeral, type=_id_arg file is valid in")
     add.add_argument("--no-wait", action="store_true", help="store only; the parse runs on the first read or wait")
     add.set_defaults(func=cmd_files_add)
     lst = f_sub.add_parser("list", help="a user's files")
-    lst.add_argument("user")
+    lst.add_argument("user", type=_id_arg)
     lst.set_defaults(func=cmd_files_list)
     show = f_sub.add_parser("show", help="one file's metadata and parse state")
     show.add_argument("file_id")
@@ -800,6 +801,40 @@ def _add_files_parser(sub) -> None:
     edit.set_defaults(func=cmd_files_edit)
 
 
+def _id_arg(value: str) -> str:
+    """argparse type for a user, session or persona id: 1-200 printable characters
+    (the same rule as the HTTP API, :func:`memory.apps.check_name`)."""
+    from memory.apps import check_name
+    from memory.errors import InvalidRequestError
+
+    try:
+        return check_name(value, field="id")
+    except InvalidRequestError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+
+
+def _port_arg(value: str) -> int:
+    """argparse type for a TCP port: 0 (any free port) to 65535."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
+    return port
+
+
+def _hours_arg(value: str) -> float:
+    """argparse type for a non-negative number of hours."""
+    try:
+        hours = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of hours") from None
+    if not hours >= 0 or hours == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r}: the idle threshold must be 0 or more hours")
+    return hours
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="companion", description="companion-runtime: long-running companion chat.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -812,13 +847,13 @@ def build_parser() -> argparse.ArgumentParser:
     replay.set_defaults(func=cmd_replay)
 
     inspect = sub.add_parser("inspect", help="show a session's assembled context by source")
-    inspect.add_argument("session")
+    inspect.add_argument("session", type=_id_arg)
     inspect.add_argument("--window", type=int, help="the context window the session runs with (e.g. a replay's --window)")
     inspect.set_defaults(func=cmd_inspect)
 
     chat = sub.add_parser("chat", help="a terminal chat that streams the replies (/context, /quit)")
-    chat.add_argument("--user", required=True, help="the user id")
-    chat.add_argument("--session", required=True, help="the session id (new or existing)")
+    chat.add_argument("--user", required=True, type=_id_arg, help="the user id")
+    chat.add_argument("--session", required=True, type=_id_arg, help="the session id (new or existing)")
     chat.add_argument("--persona", help="a persona file: card .json/.png, .toml, .yaml (default: COMPANION_PERSONA or the bundled one)")
     chat.set_defaults(func=cmd_chat)
 
@@ -831,17 +866,17 @@ def build_parser() -> argparse.ArgumentParser:
     breaker = sub.add_parser("breaker", help="compaction circuit breaker")
     b_sub = breaker.add_subparsers(dest="breaker_command", required=True)
     show = b_sub.add_parser("show", help="a session's breaker state and the reasons of its current failures")
-    show.add_argument("session")
+    show.add_argument("session", type=_id_arg)
     show.set_defaults(func=cmd_breaker_show)
     reset = b_sub.add_parser("reset", help="close a session's breaker")
-    reset.add_argument("session")
+    reset.add_argument("session", type=_id_arg)
     reset.set_defaults(func=cmd_breaker_reset)
     _add_files_parser(sub)  # issue 9
     session = sub.add_parser("session", help="session commands")  # issue 9 (turns)
     s_sub = session.add_subparsers(dest="session_command", required=True)
     s_delete = s_sub.add_parser("delete", help="delete a session and the files no other session references")
-    s_delete.add_argument("session")
-    s_delete.add_argument("--user", required=True, help="the session's owner (checked)")
+    s_delete.add_argument("session", type=_id_arg)
+    s_delete.add_argument("--user", required=True, type=_id_arg, help="the session's owner (checked)")
     s_delete.set_defaults(func=cmd_session_delete)
     _add_issue7_commands(sub)
     _add_service_commands(sub)  # issue 8
@@ -855,6 +890,9 @@ def main(argv: list[str] | None = None) -> int:
     except CompanionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # the reader went away (`companion files read ID | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the Python docs' recipe for SIGPIPE
+        return 1
 
 
 if __name__ == "__main__":

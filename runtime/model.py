@@ -238,6 +238,18 @@ def _litellm(*names: str) -> tuple[type[BaseException], ...]:
     return tuple(getattr(lx, n) for n in names if isinstance(getattr(lx, n, None), type))
 
 
+_MISSING_CREDENTIALS = re.compile(
+    r"missing credentials|api_key client option must be set|set the `?[A-Z_]*API_KEY`? environment variable", re.IGNORECASE
+)
+"""How the OpenAI client (inside litellm) says no API key was given at all. litellm reports it
+as an InternalServerError (HTTP 500) before any request is sent; retrying cannot help."""
+
+
+def is_missing_credentials(exc: BaseException) -> bool:
+    """True if ``exc`` says no API key was configured (see :data:`_MISSING_CREDENTIALS`)."""
+    return bool(_MISSING_CREDENTIALS.search(_text(exc)))
+
+
 def error_class_for(exc: BaseException) -> type[ModelCallError]:
     """Which of our errors ``exc`` (from litellm, the OpenAI client or httpx) becomes."""
     import httpx
@@ -245,7 +257,7 @@ def error_class_for(exc: BaseException) -> type[ModelCallError]:
 
     if is_overflow(exc):
         return ContextOverflowError
-    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)) or is_missing_credentials(exc):
         return ModelAuthError
     if isinstance(
         exc,

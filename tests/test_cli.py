@@ -7,7 +7,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from memory.database import head_revision
+from runtime.cli import main
 from tests.conftest import SAMPLE
 
 
@@ -63,3 +66,22 @@ def test_report_into_a_missing_directory_is_refused_before_the_run(empty_db_url,
     result = _run(["replay", str(SAMPLE), "--report", str(tmp_path / "missing" / "out.json")], env)
     assert result.returncode == 2
     assert "--report" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        pytest.param(["profile", "set", "", "--name", "X"], "must be a non-empty string", id="empty-user"),
+        pytest.param(["profile", "set", "a\tb", "--name", "X"], "control characters", id="control-char-user"),
+        pytest.param(["files", "add", " ", "notes.txt"], "must be a non-empty string", id="blank-file-owner"),
+        pytest.param(["kb", "add", "", "notes.md"], "must be a non-empty string", id="empty-persona"),
+        pytest.param(["chat", "--user", "ana", "--session", "x" * 201], "at most 200", id="long-session"),
+        pytest.param(["serve", "--port", "99999"], "outside 0-65535", id="port-out-of-range"),
+        pytest.param(["jobs", "close-idle", "--once", "--idle-hours", "-1"], "0 or more hours", id="negative-idle-hours"),
+    ],
+)
+def test_bad_ids_and_numbers_are_refused_before_anything_runs(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert says in capsys.readouterr().err

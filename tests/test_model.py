@@ -104,6 +104,11 @@ def test_every_litellm_exception_class_maps_to_a_specific_error_of_ours():
         pytest.param(litellm.PermissionDeniedError, 403, "no access", ModelAuthError, id="permission"),
         pytest.param(litellm.RateLimitError, 429, "slow down", ModelUnavailableError, id="rate-limit"),
         pytest.param(litellm.InternalServerError, 500, "boom", ModelUnavailableError, id="internal"),
+        pytest.param(
+            litellm.InternalServerError, 500,
+            "OpenAIException - Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY` environment variable.",
+            ModelAuthError, id="no-api-key-reported-as-500",
+        ),
         pytest.param(litellm.ServiceUnavailableError, 503, "overloaded", ModelUnavailableError, id="unavailable"),
         pytest.param(litellm.Timeout, 408, "timed out", ModelUnavailableError, id="timeout"),
         pytest.param(litellm.APIConnectionError, 500, "connection refused", ModelUnavailableError, id="connection"),
@@ -384,3 +389,13 @@ def test_model_settings_are_read_from_the_environment():
 
     with pytest.raises(ConfigurationError, match="COMPANION_MODEL_RETRIES"):
         Settings.from_env({"COMPANION_MODEL_RETRIES": "-1"})
+
+
+def test_a_missing_api_key_fails_at_once_as_an_auth_error_not_an_outage(monkeypatch):
+    """The real litellm path with no key configured: one attempt, ModelAuthError, no retries."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    slept: list[float] = []
+    replier = LiteLLMReplier(model="gpt-4o-mini", timeout=5, retry=RetryPolicy(retries=3, total_seconds=30), sleep=slept.append)
+    with pytest.raises(ModelAuthError, match="OPENAI_API_KEY"):
+        replier.reply([{"role": "user", "content": "hi"}], session_id="s")
+    assert slept == []
