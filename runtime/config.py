@@ -177,6 +177,14 @@ class Settings:
         except ConfigurationError as exc:
             raise ConfigurationError(f"{exc} (from COMPANION_BUDGET_*)", setting=exc.setting) from exc
         values: dict = {"budgets": budgets}
+        for name, var, least in _WHOLE_NUMBERS:
+            if env.get(var, "").strip():
+                values[name] = _int(env, var, minimum=least)
+        for name, var, low, high in _NUMBERS:
+            if env.get(var, "").strip():
+                values[name] = _float(env, var, low, high)
+        if values.get("api_port", 0) > 65535:
+            raise ConfigurationError(f"COMPANION_API_PORT must be <= 65535, got {values['api_port']}.", setting="COMPANION_API_PORT")
         if env.get("DATABASE_URL"):
             values["database_url"] = env["DATABASE_URL"]
         if env.get("COMPANION_DATA_DIR"):
@@ -185,20 +193,6 @@ class Settings:
             values["model"] = env["COMPANION_MODEL"]
         if env.get("COMPANION_API_BASE"):
             values["api_base"] = env["COMPANION_API_BASE"]
-        if env.get("COMPANION_CONTEXT_WINDOW", "").strip():
-            values["context_window"] = _int(env, "COMPANION_CONTEXT_WINDOW", minimum=256)
-        if env.get("COMPANION_MODEL_TIMEOUT", "").strip():
-            values["model_timeout"] = _float(env, "COMPANION_MODEL_TIMEOUT", 0.1, 3600.0)
-        if env.get("COMPANION_MODEL_RETRIES", "").strip():
-            values["model_retries"] = _int(env, "COMPANION_MODEL_RETRIES", minimum=0)
-        if env.get("COMPANION_MODEL_RETRY_SECONDS", "").strip():
-            values["model_retry_seconds"] = _float(env, "COMPANION_MODEL_RETRY_SECONDS", 0.0, 3600.0)
-        if env.get("COMPANION_KEEP_EXCHANGES", "").strip():
-            values["keep_exchanges"] = _int(env, "COMPANION_KEEP_EXCHANGES", minimum=0)
-        if env.get("COMPANION_COMPACTION_TARGET", "").strip():
-            values["compaction_target"] = _float(env, "COMPANION_COMPACTION_TARGET", 0.1, 1.0)
-        if env.get("COMPANION_BREAKER_THRESHOLD", "").strip():
-            values["breaker_threshold"] = _int(env, "COMPANION_BREAKER_THRESHOLD", minimum=1)
         if env.get("COMPANION_BREAKER_COOLDOWN", "").strip():
             cooldown = _float(env, "COMPANION_BREAKER_COOLDOWN", 0.0, 365 * 86400.0)
             values["breaker_cooldown"] = cooldown or None
@@ -211,47 +205,12 @@ class Settings:
             values["summarizer"] = kind
         if env.get("COMPANION_SUMMARY_MODEL"):
             values["summary_model"] = env["COMPANION_SUMMARY_MODEL"]
-        if env.get("COMPANION_SUMMARY_TIMEOUT", "").strip():
-            values["summary_timeout"] = _float(env, "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0)
         if env.get("COMPANION_EMBEDDING_MODEL"):
             values["embedding_model"] = env["COMPANION_EMBEDDING_MODEL"]
-        if env.get("COMPANION_RECALL_CANDIDATES", "").strip():
-            values["recall_candidates"] = _int(env, "COMPANION_RECALL_CANDIDATES", minimum=1)
-        if env.get("COMPANION_RECALL_POOL", "").strip():
-            values["recall_pool"] = _int(env, "COMPANION_RECALL_POOL", minimum=1)
-        if env.get("COMPANION_RECALL_NEIGHBOURS", "").strip():
-            values["recall_neighbours"] = _int(env, "COMPANION_RECALL_NEIGHBOURS", minimum=0)
-        if env.get("COMPANION_MAX_MESSAGE_CHARS", "").strip():
-            values["max_message_chars"] = _int(env, "COMPANION_MAX_MESSAGE_CHARS", minimum=1)
         if env.get("COMPANION_PERSONA"):
             values["persona_file"] = Path(env["COMPANION_PERSONA"]).expanduser()
-        # issue 7: lorebook and knowledge base
-        if env.get("COMPANION_LOREBOOK_SCAN_DEPTH", "").strip():
-            values["lorebook_scan_depth"] = _int(env, "COMPANION_LOREBOOK_SCAN_DEPTH", minimum=0)
-        if env.get("COMPANION_KNOWLEDGE_CHUNKS", "").strip():
-            values["knowledge_chunks"] = _int(env, "COMPANION_KNOWLEDGE_CHUNKS", minimum=0)
-        if env.get("COMPANION_KNOWLEDGE_CHUNK_TOKENS", "").strip():
-            values["knowledge_chunk_tokens"] = _int(env, "COMPANION_KNOWLEDGE_CHUNK_TOKENS", minimum=20)
-        # -- files (issue 9) --
         if env.get("COMPANION_FILES_DIR"):
             values["files_dir"] = Path(env["COMPANION_FILES_DIR"]).expanduser()
-        if env.get("COMPANION_MAX_FILE_BYTES", "").strip():
-            values["max_file_bytes"] = _int(env, "COMPANION_MAX_FILE_BYTES", minimum=1)
-        if env.get("COMPANION_INLINE_FILE_CHARS", "").strip():
-            values["inline_file_chars"] = _int(env, "COMPANION_INLINE_FILE_CHARS", minimum=0)
-        if env.get("COMPANION_FILE_READ_PAGES", "").strip():
-            values["file_read_pages"] = _int(env, "COMPANION_FILE_READ_PAGES", minimum=1)
-        if env.get("COMPANION_FILE_READ_CHARS", "").strip():
-            values["file_read_chars"] = _int(env, "COMPANION_FILE_READ_CHARS", minimum=100)
-        if env.get("COMPANION_FILE_READ_WAIT", "").strip():
-            values["file_read_wait"] = _float(env, "COMPANION_FILE_READ_WAIT", 0.0, 60.0)
-        if env.get("COMPANION_ZIP_DEPTH", "").strip():
-            values["zip_depth"] = _int(env, "COMPANION_ZIP_DEPTH", minimum=1)
-        # -- attachments in turns (issue 9, turns) --
-        if env.get("COMPANION_FILE_PREVIEW_CHARS", "").strip():
-            values["file_preview_chars"] = _int(env, "COMPANION_FILE_PREVIEW_CHARS", minimum=0)
-        if env.get("COMPANION_TOOL_ROUNDS", "").strip():
-            values["tool_rounds"] = _int(env, "COMPANION_TOOL_ROUNDS", minimum=0)
         if env.get("COMPANION_LOG_LEVEL"):
             level = env["COMPANION_LOG_LEVEL"].lower()
             if level not in ("debug", "info", "warning", "error"):
@@ -273,14 +232,10 @@ class Settings:
 
 
 def _service_settings(env: Mapping[str, str]) -> dict:
-    """``COMPANION_API_*`` and ``COMPANION_CLOSE_*`` (issue 8)."""
+    """``COMPANION_API_HOST`` and ``COMPANION_CLOSE_CRON`` (its numbers are in :data:`_WHOLE_NUMBERS` and :data:`_NUMBERS`)."""
     values: dict = {}
     if env.get("COMPANION_API_HOST", "").strip():
         values["api_host"] = env["COMPANION_API_HOST"].strip()
-    if env.get("COMPANION_API_PORT", "").strip():
-        values["api_port"] = _int(env, "COMPANION_API_PORT", minimum=0)
-        if values["api_port"] > 65535:
-            raise ConfigurationError(f"COMPANION_API_PORT must be <= 65535, got {values['api_port']}.", setting="COMPANION_API_PORT")
     if env.get("COMPANION_CLOSE_CRON", "").strip():
         from apscheduler.triggers.cron import CronTrigger
 
@@ -293,11 +248,42 @@ def _service_settings(env: Mapping[str, str]) -> dict:
                 setting="COMPANION_CLOSE_CRON",
             ) from None
         values["close_cron"] = cron
-    if env.get("COMPANION_CLOSE_IDLE_HOURS", "").strip():
-        values["close_idle_hours"] = _float(env, "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0)
-    if env.get("COMPANION_CLOSE_BATCH", "").strip():
-        values["close_batch"] = _int(env, "COMPANION_CLOSE_BATCH", minimum=1)
     return values
+
+
+_WHOLE_NUMBERS: tuple[tuple[str, str, int], ...] = (
+    ("context_window", "COMPANION_CONTEXT_WINDOW", 256),
+    ("model_retries", "COMPANION_MODEL_RETRIES", 0),
+    ("keep_exchanges", "COMPANION_KEEP_EXCHANGES", 0),
+    ("breaker_threshold", "COMPANION_BREAKER_THRESHOLD", 1),
+    ("recall_candidates", "COMPANION_RECALL_CANDIDATES", 1),
+    ("recall_pool", "COMPANION_RECALL_POOL", 1),
+    ("recall_neighbours", "COMPANION_RECALL_NEIGHBOURS", 0),
+    ("max_message_chars", "COMPANION_MAX_MESSAGE_CHARS", 1),
+    ("lorebook_scan_depth", "COMPANION_LOREBOOK_SCAN_DEPTH", 0),
+    ("knowledge_chunks", "COMPANION_KNOWLEDGE_CHUNKS", 0),
+    ("knowledge_chunk_tokens", "COMPANION_KNOWLEDGE_CHUNK_TOKENS", 20),
+    ("max_file_bytes", "COMPANION_MAX_FILE_BYTES", 1),
+    ("inline_file_chars", "COMPANION_INLINE_FILE_CHARS", 0),
+    ("file_read_pages", "COMPANION_FILE_READ_PAGES", 1),
+    ("file_read_chars", "COMPANION_FILE_READ_CHARS", 100),
+    ("zip_depth", "COMPANION_ZIP_DEPTH", 1),
+    ("file_preview_chars", "COMPANION_FILE_PREVIEW_CHARS", 0),
+    ("tool_rounds", "COMPANION_TOOL_ROUNDS", 0),
+    ("api_port", "COMPANION_API_PORT", 0),
+    ("close_batch", "COMPANION_CLOSE_BATCH", 1),
+)
+"""Whole-number settings: (field, variable, least value). Read by :meth:`Settings.from_env`."""
+
+_NUMBERS: tuple[tuple[str, str, float, float], ...] = (
+    ("model_timeout", "COMPANION_MODEL_TIMEOUT", 0.1, 3600.0),
+    ("model_retry_seconds", "COMPANION_MODEL_RETRY_SECONDS", 0.0, 3600.0),
+    ("compaction_target", "COMPANION_COMPACTION_TARGET", 0.1, 1.0),
+    ("summary_timeout", "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0),
+    ("file_read_wait", "COMPANION_FILE_READ_WAIT", 0.0, 60.0),
+    ("close_idle_hours", "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0),
+)
+"""Decimal settings: (field, variable, least value, greatest value), seconds or hours as each field says."""
 
 
 def _int(env: Mapping[str, str], var: str, *, minimum: int) -> int:
