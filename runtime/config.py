@@ -134,6 +134,27 @@ class Settings:
     """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
     close_batch: int = 20
     """``COMPANION_CLOSE_BATCH``: sessions one close-job transaction claims and locks at a time."""
+    # -- issue 10: images ---------------------------------------------------------------
+    vision_models: tuple[str, ...] = ()
+    """``COMPANION_VISION_MODELS``: comma-separated model names that see images, besides litellm's catalog."""
+    vision_model: str | None = None
+    """``COMPANION_VISION_MODEL``: litellm model that transcribes images for a text-only reply model."""
+    vision_api_base: str | None = None
+    """``COMPANION_VISION_API_BASE``: base URL for the vision models; ``None``: ``api_base``."""
+    vision_backup_model: str | None = None
+    """``COMPANION_VISION_BACKUP_MODEL``: the second vision model of the fallback chain."""
+    vision_direct_api_base: str | None = None
+    """``COMPANION_VISION_DIRECT_API_BASE``: the provider's own URL, bypassing a gateway (fallback step 3)."""
+    image_bytes: int = 1_000_000
+    """``COMPANION_IMAGE_BYTES``: soft byte target of one re-encoded image sent to a model (default 1 MB)."""
+    vision_timeout: float = 45.0
+    """``COMPANION_VISION_TIMEOUT``: seconds for a transcription call of one image."""
+    vision_timeout_per_image: float = 15.0
+    """``COMPANION_VISION_TIMEOUT_PER_IMAGE``: seconds added per extra image in a batched call."""
+    vision_timeout_max: float = 90.0
+    """``COMPANION_VISION_TIMEOUT_MAX``: cap on a batched transcription call's timeout, seconds."""
+    ocr_languages: str = "eng+chi_sim"
+    """``COMPANION_OCR_LANGUAGES``: Tesseract languages for the OCR fallback step ("": OCR off)."""
 
     @property
     def files_path(self) -> Path:
@@ -269,6 +290,7 @@ class Settings:
                 )
             values["log_format"] = fmt
         values.update(_service_settings(env))  # issue 8
+        values.update(_image_settings(env))  # issue 10
         return cls(**values)
 
 
@@ -297,6 +319,33 @@ def _service_settings(env: Mapping[str, str]) -> dict:
         values["close_idle_hours"] = _float(env, "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0)
     if env.get("COMPANION_CLOSE_BATCH", "").strip():
         values["close_batch"] = _int(env, "COMPANION_CLOSE_BATCH", minimum=1)
+    return values
+
+
+def _image_settings(env: Mapping[str, str]) -> dict:
+    """``COMPANION_VISION_*``, ``COMPANION_IMAGE_BYTES``, ``COMPANION_OCR_LANGUAGES`` (issue 10)."""
+    values: dict = {}
+    if env.get("COMPANION_VISION_MODELS", "").strip():
+        values["vision_models"] = tuple(m.strip() for m in env["COMPANION_VISION_MODELS"].split(",") if m.strip())
+    for var, key in (
+        ("COMPANION_VISION_MODEL", "vision_model"),
+        ("COMPANION_VISION_API_BASE", "vision_api_base"),
+        ("COMPANION_VISION_BACKUP_MODEL", "vision_backup_model"),
+        ("COMPANION_VISION_DIRECT_API_BASE", "vision_direct_api_base"),
+    ):
+        if env.get(var, "").strip():
+            values[key] = env[var].strip()
+    if env.get("COMPANION_IMAGE_BYTES", "").strip():
+        values["image_bytes"] = _int(env, "COMPANION_IMAGE_BYTES", minimum=10_000)
+    for var, key in (
+        ("COMPANION_VISION_TIMEOUT", "vision_timeout"),
+        ("COMPANION_VISION_TIMEOUT_PER_IMAGE", "vision_timeout_per_image"),
+        ("COMPANION_VISION_TIMEOUT_MAX", "vision_timeout_max"),
+    ):
+        if env.get(var, "").strip():
+            values[key] = _float(env, var, 0.0 if key.endswith("per_image") else 0.1, 3600.0)
+    if "COMPANION_OCR_LANGUAGES" in env:
+        values["ocr_languages"] = env["COMPANION_OCR_LANGUAGES"].strip()
     return values
 
 
