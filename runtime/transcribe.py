@@ -212,7 +212,7 @@ class Transcriber:
             if image.file_id not in done:
                 log.warning("image.unreadable", file_id=image.file_id, session_id=session_id)
                 done[image.file_id] = Transcript(
-                    file_id=image.file_id, text=render("image_unreadable", name=image.name, file_id=image.file_id),
+                    file_id=image.file_id, text=render("image_unreadable", file_name=image.name, file_id=image.file_id),
                     method="failed",
                 )
             out.append(done[image.file_id])

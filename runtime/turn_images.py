@@ -224,7 +224,7 @@ class TurnImages:
 
     def _first(self, images: Sequence[AttachedFile], in_text: dict[str, str], cached: dict[str, str]) -> str:
         if self.vision:
-            lines = [render("image_attached", number=i + 1, name=safe_name(f.name), file_id=f.file_id)
+            lines = [render("image_attached", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
                      for i, f in enumerate(images)]
             return "\n".join(lines)
         parts = [render("images_header")]
@@ -236,7 +236,7 @@ class TurnImages:
             elif f.file_id in self._unreadable:
                 parts.append(self._unreadable[f.file_id])
             else:  # not transcribed (e.g. a given reply): a reference the tool can resolve
-                parts.append(render("image_reference", file_id=f.file_id, name=safe_name(f.name)))
+                parts.append(render("image_reference", file_id=f.file_id, file_name=safe_name(f.name)))
                 parts.append(render("image_reference_hint", file_id=f.file_id))
         return "\n".join(parts) if len(parts) > 1 else ""
 
@@ -246,7 +246,7 @@ class TurnImages:
         for f in images:
             if f.file_id in in_text:
                 continue
-            parts.append(render("image_reference", file_id=f.file_id, name=safe_name(f.name)))
+            parts.append(render("image_reference", file_id=f.file_id, file_name=safe_name(f.name)))
             if f.file_id in cached:
                 if with_transcripts:
                     parts.append(_clip(cached[f.file_id], FOLDED_TRANSCRIPT_CHARS))
@@ -286,7 +286,7 @@ class TurnImages:
         generated = [f for kind, f in plan.pixels if kind == "generated"]
         if generated:
             lines = [render("image_relay_note")] + [
-                render("image_generated", number=i + 1, name=safe_name(f.name), file_id=f.file_id)
+                render("image_generated", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
                 for i, f in enumerate(generated)
             ]
             parts.append({"type": "text", "text": "\n".join(lines)})
