@@ -312,12 +312,18 @@ class TurnImages:
 
     # -- the image_read tool (text path) ----------------------------------------------------
     def tools(self, tools: Tools | None, context: AssembledContext, *, user_id: str, session_id: str) -> Tools | None:
-        """``tools`` with ``image_read`` added on the text path while the context shows an image."""
-        if self.vision or self.files is None or self.settings.tool_rounds < 1:
+        """``tools`` with ``image_read`` added on the text path while the context shows an image, and
+        without ``file_read`` when the only files shown are images (it cannot read pixels)."""
+        if self.files is None or not context.attached_files:
             return tools
         files = self.files
-        shown = files.get_many(context.attached_files, user_id=user_id, with_extract=False) if context.attached_files else {}
+        shown = files.get_many(context.attached_files, user_id=user_id, with_extract=False)
         if not any(_is_image(f.mime) for f in shown.values()):
+            return tools
+        if tools is not None and all(_is_image(f.mime) for f in shown.values()):
+            specs = [spec for spec in tools.specs if spec.get("function", {}).get("name") != "file_read"]
+            tools = replace(tools, specs=specs) if specs else None
+        if self.vision or self.settings.tool_rounds < 1:
             return tools
 
         def read(file_id: Any) -> str:
