@@ -22,6 +22,11 @@ those rows (:mod:`runtime.attachments`): the newest user message's files first-t
 older ones folded and charged to ``retrieval``. While any block is shown, the model is
 offered ``file_read`` (:mod:`runtime.file_tool`). :meth:`Engine.edit_turn` truncates and
 resends; :meth:`Engine.delete_file` and :meth:`Engine.delete_session` delete.
+
+Images (issue 10, :mod:`runtime.turn_images`): the reply model's capability routes the request.
+A vision model gets the newest user turn's pixels (and images generated on assistant turns since
+the previous user turn); a text-only model gets transcripts, made once per image before the
+request and cached by file id, plus an ``image_read`` tool for older images.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from memory.errors import FileParseError
 from memory.files import FileStore
 from memory.images import Transcripts
 from memory.store import Store
-from memory.tables import Turn
+from memory.tables import Turn, TurnState
 from prompts import render
 from runtime.attachments import AttachedFile, safe_name
 from runtime.config import Settings
@@ -133,7 +133,7 @@ class TurnImages:
         chain (0 on the vision path or when all are known)."""
         if self.vision or self.files is None:
             return 0
-        turns = self.store.turns(session_id)
+        turns = self.store.turns(session_id, state=TurnState.context)
         newest = next((t for t in reversed(turns) if t.role == "user"), None)
         if newest is None:
             return 0
