@@ -228,4 +228,11 @@ def tesseract_text(data: bytes, languages: str) -> str:
     import pytesseract
 
     image = open_image(data).convert("L")
-    return pytesseract.image_to_string(image, lang=languages, timeout=30)
+    try:
+        return pytesseract.image_to_string(image, lang=languages, timeout=30)
+    except pytesseract.TesseractError:
+        first = languages.split("+")[0]
+        if first == languages:
+            raise
+        log.warning("image.ocr_languages_missing", languages=languages, retry=first)  # e.g. chi_sim not installed
+        return pytesseract.image_to_string(image, lang=first, timeout=30)
