@@ -276,3 +276,20 @@ class TurnFile(SQLModel, table=True):
     file_id: str = Field(foreign_key="files.id", primary_key=True, max_length=40)
     position: int = 0
     """Order of the file among the turn's attachments, from 0."""
+
+
+class ImageTranscript(SQLModel, table=True):
+    """The cached description of one image file (issue 10): written once, read by every later request.
+
+    The file id is the anchor (``turn_files``); this row is only a cache and goes with its file."""
+
+    __tablename__ = "image_transcripts"
+
+    file_id: str = Field(foreign_key="files.id", primary_key=True, max_length=40)
+    text: str = Field(sa_column=Column(Text, nullable=False))
+    """The description, never empty."""
+    method: str = Field(max_length=20)
+    """Which step of the fallback chain wrote it: ``primary``, ``backup``, ``direct``, ``ocr``, ``ocr_model``."""
+    model: Optional[str] = Field(default=None, max_length=200)
+    """The model that wrote it (``None`` for local OCR)."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))

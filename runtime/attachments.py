@@ -114,6 +114,12 @@ def is_text_mime(mime: str) -> bool:
     return base.startswith("text/") or base in TEXT_MIMES
 
 
+def is_image_mime(mime: str) -> bool:
+    """True for raster image MIME types (``image/*`` except SVG, which is XML text); issue 10."""
+    base = mime.split(";")[0].strip().lower()
+    return base.startswith("image/") and base != "image/svg+xml"
+
+
 def _pages(text: str | None) -> list[str]:
     from runtime.parsing import pages_of
 

@@ -134,6 +134,27 @@ class Settings:
     """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
     close_batch: int = 20
     """``COMPANION_CLOSE_BATCH``: sessions one close-job transaction claims and locks at a time."""
+    # -- issue 10: images ---------------------------------------------------------------
+    vision_models: tuple[str, ...] = ()
+    """``COMPANION_VISION_MODELS``: comma-separated model names that see images, besides litellm's catalog."""
+    vision_model: str | None = None
+    """``COMPANION_VISION_MODEL``: litellm model that transcribes images for a text-only reply model."""
+    vision_api_base: str | None = None
+    """``COMPANION_VISION_API_BASE``: base URL for the vision models; ``None``: ``api_base``."""
+    vision_backup_model: str | None = None
+    """``COMPANION_VISION_BACKUP_MODEL``: the second vision model of the fallback chain."""
+    vision_direct_api_base: str | None = None
+    """``COMPANION_VISION_DIRECT_API_BASE``: the provider's own URL, bypassing a gateway (fallback step 3)."""
+    image_bytes: int = 1_000_000
+    """``COMPANION_IMAGE_BYTES``: soft byte target of one re-encoded image sent to a model (default 1 MB)."""
+    vision_timeout: float = 45.0
+    """``COMPANION_VISION_TIMEOUT``: seconds for a transcription call of one image."""
+    vision_timeout_per_image: float = 15.0
+    """``COMPANION_VISION_TIMEOUT_PER_IMAGE``: seconds added per extra image in a batched call."""
+    vision_timeout_max: float = 90.0
+    """``COMPANION_VISION_TIMEOUT_MAX``: cap on a batched transcription call's timeout, seconds."""
+    ocr_languages: str = "eng+chi_sim"
+    """``COMPANION_OCR_LANGUAGES``: Tesseract languages for the OCR fallback step ("": OCR off)."""
 
     @property
     def files_path(self) -> Path:
@@ -228,6 +249,7 @@ class Settings:
                 )
             values["log_format"] = fmt
         values.update(_service_settings(env))  # issue 8
+        values.update(_image_settings(env))  # issue 10
         return cls(**values)
 
 
@@ -272,6 +294,7 @@ _WHOLE_NUMBERS: tuple[tuple[str, str, int], ...] = (
     ("tool_rounds", "COMPANION_TOOL_ROUNDS", 0),
     ("api_port", "COMPANION_API_PORT", 0),
     ("close_batch", "COMPANION_CLOSE_BATCH", 1),
+    ("image_bytes", "COMPANION_IMAGE_BYTES", 10_000),
 )
 """Whole-number settings: (field, variable, least value). Read by :meth:`Settings.from_env`."""
 
@@ -282,8 +305,28 @@ _NUMBERS: tuple[tuple[str, str, float, float], ...] = (
     ("summary_timeout", "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0),
     ("file_read_wait", "COMPANION_FILE_READ_WAIT", 0.0, 60.0),
     ("close_idle_hours", "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0),
+    ("vision_timeout", "COMPANION_VISION_TIMEOUT", 0.1, 3600.0),
+    ("vision_timeout_per_image", "COMPANION_VISION_TIMEOUT_PER_IMAGE", 0.0, 3600.0),
+    ("vision_timeout_max", "COMPANION_VISION_TIMEOUT_MAX", 0.1, 3600.0),
 )
 """Decimal settings: (field, variable, least value, greatest value), seconds or hours as each field says."""
+def _image_settings(env: Mapping[str, str]) -> dict:
+    """``COMPANION_VISION_*`` names and ``COMPANION_OCR_LANGUAGES`` (issue 10; its numbers are in
+    :data:`_WHOLE_NUMBERS` and :data:`_NUMBERS`)."""
+    values: dict = {}
+    if env.get("COMPANION_VISION_MODELS", "").strip():
+        values["vision_models"] = tuple(m.strip() for m in env["COMPANION_VISION_MODELS"].split(",") if m.strip())
+    for var, key in (
+        ("COMPANION_VISION_MODEL", "vision_model"),
+        ("COMPANION_VISION_API_BASE", "vision_api_base"),
+        ("COMPANION_VISION_BACKUP_MODEL", "vision_backup_model"),
+        ("COMPANION_VISION_DIRECT_API_BASE", "vision_direct_api_base"),
+    ):
+        if env.get(var, "").strip():
+            values[key] = env[var].strip()
+    if "COMPANION_OCR_LANGUAGES" in env:
+        values["ocr_languages"] = env["COMPANION_OCR_LANGUAGES"].strip()
+    return values
 
 
 def _int(env: Mapping[str, str], var: str, *, minimum: int) -> int:

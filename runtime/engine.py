@@ -22,6 +22,11 @@ those rows (:mod:`runtime.attachments`): the newest user message's files first-t
 older ones folded and charged to ``retrieval``. While any block is shown, the model is
 offered ``file_read`` (:mod:`runtime.file_tool`). :meth:`Engine.edit_turn` truncates and
 resends; :meth:`Engine.delete_file` and :meth:`Engine.delete_session` delete.
+
+Images (issue 10, :mod:`runtime.turn_images`): the reply model's capability routes the request.
+A vision model gets the newest user turn's pixels (and images generated on assistant turns since
+the previous user turn); a text-only model gets transcripts, made once per image before the
+request and cached by file id, plus an ``image_read`` tool for older images.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ from runtime.model import Replier, Reply
 from runtime.summarizer import Summarizer, summarizer_for
 from runtime.tokens import TokenCounter, counter_for
 from runtime.turn_attachments import FileTool, check_attachments, session_attachments, warm
+from runtime.transcribe import Transcriber  # issue 10
+from runtime.turn_images import TurnImages  # issue 10
 
 log = structlog.get_logger("companion.engine")
 
@@ -97,8 +104,10 @@ class Engine:
         summarizer: Summarizer | None = None,
         counter: TokenCounter | None = None,
         file_services: FileServices | None = None,
+        transcriber: Transcriber | None = None,
     ) -> None:
-        """``file_services`` (:func:`runtime.file_services.open_file_services`: the file store, the
+        """``transcriber`` (issue 10) describes images for a text-only reply model; by default one
+        built from the ``COMPANION_VISION_*`` settings. ``file_services`` (:func:`runtime.file_services.open_file_services`: the file store, the
         parse service, the ``file_read`` reader) enable attachments; without them a turn with
         attachments raises ConfigurationError."""
         self.file_services = file_services
@@ -112,6 +121,11 @@ class Engine:
         self.counter = counter or counter_for(settings.model)
         self.file_tool = FileTool(
             file_services.reader if file_services is not None else None, settings=settings, counter=self.counter
+        )
+        # -- images (issue 10): the reply model's capability routes every request --
+        self.images = TurnImages(
+            settings=settings, store=store, files=self.files, counter=self.counter,
+            model=getattr(replier, "model", None) or settings.model, transcriber=transcriber,
         )
         self.budgets: Budgets = settings.scaled_budgets
         self.window: int = settings.window
@@ -141,6 +155,7 @@ class Engine:
             summarizer=self.compactor.summarizer,
             counter=self.counter,
             file_services=self.file_services,
+            transcriber=self.images.transcriber,
         )
 
     # -- writing turns --------------------------------------------------------
@@ -195,6 +210,8 @@ class Engine:
         )
         warm(self.parses, attached, settings=self.settings)
         compactions = [c for c in [self._compact(session_id, user_id)] if c is not None]
+        if reply is None:  # issue 10: a text-only model gets new images transcribed first (once)
+            self.images.before_reply(session_id=session_id)
         context = self.assemble(user_id=user_id, session_id=session_id)
         if reply is not None:
             answer = Reply(content=reply)
@@ -254,19 +271,26 @@ class Engine:
         )
 
     def add_turn(
-        self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None
+        self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None,
+        attachments: Sequence[str] = (),
     ) -> Turn:
         """Store one turn without a model call (e.g. a character's opening line).
 
+        ``attachments`` (issue 10): file ids the turn carries, checked as in :meth:`turn`; on an
+        assistant turn, images it generated (relayed to vision models with the next user turn).
+
         Raises:
             InvalidMessageError: an invalid message or a role other than user/assistant.
+            FileNotFound, ConfigurationError: a bad attachment id, as in :meth:`turn`; nothing stored.
         """
         if role not in ROLES:
             raise InvalidMessageError(f"Role must be one of {ROLES}, got {role!r}.", reason="bad_role")
         text = validate_message(content, max_chars=self.settings.max_message_chars)
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona.name)
         turn = self.store.add_turn(
-            session_id=session_id, role=role, content=text, tokens=self._tokens(role, text), created_at=at
+            session_id=session_id, role=role, content=text, tokens=self._tokens(role, text), created_at=at,
+            file_ids=[f.id for f in attached],
         )
         self._compact(session_id, user_id)
         return turn
@@ -315,6 +339,8 @@ class Engine:
         """
         turns = self.store.turns(session_id, state=TurnState.context)
         files = session_attachments(self.store, user_id=user_id, session_id=session_id, turns=turns, settings=self.settings)
+        images = self.images.plan(files)  # issue 10: image blocks merged, pixels planned
+        files = images.files
         turns = files.turns
         query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
         candidates = []
@@ -344,7 +370,7 @@ class Engine:
             if last is not None and last.request_fingerprint and last.request_messages and last.usage_prompt_tokens
             else None
         )
-        return assemble_context(
+        context = assemble_context(
             session_id=session_id,
             persona=self.persona,
             summary=self.store.summary(session_id),
@@ -358,12 +384,14 @@ class Engine:
             calibration=calibration.factor,
             # while files are shown, the file_read schema goes with every request
             overhead=calibration.overhead + (self.file_tool.tokens if self.file_tool.available and
-                                              (files.blocks or files.earlier) else 0),
+                                              (files.blocks or files.earlier) else 0)
+            + images.pixel_tokens + images.tool_tokens,  # issue 10: pixels and image_read reserved
             profile=profile,
             retrieval=retrieval,
             attachments=files.blocks,
             earlier_files=files.earlier,
         )
+        return self.images.expand(context, images)  # issue 10: the newest user message's pixels
 
     def _retrieval(
         self,
@@ -412,6 +440,7 @@ class Engine:
         assert self.replier is not None
         kwargs: dict[str, Any] = {"on_delta": on_delta} if on_delta is not None else {}
         tools = self.file_tool.for_reply(context, user_id=user_id, session_id=session_id, window=self.window)
+        tools = self.images.tools(tools, context, user_id=user_id, session_id=session_id)  # issue 10
         if tools is not None:
             kwargs["tools"] = tools
         try:
@@ -452,7 +481,10 @@ class Engine:
         )
         harder = self.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
         if "tools" in kwargs:
-            kwargs["tools"] = self.file_tool.for_reply(harder, user_id=user_id, session_id=session_id, window=window)
+            kwargs["tools"] = self.images.tools(
+                self.file_tool.for_reply(harder, user_id=user_id, session_id=session_id, window=window),
+                harder, user_id=user_id, session_id=session_id,
+            )
         try:
             return self.replier.reply(harder.messages, session_id=session_id, **kwargs), harder, compaction
         except ContextOverflowError as second:

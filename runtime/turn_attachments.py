@@ -8,7 +8,7 @@ Rendering itself is :mod:`runtime.attachments`; the tool schema and loop glue
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from memory.errors import ConfigurationError, InvalidMessageError
@@ -20,6 +20,7 @@ from runtime.attachments import (
     compact_block,
     first_turn_block,
     folded_block,
+    is_image_mime,
     is_text_mime,
     placeholder_ids,
     strip_placeholders,
@@ -89,6 +90,9 @@ class SessionAttachments:
     """User turn seq -> its attachment blocks."""
     earlier: list[AttachedFile]
     """Files of rolled-out turns not shown in ``blocks``, oldest first."""
+    images: dict[int, list[AttachedFile]] = field(default_factory=dict)
+    """Turn seq -> its image files (issue 10; user and assistant turns), which ``blocks`` leaves out:
+    :mod:`runtime.turn_images` renders them."""
 
 
 def session_attachments(store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings) -> SessionAttachments:
@@ -96,8 +100,12 @@ def session_attachments(store: Store, *, user_id: str, session_id: str, turns: l
     rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read."""
     rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN)
     blocks: dict[int, TurnBlocks] = {}
+    images: dict[int, list[AttachedFile]] = {}
     for turn in turns:
         files = [AttachedFile(**row) for row in rows.get(turn.id or -1, [])]
+        if any(is_image_mime(f.mime) for f in files):  # issue 10: images render in runtime.turn_images
+            images[turn.seq] = [f for f in files if is_image_mime(f.mime)]
+            files = [f for f in files if not is_image_mime(f.mime)]
         if not files or turn.role != "user":
             continue
         blocks[turn.seq] = TurnBlocks(
@@ -121,7 +129,7 @@ def session_attachments(store: Store, *, user_id: str, session_id: str, turns: l
         live = store.existing_file_ids(named, user_id=user_id)
         if live != named:
             turns = [t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)}) for t in turns]
-    return SessionAttachments(turns=turns, blocks=blocks, earlier=list(earlier.values()))
+    return SessionAttachments(turns=turns, blocks=blocks, earlier=list(earlier.values()), images=images)
 
 
 class FileTool:
