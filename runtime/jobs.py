@@ -231,9 +231,12 @@ def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int,
         misfire_grace_time=3600,
     )
     stopping = threading.Event()
+    received: list[str] = []
 
-    def stop(signum, frame) -> None:  # Ctrl-C or SIGTERM: only wake the main thread; it shuts down
-        log.info("job.scheduler_stopping", signal=signal.Signals(signum).name)
+    def stop(signum, frame) -> None:  # Ctrl-C or SIGTERM: only wake the main thread; it shuts down.
+        # No logging here: the handler runs between two bytecodes of the main thread, which
+        # may hold structlog's (non-reentrant) write lock at that moment; logging would deadlock.
+        received.append(signal.Signals(signum).name)
         stopping.set()
 
     if threading.current_thread() is threading.main_thread():
@@ -246,6 +249,7 @@ def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int,
     try:
         while not stopping.wait(1.0):
             pass
+        log.info("job.scheduler_stopping", signal=received[0] if received else None)
     except KeyboardInterrupt:
         pass
     finally:
