@@ -98,6 +98,11 @@ def _clip(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: chars - 1].rstrip() + "\u2026"
 
 
+PIXEL_SHARE = 0.75
+"""Share of the ``recent`` budget the newest turn's image pixels may take (our choice): the rest
+keeps room for the message's own text and the turns before it. Images beyond it are named, not sent."""
+
+
 class TurnImages:
     """Images in turns for one engine (module docstring)."""
 
@@ -181,27 +186,47 @@ class TurnImages:
         by_seq = {t.seq: t for t in turns}
         blocks = dict(files.blocks)
         pixels: list[tuple[str, AttachedFile]] = []
+        limit = self.pixel_limit()
+        used = 0
+
+        def take(kind: str, images: Sequence[AttachedFile]) -> tuple[list, list, list]:
+            """Vision path: ``images`` split into shown (their pixels go), undecodable, and over the
+            pixel limit, in order; the shown ones join ``pixels``."""
+            nonlocal used
+            shown, bad, over = [], [], []
+            for f in images:
+                encoded = self._encode(f)
+                if encoded is None:
+                    bad.append(f)
+                    continue
+                cost = image_tokens(self.model, encoded.width, encoded.height)
+                if used + cost > limit:
+                    over.append(f)
+                    continue
+                used += cost
+                shown.append(f)
+                pixels.append((kind, f))
+            return shown, bad, over
+
         if self.vision and newest is not None:
-            pixels += [("generated", f) for f in self._generated(turns, files.images)]
+            take("generated", self._generated(turns, files.images))
         for seq, images in files.images.items():
             turn = by_seq.get(seq)
             if turn is None or turn.role != "user":
                 continue
             in_text = split_transcripts(turn.content)[1]
             if seq == newest:
-                first = self._first(images, in_text, cached)
                 if self.vision:
-                    pixels += [("user", f) for f in images]
+                    shown, bad, over = take("user", images)
+                    first = self._first_vision(shown, bad, over, limit=limit)
+                else:
+                    first = self._first(images, in_text, cached)
                 folded = compact = first
             else:
                 folded = self._folded(images, in_text, cached, with_transcripts=True)
                 compact = self._folded(images, in_text, cached, with_transcripts=False)
             blocks[seq] = _merge(blocks.get(seq), first if seq == newest else folded, folded, compact, images)
-        pixel_tokens = 0
-        for _, f in pixels:
-            encoded = self._encode(f)
-            if encoded is not None:
-                pixel_tokens += image_tokens(self.model, encoded.width, encoded.height)
+        pixel_tokens = used
         shows_references = not self.vision and any(
             seq != newest and seq in by_seq and by_seq[seq].role == "user" for seq in files.images
         )
@@ -222,11 +247,23 @@ class TurnImages:
             out = list(images.get(turn.seq, [])) + out
         return out
 
+    def pixel_limit(self) -> int:
+        """Most pixel tokens the newest turn's images (and relayed generated ones) may take:
+        :data:`PIXEL_SHARE` of the ``recent`` budget, so the message they come with always fits."""
+        return int(self.settings.scaled_budgets.recent * PIXEL_SHARE)
+
+    @staticmethod
+    def _first_vision(shown: Sequence[AttachedFile], bad: Sequence[AttachedFile], over: Sequence[AttachedFile], *,
+                      limit: int) -> str:
+        """The newest turn's image lines on the vision path: one numbered line per image whose
+        pixels follow (numbers match the order of the image parts), then what is not shown and why."""
+        lines = [render("image_attached", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
+                 for i, f in enumerate(shown)]
+        lines += [render("image_undecodable", file_name=safe_name(f.name), file_id=f.file_id) for f in bad]
+        lines += [render("image_over_budget", file_name=safe_name(f.name), file_id=f.file_id, limit=limit) for f in over]
+        return "\n".join(lines)
+
     def _first(self, images: Sequence[AttachedFile], in_text: dict[str, str], cached: dict[str, str]) -> str:
-        if self.vision:
-            lines = [render("image_attached", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
-                     for i, f in enumerate(images)]
-            return "\n".join(lines)
         parts = [render("images_header")]
         for f in images:
             if f.file_id in in_text:  # the turn's own text carries it

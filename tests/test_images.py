@@ -375,3 +375,31 @@ def test_generated_image_relay_only_for_vision_models(images_env, model, relayed
     else:
         assert isinstance(last["content"], str) and "generated earlier" not in last["content"]
     assert images_env.calls() == []
+
+
+def test_too_many_images_for_the_window_keep_the_message_and_say_what_is_not_shown(images_env):
+    photos = [images_env.upload("u1", f"p{i}.png", img.noisy_photo(1600, 1200, seed=i)) for i in range(10)]
+    engine = images_env.build(model="openai/acme-vl-13b", context_window=4096)
+    result = engine.turn(user_id="u1", session_id="many", message="ten images, small window", attachments=photos)
+    sent = images_env.replies()[-1]["messages"]
+    last_user = [m for m in sent if m["role"] == "user"][-1]
+    text = text_of(last_user)
+    assert "ten images, small window" in text  # the message being answered is never dropped
+    shown = len(image_parts(last_user))
+    assert 1 <= shown < 10
+    assert text.count("shown below.") == shown
+    assert text.count("is not shown: the images of this message would exceed") == 10 - shown
+    context = result.context
+    assert context.total_tokens + context.reply_reserve <= context.window
+
+
+def test_an_undecodable_image_on_the_vision_path_is_named_not_promised(images_env):
+    good = images_env.upload("u1", "good.png", img.small_png())
+    bad = images_env.upload("u1", "broken.jpg", b"\xff\xd8\xff\xe0 this is not really a JPEG")
+    engine = images_env.build(model="openai/acme-vl-13b")
+    engine.turn(user_id="u1", session_id="bad", message="two pictures", attachments=[bad, good])
+    last_user = [m for m in images_env.replies()[-1]["messages"] if m["role"] == "user"][-1]
+    text = text_of(last_user)
+    assert len(image_parts(last_user)) == 1 and text.count("shown below.") == 1
+    assert 'Attached image 1: "good.png"' in text
+    assert f'"broken.jpg" ({bad}) is not shown: it could not be decoded as an image' in text
