@@ -201,6 +201,16 @@ class FileStore:
         self.max_file_bytes = max_file_bytes
 
     # -- writing ----------------------------------------------------------------
+    def check(self, *, name: str, data: bytes) -> None:
+        """Check an upload's name and bytes as :meth:`add` would, storing nothing (to check a
+        batch before any of it is stored).
+
+        Raises:
+            FileInputError: bad name (``bad_name``), no bytes (``empty``), or more than
+                ``max_file_bytes`` (``too_large``).
+        """
+        self._checked_bytes(data, clean_name(name))
+
     def add(
         self,
         *,

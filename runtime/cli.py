@@ -673,15 +673,18 @@ def cmd_files_add(args: argparse.Namespace) -> int:
     status = 0
     try:
         store = services.files.add if args.no_wait else services.upload  # --no-wait: parsed on first read
+        contents = [(path, path.read_bytes()) for path in paths]
+        for path, data in contents:  # every file's name and size are checked before any is stored
+            services.files.check(name=path.name, data=data)
         stored = [
             store(
                 user_id=args.user,
                 name=path.name,
-                data=path.read_bytes(),
+                data=data,
                 durability="ephemeral" if args.ephemeral else "durable",
                 session_id=args.session,
             )
-            for path in paths
+            for path, data in contents
         ]
         for item in stored:
             if not args.no_wait:

@@ -316,6 +316,12 @@ def map_model_error(exc: BaseException, *, model: str, session_id: str | None) -
             provider_limit=limit,
             **kwargs,
         )
+    if cls is ModelAuthError and is_missing_credentials(exc):  # no request was sent: no HTTP status to report
+        return ModelAuthError(
+            f"No API key is configured for the model {model!r}: {detail[:300]} "
+            "Set the provider's API key variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) or COMPANION_API_BASE.",
+            **kwargs,
+        )
     if cls is ModelAuthError:
         return ModelAuthError(
             f"The model {model!r} refused the credentials{where}: {type(exc).__name__}: {detail[:300]} "

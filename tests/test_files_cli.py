@@ -54,7 +54,7 @@ def test_files_add_refuses_bad_input_before_storing_anything(db_url, tmp_path):
     assert half.returncode == 2 and "--session" in half.stderr
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
-    refused = _run(["files", "add", "ana", str(empty)], env)
+    refused = _run(["files", "add", "ana", str(good), str(empty)], env)  # a good file first: not stored either
     assert refused.returncode == 2 and "empty" in refused.stderr
     listed = _run(["files", "list", "ana"], env)
     assert listed.returncode == 0 and listed.stdout.strip() == ""

@@ -147,7 +147,7 @@ def test_scanned_pdf_is_marked_as_needing_ocr():
         pytest.param("broken.docx", F.docx_bytes()[:300], "corrupt", "cannot be read", id="truncated-docx"),
         pytest.param("locked.xlsx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "encrypted", "password", id="ole2-office"),
         pytest.param("blob.bin", bytes(range(256)) * 4, "unsupported", "Supported:", id="binary"),
-        pytest.param("photo.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 32, "unsupported", "no text serializer", id="image"),
+        pytest.param("photo.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 32, "corrupt", "image is corrupt", id="corrupt-image"),
     ],
 )
 def test_corrupt_encrypted_and_unknown_bytes_fail_with_a_clear_error(name, data, reason, says):
@@ -267,3 +267,10 @@ def test_a_long_sheet_is_split_so_every_row_stays_reachable():
     assert extract.pages[0].startswith("[sheet Log, part 1 of ")
     assert all(len(p) <= 12_100 for p in extract.pages)
     assert "2000\tentry number 2000" in extract.pages[-1]
+
+
+def test_an_image_is_one_page_with_no_text_layer():
+    from tests.image_fixtures import small_png
+
+    extract = parse_document(small_png(), name="photo.png")
+    assert (extract.pages, extract.needs_ocr) == ([""], True)

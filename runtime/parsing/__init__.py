@@ -52,7 +52,7 @@ EPUB = "application/epub+zip"
 
 def format_of(data: bytes, *, name: str, mime: str | None = None) -> str:
     """The serializer to use: ``pdf``, ``docx``, ``pptx``, ``xlsx``, ``epub``, ``zip``,
-    ``markdown``, ``text`` or ``binary`` (no serializer). The bytes decide over ``mime``
+    ``markdown``, ``text``, ``image`` (one page with no text layer) or ``binary`` (no serializer). The bytes decide over ``mime``
     and the name (a renamed PDF is still a PDF)."""
     from memory.files import sniff_mime
 
@@ -74,7 +74,7 @@ def format_of(data: bytes, *, name: str, mime: str | None = None) -> str:
     if sniffed in ("application/json", "application/xml", "application/javascript", "application/x-sh"):
         return "text"
     if sniffed.startswith("image/"):
-        return "binary"
+        return "image"
     return "text"  # unknown: try UTF-8; decode_text fails clearly for binary data
 
 
@@ -124,6 +124,10 @@ def parse_document(data: bytes, *, name: str, mime: str | None = None, limits: P
             max_unpacked_bytes=limits.max_unpacked_bytes,
             parse_member=lambda content, member: parse_document(content, name=member, limits=limits, _depth=_depth + 1),
         )
+    elif kind == "image":
+        from runtime.parsing._image import parse_image
+
+        extract = parse_image(data, name=name)
     elif kind == "binary":
         raise FileParseError(
             f"{name}: {mime or 'this format'} has no text serializer. "
