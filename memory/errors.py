@@ -12,7 +12,7 @@ It lives in ``memory`` because that is the lowest layer: ``runtime`` and
     │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
     │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
     │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
-    │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, binary or not UTF-8
+    │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, unreadable, unsupported, binary or not UTF-8
     │   ├── SessionOwnershipError   the session id belongs to another user
     │   ├── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
     │   ├── InvalidRequestError     an HTTP API request is missing or misuses a field

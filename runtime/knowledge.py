@@ -27,6 +27,9 @@ from runtime.tokens import TokenCounter
 log = structlog.get_logger("companion.knowledge")
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".text", "")
+DOCUMENT_SUFFIXES = (".pdf", ".docx", ".pptx", ".xlsx", ".epub")
+"""Documents read through the attachment parsers (:func:`runtime.parsing.parse_document`):
+their pages' text, front matter included, joined by blank lines."""
 """Suffixes ``kb add`` accepts: plain text and Markdown."""
 MAX_FILE_BYTES = 20_000_000
 """Largest file accepted, bytes (our choice: a book is a few MB)."""
@@ -45,19 +48,22 @@ class AddedFile:
 
 
 def read_document(path: Path) -> str:
-    """The text of a plain-text or Markdown file.
+    """The text of a plain-text or Markdown file, or of a document (:data:`DOCUMENT_SUFFIXES`).
 
     Raises:
-        KnowledgeFileError: missing, unreadable, not a text suffix, binary (NUL bytes),
-            not UTF-8, or empty; the message names the file and the problem.
+        KnowledgeFileError: missing, unreadable (for a document: corrupt or encrypted), not a
+            supported suffix, binary (NUL bytes), not UTF-8, or empty (a scanned PDF with no
+            text layer included); the message names the file and the problem.
     """
     name = str(path)
     if not path.is_file():
         raise KnowledgeFileError(f"Knowledge file {name!r} does not exist.", path=name, reason="missing")
+    if path.suffix.lower() in DOCUMENT_SUFFIXES:
+        return _document_text(path)
     if path.suffix.lower() not in TEXT_SUFFIXES:
         raise KnowledgeFileError(
-            f"Knowledge file {name!r}: only plain text and Markdown ({', '.join(s for s in TEXT_SUFFIXES if s)}) "
-            "can be added; convert it to text first.",
+            f"Knowledge file {name!r}: only plain text, Markdown ({', '.join(s for s in TEXT_SUFFIXES if s)}) and "
+            f"documents ({', '.join(DOCUMENT_SUFFIXES)}) can be added; convert it to text first.",
             path=name,
             reason="unsupported",
         )
@@ -79,6 +85,29 @@ def read_document(path: Path) -> str:
         ) from None
     if not text.strip():
         raise KnowledgeFileError(f"Knowledge file {name!r} is empty.", path=name, reason="empty")
+    return text
+
+
+def _document_text(path: Path) -> str:
+    """The pages' text of a document, parsed as attachments are (one serializer per format)."""
+    from memory.errors import FileParseError
+    from runtime.parsing import parse_document
+
+    name = str(path)
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise KnowledgeFileError(
+                f"Knowledge file {name!r} is larger than {MAX_FILE_BYTES} bytes; split it first.", path=name, reason="unsupported"
+            )
+        extract = parse_document(path.read_bytes(), name=path.name)
+    except OSError as exc:
+        raise KnowledgeFileError(f"Knowledge file {name!r} cannot be read ({exc.strerror or exc}).", path=name, reason="unreadable") from exc
+    except FileParseError as exc:
+        raise KnowledgeFileError(f"Knowledge file {name!r} cannot be parsed: {exc}", path=name, reason="unreadable") from exc
+    text = "\n\n".join(page.strip() for page in extract.pages if page.strip())
+    if not text:
+        why = "its pages have no text layer (scanned; run OCR first)" if extract.needs_ocr else "it holds no text"
+        raise KnowledgeFileError(f"Knowledge file {name!r} is empty: {why}.", path=name, reason="empty")
     return text
 
 

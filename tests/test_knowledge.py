@@ -15,6 +15,7 @@ from memory.knowledge import list_sources, search_chunks
 from persona import Persona
 from runtime.knowledge import add_files, split_document
 from runtime.tokens import counter_for
+from tests import file_fixtures as F
 
 COUNTER = counter_for("gpt-4o-mini")
 
@@ -58,7 +59,9 @@ def test_adding_a_file_twice_replaces_its_chunks(store, embedder, tmp_path):
         pytest.param(lambda p: (p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00"), p)[1], "binary", id="binary"),
         pytest.param(lambda p: (p.write_bytes("café".encode("latin-1")), p)[1], "invalid_utf8", id="latin-1"),
         pytest.param(lambda p: (p.write_text("  \n"), p)[1], "empty", id="empty"),
-        pytest.param(lambda p: (p.with_suffix(".pdf").write_text("x"), p.with_suffix(".pdf"))[1], "unsupported", id="pdf"),
+        pytest.param(lambda p: (p.with_suffix(".pdf").write_text("x"), p.with_suffix(".pdf"))[1], "unreadable", id="not-a-pdf"),
+        pytest.param(lambda p: (p.with_suffix(".pdf").write_bytes(F.scanned_pdf()), p.with_suffix(".pdf"))[1], "empty", id="scanned-pdf"),
+        pytest.param(lambda p: (p.with_suffix(".odt").write_text("x"), p.with_suffix(".odt"))[1], "unsupported", id="odt"),
     ],
 )
 def test_a_bad_file_is_a_clear_error_and_nothing_is_written(store, embedder, tmp_path, write, reason):
@@ -69,6 +72,15 @@ def test_a_bad_file_is_a_clear_error_and_nothing_is_written(store, embedder, tmp
         _add(store, embedder, "Mira", good, bad)
     assert info.value.reason == reason and str(bad) in str(info.value)
     assert _chunks(store) == []
+
+
+def test_documents_are_read_through_the_attachment_parsers(store, embedder, tmp_path):
+    doc = tmp_path / "garden.docx"
+    doc.write_bytes(F.docx_bytes())
+    [added] = _add(store, embedder, "Mira", doc)
+    assert added.source == "garden.docx" and added.chunks >= 1
+    text = "\n".join(r.content for r in _chunks(store))
+    assert "community garden" in text and "first harvest is in July" in text and "Soil" in text
 
 
 def test_two_personas_knowledge_never_mixes(make_engine_for, store, embedder, tmp_path):
