@@ -30,7 +30,6 @@ from memory.tables import (
     Summary,
     Turn,
     TurnState,
-    User,
     utcnow,
 )
 
@@ -443,17 +442,6 @@ class Store:
                 text("SELECT id FROM files WHERE user_id = :u AND id = ANY(:ids)").bindparams(u=user_id, ids=ids)
             ).all()
         return {r[0] for r in rows}
-
-    def turn_file_ids(self, session_id: str, *, from_seq: int = 1) -> list[str]:
-        """Ids of the files carried by the session's turns with ``seq >= from_seq``, first use first."""
-        with storage_errors(session_id), Session(self.engine) as db:
-            rows = db.exec(
-                text(
-                    "SELECT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
-                    "WHERE t.session_id = :s AND t.seq >= :q ORDER BY t.seq, tf.position"
-                ).bindparams(s=session_id, q=from_seq)
-            ).all()
-        return list(dict.fromkeys(r[0] for r in rows))
 
     def truncate_from(self, session_id: str, *, seq: int) -> dict[str, Any]:
         """Delete the session's turns with ``seq >= seq`` (and their ``turn_files`` rows) in one

@@ -405,15 +405,14 @@ def _kb_engine():
 
 
 def cmd_kb_add(args: argparse.Namespace) -> int:
-    from runtime.knowledge import add_files, read_document
+    from runtime.knowledge import add_texts, read_documents
 
     persona = _persona_name(args.persona)
-    paths = [Path(f).expanduser() for f in args.files]
-    for path in paths:  # a bad file fails before the database and the embedding model start
-        read_document(path)
+    # every file is read (and checked) once, before the database and the embedding model start
+    texts = read_documents([Path(f).expanduser() for f in args.files])
     engine = _kb_engine()
-    added = add_files(
-        engine.store.engine, persona=persona, paths=paths, embedder=engine.embedder, counter=engine.counter,
+    added = add_texts(
+        engine.store.engine, persona=persona, texts=texts, embedder=engine.embedder, counter=engine.counter,
         max_tokens=engine.settings.knowledge_chunk_tokens,
     )
     for item in added:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import structlog
 
@@ -58,9 +58,8 @@ def read_document(path: Path) -> str:
     name = str(path)
     if not path.is_file():
         raise KnowledgeFileError(f"Knowledge file {name!r} does not exist.", path=name, reason="missing")
-    if path.suffix.lower() in DOCUMENT_SUFFIXES:
-        return _document_text(path)
-    if path.suffix.lower() not in TEXT_SUFFIXES:
+    suffix = path.suffix.lower()
+    if suffix not in TEXT_SUFFIXES and suffix not in DOCUMENT_SUFFIXES:
         raise KnowledgeFileError(
             f"Knowledge file {name!r}: only plain text, Markdown ({', '.join(s for s in TEXT_SUFFIXES if s)}) and "
             f"documents ({', '.join(DOCUMENT_SUFFIXES)}) can be added; convert it to text first.",
@@ -75,39 +74,56 @@ def read_document(path: Path) -> str:
         raw = path.read_bytes()
     except OSError as exc:
         raise KnowledgeFileError(f"Knowledge file {name!r} cannot be read ({exc.strerror or exc}).", path=name, reason="unreadable") from exc
-    if b"\x00" in raw:
-        raise KnowledgeFileError(f"Knowledge file {name!r} is binary (it holds NUL bytes), not text.", path=name, reason="binary")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise KnowledgeFileError(
-            f"Knowledge file {name!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8.", path=name, reason="invalid_utf8"
-        ) from None
+    text = _document_text(raw, path) if suffix in DOCUMENT_SUFFIXES else _plain_text(raw, name)
     if not text.strip():
         raise KnowledgeFileError(f"Knowledge file {name!r} is empty.", path=name, reason="empty")
     return text
 
 
-def _document_text(path: Path) -> str:
+def read_documents(paths: Sequence[Path]) -> dict[str, str]:
+    """File name -> text (:func:`read_document`) of every file, all checked before any is
+    used. Knowledge is stored by file name, so two files may not share one.
+
+    Raises:
+        KnowledgeFileError: two files share a name, or a bad file.
+    """
+    names = [Path(p).name for p in paths]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise KnowledgeFileError(
+            f"Two files share the name {duplicates[0]!r}; knowledge is stored by file name, so rename one.",
+            path=duplicates[0],
+            reason="unsupported",
+        )
+    return {Path(p).name: read_document(Path(p)) for p in paths}
+
+
+def _plain_text(raw: bytes, name: str) -> str:
+    if b"\x00" in raw:
+        raise KnowledgeFileError(f"Knowledge file {name!r} is binary (it holds NUL bytes), not text.", path=name, reason="binary")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise KnowledgeFileError(
+            f"Knowledge file {name!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8.", path=name, reason="invalid_utf8"
+        ) from None
+
+
+def _document_text(raw: bytes, path: Path) -> str:
     """The pages' text of a document, parsed as attachments are (one serializer per format)."""
     from memory.errors import FileParseError
     from runtime.parsing import parse_document
 
     name = str(path)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise KnowledgeFileError(
-                f"Knowledge file {name!r} is larger than {MAX_FILE_BYTES} bytes; split it first.", path=name, reason="unsupported"
-            )
-        extract = parse_document(path.read_bytes(), name=path.name)
-    except OSError as exc:
-        raise KnowledgeFileError(f"Knowledge file {name!r} cannot be read ({exc.strerror or exc}).", path=name, reason="unreadable") from exc
+        extract = parse_document(raw, name=path.name)
     except FileParseError as exc:
         raise KnowledgeFileError(f"Knowledge file {name!r} cannot be parsed: {exc}", path=name, reason="unreadable") from exc
     text = "\n\n".join(page.strip() for page in extract.pages if page.strip())
-    if not text:
-        why = "its pages have no text layer (scanned; run OCR first)" if extract.needs_ocr else "it holds no text"
-        raise KnowledgeFileError(f"Knowledge file {name!r} is empty: {why}.", path=name, reason="empty")
+    if not text and extract.needs_ocr:
+        raise KnowledgeFileError(
+            f"Knowledge file {name!r} is empty: its pages have no text layer (scanned; run OCR first).", path=name, reason="empty"
+        )
     return text
 
 
@@ -202,15 +218,20 @@ def add_files(
         KnowledgeFileError: a bad file (nothing was written).
         StorageError: the database failed (nothing was written).
     """
-    names = [Path(p).name for p in paths]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise KnowledgeFileError(
-            f"Two files share the name {duplicates[0]!r}; knowledge is stored by file name, so rename one.",
-            path=duplicates[0],
-            reason="unsupported",
-        )
-    texts = {Path(p).name: read_document(Path(p)) for p in paths}
+    return add_texts(
+        engine, persona=persona, texts=read_documents(paths), embedder=embedder, counter=counter, max_tokens=max_tokens
+    )
+
+
+def add_texts(
+    engine, *, persona: str, texts: Mapping[str, str], embedder: Embedder, counter: TokenCounter, max_tokens: int
+) -> list[AddedFile]:
+    """Add already read files (file name -> text, from :func:`read_documents`) to ``persona``'s
+    knowledge base: chunked, embedded and written in one transaction, as :func:`add_files`.
+
+    Raises:
+        StorageError: the database failed (nothing was written).
+    """
     sources: dict[str, list[NewChunk]] = {}
     for name, text in texts.items():
         pieces = split_document(text, max_tokens=max_tokens, counter=counter)
