@@ -27,17 +27,11 @@ class ProfileBlock:
 
 
 def summary_profile_facts(items: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The facts in a summary's profile notes (``section == "profile"``).
+    """The texts of a summary's profile notes (model summarizer, ``section == "profile"``).
 
-    A model summarizer's note is a fact as written. The extractive summarizer's note is
-    the user's own sentence (it has a ``seq``), so it becomes ``The user said: "…"``,
-    the quote verbatim, so that its "I" cannot be read as the character's.
+    The extractive summarizer writes no profile section, so it teaches nothing.
     """
-    facts = []
-    for i in items:
-        if i.get("role") == "note" and i.get("section") == "profile" and i.get("text"):
-            facts.append(render("profile_fact_quoted", text=str(i["text"])) if isinstance(i.get("seq"), int) else str(i["text"]))
-    return facts
+    return [str(i["text"]) for i in items if i.get("role") == "note" and i.get("section") == "profile" and i.get("text")]
 
 
 def render_profile(profile: UserProfile | None, *, cap: int, counter: TokenCounter) -> ProfileBlock:

@@ -54,58 +54,6 @@ MIN_QUOTE_PREFIX_CHARS = 20
 
 _QUOTED = re.compile(r"[\"“”]([^\"“”]{4,})[\"“”]")
 
-MAX_PROFILE_NOTES = 6
-"""Most profile notes the extractive summarizer keeps (newest), our choice: a short profile."""
-
-MAX_PROFILE_SENTENCE_CHARS = 200
-"""Longest user sentence the extractive summarizer takes as a profile note, characters."""
-
-_SELF_DISCLOSURE = re.compile(
-    r"\bmy name is\b|\bcall me\b|\bmy pronouns\b|\bI(?:'m|’m| am) (?:a|an|from)\b|\bI work\b|\bI live\b"
-    r"|\bI was born\b|\bI(?:'ve|’ve| have) (?:a|an|two|three)\b"
-    r"|\bmy (?:wife|husband|partner|boyfriend|girlfriend|son|daughter|kids|mom|mother|dad|father|dog|cat|job|birthday)\b"
-    r"|我叫|我的名字|我是(?!说|不是)|我住在|我在\S{1,12}(?:工作|上班|上学|读书)"
-    r"|我的(?:生日|工作|老婆|老公|丈夫|妻子|儿子|女儿|孩子|狗|猫)|我有(?:一|两|三)?(?:个|只|条)?(?:儿子|女儿|孩子|狗|猫)",
-    re.IGNORECASE,
-)
-"""First-person statements of who the user is (name, origin, work, home, family, pets), English
-and Chinese. Our own short list: it errs towards missing a fact, never towards inventing one."""
-
-_SENTENCE = re.compile(r"[^.!?。！？\n]+[.!?。！？]*")
-
-
-def self_disclosures(text: str) -> list[str]:
-    """The sentences of a user turn that say who the user is (see :data:`_SELF_DISCLOSURE`),
-    each an exact substring of ``text`` (stripped), in order; none longer than
-    :data:`MAX_PROFILE_SENTENCE_CHARS` characters."""
-    out = []
-    for match in _SENTENCE.finditer(text):
-        sentence = match.group(0).strip()
-        if sentence and len(sentence) <= MAX_PROFILE_SENTENCE_CHARS and _SELF_DISCLOSURE.search(sentence):
-            out.append(sentence)
-    return out
-
-
-def profile_notes(previous: Sequence[Mapping[str, Any]], turns: Sequence["RolledTurn"]) -> list[dict[str, Any]]:
-    """The extractive summary's profile section: the earlier profile notes plus the
-    self-disclosing sentences of the new user turns, verbatim, newest
-    :data:`MAX_PROFILE_NOTES` kept, duplicates dropped. Each note is
-    ``{"role": "note", "section": "profile", "text": sentence, "date", "seq"}``."""
-    notes = [dict(i) for i in previous if i.get("role") == "note" and i.get("section") == "profile"]
-    for t in turns:
-        if t.role == "user" and not t.cut:
-            notes.extend(
-                {"role": "note", "section": "profile", "text": s, "date": t.date, "seq": t.seq} for s in self_disclosures(t.text)
-            )
-    seen: set[str] = set()
-    unique = []
-    for note in reversed(notes):  # newest first, so a repeated fact keeps its newest date
-        key = " ".join(str(note["text"]).lower().split())
-        if key not in seen:
-            seen.add(key)
-            unique.append(note)
-    return list(reversed(unique[:MAX_PROFILE_NOTES]))
-
 
 @dataclass(frozen=True, kw_only=True)
 class RolledTurn:
@@ -292,9 +240,7 @@ class ExtractiveSummarizer:
     """The model-free summarizer.
 
     It keeps the user's lines verbatim and the assistant's first sentences, newest
-    first, until the cap is full. Its profile section holds the user's own sentences
-    that say who they are (:func:`self_disclosures`), verbatim, at most
-    :data:`MAX_PROFILE_NOTES`; the engine learns pinned facts from it. Older entries fall out first; they are archived
+    first, until the cap is full. Older entries fall out first; they are archived
     verbatim before the summary changes, so they can still be recalled.
     """
 
@@ -324,10 +270,8 @@ class ExtractiveSummarizer:
             if t.role == "user" and t.cut:
                 item["cut_of"] = t.chars
             new_items.append(item)
-        # model notes from an earlier model summary are carried over as they are; the profile
-        # section is kept up to date from the user's own self-disclosing sentences
-        notes = [i for i in previous if i["role"] == "note" and i.get("section") != "profile"]
-        notes = [*profile_notes(previous, turns), *notes]
+        # model notes from an earlier model summary are carried over as they are
+        notes = [i for i in previous if i["role"] == "note"]
         candidates = sorted([i for i in [*previous, *new_items] if i["role"] != "note"], key=lambda i: i["seq"])
         kept: list[dict[str, Any]] = []
         base = counter.count_text(render_summary(notes, 1))
@@ -350,8 +294,8 @@ class ExtractiveSummarizer:
         kept = [*notes, *kept]
         dropped = len(candidates) + len(notes) - len(kept)
         content = render_summary(kept, omitted_before + dropped)
-        while kept and counter.count_text(content) > cap:  # the oldest lines go before any note
-            gone = kept.pop(next((n for n, i in enumerate(kept) if i["role"] != "note"), 0))
+        while kept and counter.count_text(content) > cap:
+            gone = kept.pop(0)
             dropped += 1
             if gone["role"] == "user":
                 dropped_quotes.append(gone["seq"])

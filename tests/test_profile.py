@@ -8,12 +8,9 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-import pytest
-
 from memory.tables import UserProfile
-from runtime.budgets import Budgets
 from runtime.profile import render_profile
-from runtime.summarizer import LiteLLMSummarizer, self_disclosures
+from runtime.summarizer import LiteLLMSummarizer
 from runtime.tokens import counter_for
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -58,42 +55,6 @@ def test_profile_is_learned_from_the_summary_and_user_facts_survive(make_engine_
     assert profile.learned == ["The user works as a nurse."]  # merged once, duplicate of a user fact skipped
     context = engine.assemble(user_id="u1", session_id="s1", pending="hi")
     assert "- The user works as a nurse." in context.source_text["memory"]
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        pytest.param("Hi! My name is Ana Lima. How are you?", ["My name is Ana Lima."], id="name"),
-        pytest.param("I work as a nurse in Braga, mostly nights", ["I work as a nurse in Braga, mostly nights"], id="work-no-period"),
-        pytest.param("I'm tired. I'm from Porto!", ["I'm from Porto!"], id="origin-not-mood"),
-        pytest.param("我叫小林。今天好累。我在医院工作。", ["我叫小林。", "我在医院工作。"], id="chinese"),
-        pytest.param("我是说，你懂吗？", [], id="chinese-i-mean"),
-        pytest.param("What a lovely day. Tell me a story.", [], id="nothing"),
-    ],
-)
-def test_self_disclosures_are_exact_sentences_of_the_user(text, expected):
-    found = self_disclosures(text)
-    assert found == expected
-    assert all(sentence in text for sentence in found)
-
-
-def test_the_extractive_summary_teaches_the_profile_in_the_users_own_words(make_engine_for, store):
-    engine = make_engine_for(budgets=Budgets.create(recent=300, summary=600))  # the default, model-free summarizer
-    engine.set_profile(user_id="u2", facts=["Prefers tea."])
-    lines = ["My name is Bruno and I live in Coimbra.", "I have a dog called Pixel.", "我在医院工作。"]
-    lines += [f"Small talk {i}: " + "words " * 30 for i in range(10)]
-    for i, line in enumerate(lines):
-        engine.turn(user_id="u2", session_id="s2", message=line, reply="ok " * 20, at=T0 + timedelta(minutes=i))
-    assert store.compaction_state("s2").compactions >= 1
-    summary = store.summary("s2")
-    notes = [i["text"] for i in summary.items if i["role"] == "note" and i["section"] == "profile"]
-    assert notes == lines[:3]
-    assert "Who the user is:" in summary.content
-    profile = engine.profiles.get("u2")
-    assert profile.facts == ["Prefers tea."]
-    assert profile.learned == [f'The user said: "{line}"' for line in lines[:3]]
-    context = engine.assemble(user_id="u2", session_id="s2", pending="what do you know about me?")
-    assert '- The user said: "I have a dog called Pixel."' in context.source_text["memory"]
 
 
 def test_profile_commands(db_url):
