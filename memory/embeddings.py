@@ -11,7 +11,7 @@ import os
 import threading
 from typing import Protocol, Sequence
 
-from memory.errors import ConfigurationError
+from errors import ConfigurationError
 
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 

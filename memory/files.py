@@ -5,11 +5,11 @@ temporary file in the same directory, fsynced, then ``os.replace``). One user's 
 bytes are one row per durability (and per session for an ephemeral id), and equal
 bytes are one blob whoever stored them. A blob is removed when no row points at it.
 
-Ownership: :meth:`FileStore.get` raises :class:`~memory.errors.FileNotFound` with one
+Ownership: :meth:`FileStore.get` raises :class:`~errors.FileNotFound` with one
 and the same message for an unknown id and for another user's id.
 
 Reads never change state; parse results are written by :meth:`FileStore.set_parse_result`
-(the parse service in ``runtime.parse_service`` calls it).
+(the parse service in ``runtime.files`` calls it).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from sqlalchemy import Engine, delete, func, or_, text, update
 from sqlmodel import Session, select
 
 from memory.database import storage_errors
-from memory.errors import FileInputError, FileNotFound
+from errors import FileInputError, FileNotFound
 from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024

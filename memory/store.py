@@ -68,7 +68,7 @@ class Store:
         Raises:
             SessionOwnershipError: the session exists but belongs to another user.
         """
-        from memory.errors import SessionOwnershipError
+        from errors import SessionOwnershipError
 
         with storage_errors(session_id), Session(self.engine) as db:
             session = db.get(ChatSession, session_id)
@@ -141,7 +141,7 @@ class Store:
         Raises:
             SessionClosedError: the session was closed; nothing was stored.
         """
-        from memory.errors import SessionClosedError
+        from errors import SessionClosedError
 
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.exec(text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
@@ -376,7 +376,7 @@ class Store:
     @staticmethod
     def _roll_out(db: Session, *, session_id: str, turn_ids: Sequence[int], to: TurnState) -> None:
         """Move turns out of the recent window; all of them must still be in it."""
-        from memory.errors import StorageError
+        from errors import StorageError
 
         if not turn_ids:
             return
@@ -455,7 +455,7 @@ class Store:
                 turn from it on has left the recent window (summarized or archived turns are
                 never deleted).
         """
-        from memory.errors import InvalidMessageError
+        from errors import InvalidMessageError
 
         with storage_errors(session_id), Session(self.engine) as db:
             db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))

@@ -99,7 +99,7 @@ class Turn(SQLModel, table=True):
     request_messages: Optional[int] = None
     """How many messages that request had."""
     request_fingerprint: Optional[str] = Field(default=None, max_length=64)
-    """SHA-256 of that request's messages (see ``runtime.calibration.fingerprint``)."""
+    """SHA-256 of that request's messages (see ``runtime.accounting.fingerprint``)."""
     interrupted: bool = False
     """True for an assistant reply whose stream broke off; ``content`` is what arrived."""
     state: TurnState = Field(default=TurnState.context, max_length=20)

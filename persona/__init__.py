@@ -3,7 +3,7 @@
 A persona is read by :func:`load_persona` from a Character Card V1/V2/V3 (JSON, or a
 PNG with the card in a ``chara``/``ccv3`` text chunk) or from our own TOML/YAML file.
 Its lorebook (``character_book``) comes as typed :class:`LoreEntry` values.
-``persona`` imports only ``memory.errors`` (for the shared exception hierarchy).
+``persona`` imports only ``errors`` (for the shared exception hierarchy).
 """
 
 from persona._lorebook import SELECTIVE_LOGICS, LoreEntry, Lorebook

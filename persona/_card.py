@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from memory.errors import PersonaError
+from errors import PersonaError
 from persona._fields import build_persona
 from persona._model import Persona
 

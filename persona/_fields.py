@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from memory.errors import PersonaError
+from errors import PersonaError
 from persona._lorebook import parse_lorebook
 from persona._model import Persona
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memory.errors import PersonaError
+from errors import PersonaError
 from persona._card import parse_card_json
 from persona._model import Persona
 from persona._plain import DEFAULT_PERSONA_FILE, load_plain

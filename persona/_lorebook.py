@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from memory.errors import PersonaError
+from errors import PersonaError
 
 SELECTIVE_LOGICS = ("AND_ANY", "NOT_ALL", "NOT_ANY", "AND_ALL")
 """Secondary-key logics, indexed by SillyTavern's numbers (0..3)."""

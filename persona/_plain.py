@@ -22,7 +22,7 @@ import tomllib
 from pathlib import Path
 from typing import Mapping
 
-from memory.errors import PersonaError
+from errors import PersonaError
 from persona._fields import build_persona
 from persona._model import Persona
 

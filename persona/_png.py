@@ -11,7 +11,7 @@ import base64
 import binascii
 import io
 
-from memory.errors import PersonaError
+from errors import PersonaError
 from persona._card import parse_card_json
 from persona._model import Persona
 

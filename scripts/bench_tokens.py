@@ -19,12 +19,12 @@ The generated corpora use a fixed seed (``--seed``, default 20240601), so every 
 
 For every tokenizer (cl100k_base, o200k_base, DeepSeek) and every corpus the table gives, per counter,
 the share of messages undercounted (estimate < actual tokens) and the sum ratio estimate / actual.
-"Actual" comes straight from tiktoken / ``tokenizers`` (not through ``runtime.tokens``). Only message
+"Actual" comes straight from tiktoken / ``tokenizers`` (not through ``runtime.accounting``). Only message
 text is counted (``count_text``), no framing. Counters:
 
 - ``exact``: ``counter_for(<model of that family>)``, the accounting the runtime uses for that model;
 - ``estimator``: ``counter_for(None)``, the conservative estimator for unknown models;
-- ``chars/4``, ``first`` (:class:`runtime.tokens.FirstEstimator`) and ``1.8han/0.3``: naive rules.
+- ``chars/4``, ``first`` (:class:`runtime.accounting.FirstEstimator`) and ``1.8han/0.3``: naive rules.
 
 A ``vs max`` block compares each estimator with the largest of the three tokenizers' counts per
 message. Throughput (MB/s of UTF-8 text) of ``exact`` and ``estimator`` is measured against
@@ -50,7 +50,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import runtime  # noqa: E402,F401  (fills LITELLM_LOCAL_MODEL_COST_MAP / TIKTOKEN_CACHE_DIR first)
-from runtime.tokens import FirstEstimator, counter_for  # noqa: E402
+from runtime.accounting import FirstEstimator, counter_for  # noqa: E402
 
 DEFAULT_SEED = 20240601
 FAMILY_MODELS = {"cl100k": "gpt-4", "o200k": "gpt-4o", "deepseek": "deepseek/deepseek-chat"}
@@ -335,7 +335,7 @@ def load_corpora(data: Path, seed: int) -> dict[str, list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Reference tokenizers (straight from tiktoken / tokenizers, not through runtime.tokens)
+# Reference tokenizers (straight from tiktoken / tokenizers, not through runtime.accounting)
 # ---------------------------------------------------------------------------------------------
 
 

@@ -16,7 +16,7 @@ text (``Segment.tokens``, the runtime's count of the verbatim content), at 500, 
   default the layout :func:`memory.archive.build_segments` uses), embedded and archived,
   then each question is recalled alone, as the LoCoMo paper measures its retrievers;
 - **in context**: the conversation is replayed through the engine
-  (:func:`runtime.replay.replay_conversation`) at a 4,096-token window, so the oldest
+  (:func:`runtime.service.replay_conversation`) at a 4,096-token window, so the oldest
   exchanges are compacted and archived by the runtime itself; each question then gets
   the engine's recent window (:meth:`Engine.assemble`) plus recall at the budget,
   excluding segments still in the recent window. The engine's own figure, with its
@@ -66,10 +66,10 @@ from memory.tables import Turn  # noqa: E402
 from persona import Persona  # noqa: E402
 from runtime.compaction import exchanges  # noqa: E402
 from runtime.config import Settings  # noqa: E402
-from runtime.engine import Engine  # noqa: E402
+from runtime.turn import Engine  # noqa: E402
 from runtime.logs import configure_logging  # noqa: E402
-from runtime.replay import CATEGORIES, Conversation, load_conversations, replay_conversation  # noqa: E402
-from runtime.tokens import counter_for  # noqa: E402
+from runtime.service import CATEGORIES, Conversation, load_conversations, replay_conversation  # noqa: E402
+from runtime.accounting import counter_for  # noqa: E402
 
 BUDGETS = (500, 1000, 2000, 4000)
 """Memory budgets evaluated, tokens of recalled segment text."""

@@ -18,8 +18,8 @@ import runtime  # noqa: F401  (offline defaults for litellm)
 from memory.database import make_engine
 from memory.store import Store
 from runtime.compaction import Compactor
-from runtime.summarizer import ExtractiveSummarizer, LiteLLMSummarizer
-from runtime.tokens import counter_for
+from runtime.compaction import ExtractiveSummarizer, LiteLLMSummarizer
+from runtime.accounting import counter_for
 
 
 class ConstantEmbedder:

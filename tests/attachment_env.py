@@ -10,10 +10,10 @@ import pytest
 
 from memory.files import FileStore
 from runtime.config import Settings
-from runtime.engine import Engine
-from runtime.file_services import open_file_services
-from runtime.model import LiteLLMReplier
-from runtime.parse_service import ParseService
+from runtime.turn import Engine
+from runtime.files import open_file_services
+from runtime.llm import LiteLLMReplier
+from runtime.files import ParseService
 from tests.conftest import PERSONA
 
 

@@ -19,8 +19,8 @@ from memory.embeddings import SentenceTransformerEmbedder
 from memory.store import Store
 from persona import Persona
 from runtime.config import Settings
-from runtime.engine import Engine
-from runtime.model import LiteLLMReplier
+from runtime.turn import Engine
+from runtime.llm import LiteLLMReplier
 from tests.fake_llm import FakeLLM
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,7 +131,7 @@ def api_db_url(admin_url) -> str:
 @pytest.fixture(scope="session")
 def api_engine(api_db_url, embedder, fake_llm, tmp_path_factory) -> Engine:
     """The API tests' engine, with file services (blobs in a temporary directory)."""
-    from runtime.file_services import open_file_services
+    from runtime.files import open_file_services
 
     settings = Settings(context_window=API_WINDOW, database_url=api_db_url, files_dir=tmp_path_factory.mktemp("api-files"))
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
@@ -160,7 +160,7 @@ def serve(engine: Engine):
 
     import uvicorn
 
-    from runtime.api import create_app
+    from runtime.service.api import create_app
 
     config = uvicorn.Config(create_app(engine), host="127.0.0.1", port=0, log_level="warning", access_log=False)
     server = uvicorn.Server(config)

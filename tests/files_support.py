@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from memory.files import FileStore
-from runtime.parse_service import ParseService
+from runtime.files import ParseService
 from runtime.parsing import parse_document
 
 LONG = 30.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runtime.calibration import MIN_CALIBRATION_TOKENS
+from runtime.accounting import MIN_CALIBRATION_TOKENS
 
 
 def test_usage_is_stored_and_used_as_the_next_turns_baseline(make_engine_for, store, fake_llm):

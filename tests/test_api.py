@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from memory import errors as E
-from runtime.api import ERRORS
+import errors as E
+from runtime.service.api import ERRORS
 
 pytestmark = pytest.mark.usefixtures("steady_fake_llm")
 

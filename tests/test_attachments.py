@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from memory.errors import FileNotFound, InvalidMessageError
-from runtime.attachments import (
+from errors import FileNotFound, InvalidMessageError
+from runtime.context import (
     AttachedFile,
     is_placeholder,
     placeholder,
@@ -122,7 +122,7 @@ def test_text_over_the_inline_threshold_goes_in_as_a_pointer(files_env, fake_llm
 
 
 def test_short_retrieval_budget_drops_previews_then_lists_a_count(files_env, fake_llm):
-    from runtime.budgets import Budgets
+    from runtime.accounting import Budgets
 
     engine = files_env.build(budgets=Budgets.create(retrieval=120))
     ids = [files_env.upload("u1", f"n{i}.txt", ff.text_bytes(600 + i)) for i in range(3)]

@@ -20,7 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from memory.tables import TurnState
-from runtime.summarizer import ExtractiveSummarizer
+from runtime.compaction import ExtractiveSummarizer
 from tests.conftest import REPO
 from tests.test_compaction import add_exchanges, compact, compactor, snapshot
 

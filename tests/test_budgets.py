@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory.errors import ConfigurationError
-from runtime.budgets import Budgets
+from errors import ConfigurationError
+from runtime.accounting import Budgets
 from runtime.config import Settings
 
 

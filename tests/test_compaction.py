@@ -19,13 +19,13 @@ import structlog
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-from memory.errors import SummarizationError
+from errors import SummarizationError
 from memory.recall import recall_segments
 from memory.tables import TurnState
 from runtime.compaction import Compactor, plan_rollout
-from runtime.replay import user_turn_coverage
-from runtime.summarizer import ExtractiveSummarizer, LiteLLMSummarizer, map_summarizer_error
-from runtime.tokens import counter_for
+from runtime.service import user_turn_coverage
+from runtime.compaction import ExtractiveSummarizer, LiteLLMSummarizer, map_summarizer_error
+from runtime.accounting import counter_for
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 SUMMARY_MODEL = "fake-summary"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from memory.errors import FileNotFound, InvalidMessageError, SessionOwnershipError
+from errors import FileNotFound, InvalidMessageError, SessionOwnershipError
 from tests import file_fixtures as ff
 from tests.attachment_env import all_text, files_env, user_texts  # noqa: F401  (fixture)
 

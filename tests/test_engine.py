@@ -7,12 +7,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import text
 
-from memory.errors import InvalidMessageError, ModelCallError
+from errors import InvalidMessageError, ModelCallError
 from memory.recall import recall_segments
 from memory.store import NewSegment
 from memory.tables import TurnState
 from runtime.compaction import exchanges
-from runtime.replay import load_conversations, replay_conversation, user_turn_coverage
+from runtime.service import load_conversations, replay_conversation, user_turn_coverage
 from tests.conftest import SAMPLE
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)

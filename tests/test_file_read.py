@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from memory.errors import FileInputError, FileNotFound
+from errors import FileInputError, FileNotFound
 from memory.files import FileStore
-from runtime.file_read import FileReader, WindowLimits, read_window
-from runtime.parse_service import ParseService
+from runtime.files import FileReader, WindowLimits, read_window
+from runtime.files import ParseService
 from runtime.parsing import serialize
 from tests import file_fixtures as F
 from tests.files_support import LONG, GatedParser, files, parser, parses  # noqa: F401  (fixtures)

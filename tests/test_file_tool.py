@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from runtime.attachments import is_placeholder
+from runtime.context import is_placeholder
 from tests import file_fixtures as ff
 from tests.attachment_env import all_text, files_env  # noqa: F401  (fixture)
 from tests.fake_llm import ToolCalls

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from runtime.parse_service import ParseService
+from runtime.files import ParseService
 from tests import file_fixtures as F
 from tests.files_support import LONG, files, parser  # noqa: F401  (fixtures)
 from tests.files_support import parses as service  # noqa: F401  (fixture)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from memory.errors import ConfigurationError
+from errors import ConfigurationError
 from runtime.config import Settings
 
 

@@ -7,7 +7,7 @@ import hashlib
 import pytest
 from sqlalchemy import text
 
-from memory.errors import FileInputError, FileNotFound
+from errors import FileInputError, FileNotFound
 from memory.files import FileStore
 from tests import file_fixtures as F
 

@@ -15,14 +15,14 @@ from typing import Any, Callable
 import pytest
 
 from runtime.config import Settings
-from runtime.engine import Engine
-from runtime.file_services import open_file_services
-from runtime.image_encode import EDGES, QUALITIES, fit_image
-from runtime.image_markers import TRANSCRIPT_MARKERS, marker, split_transcripts
-from runtime.model import LiteLLMReplier
-from runtime.tokens import anthropic_image_tokens, openai_image_tokens
-from runtime.transcribe import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
-from runtime.vision import family, image_tokens, sees_images
+from runtime.turn import Engine
+from runtime.files import open_file_services
+from runtime.llm import EDGES, QUALITIES, fit_image
+from runtime.context import TRANSCRIPT_MARKERS, marker, split_transcripts
+from runtime.llm import LiteLLMReplier
+from runtime.accounting import anthropic_image_tokens, openai_image_tokens
+from runtime.llm import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
+from runtime.llm import family, image_tokens, sees_images
 from tests import image_fixtures as img
 from tests.conftest import PERSONA
 from tests.fake_llm import Hang, HTTPError, ToolCalls

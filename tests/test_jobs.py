@@ -17,13 +17,13 @@ from sqlalchemy import text
 
 from memory.apps import Directory
 from memory.database import make_engine
-from memory.errors import ConfigurationError, SessionClosedError
+from errors import ConfigurationError, SessionClosedError
 from memory.store import Store
 from memory.tables import TurnState, utcnow
-from runtime.budgets import Budgets
+from runtime.accounting import Budgets
 from runtime.config import Settings
-from runtime.engine import Engine
-from runtime.jobs import close_idle_sessions
+from runtime.turn import Engine
+from runtime.service import close_idle_sessions
 from tests.conftest import PERSONA
 
 HOUR = 3600.0

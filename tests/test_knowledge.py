@@ -10,11 +10,11 @@ import sys
 import pytest
 from sqlalchemy import text
 
-from memory.errors import KnowledgeFileError
+from errors import KnowledgeFileError
 from memory.knowledge import list_sources, search_chunks
 from persona import Persona
-from runtime.knowledge import add_files, split_document
-from runtime.tokens import counter_for
+from runtime.files import add_files, split_document
+from runtime.accounting import counter_for
 from tests import file_fixtures as F
 
 COUNTER = counter_for("gpt-4o-mini")

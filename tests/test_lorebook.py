@@ -7,9 +7,9 @@ import json
 import pytest
 
 from persona import LoreEntry, Lorebook, load_persona
-from runtime.lorebook import key_matches, match_entries, scan_text
-from runtime.retrieval import RetrievalItem, fit_retrieval, retrieval_items
-from runtime.tokens import counter_for
+from runtime.context import key_matches, match_entries, scan_text
+from runtime.context import RetrievalItem, fit_retrieval, retrieval_items
+from runtime.accounting import counter_for
 from tests.cards import v2_card
 
 COUNTER = counter_for("gpt-4o-mini")

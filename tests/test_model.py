@@ -11,7 +11,7 @@ import litellm.exceptions
 import pytest
 
 from memory.database import make_engine
-from memory.errors import (
+from errors import (
     ContextOverflowError,
     ModelAuthError,
     ModelCallError,
@@ -20,10 +20,10 @@ from memory.errors import (
     UnknownModelError,
 )
 from memory.tables import TurnState
-from runtime.bootstrap import Database, open_engine, settings_for_model
+from runtime.service import Database, open_engine, settings_for_model
 from runtime.config import Settings
-from runtime.engine import Engine
-from runtime.model import LiteLLMReplier, RetryPolicy, error_class_for, map_model_error, retry_after
+from runtime.turn import Engine
+from runtime.llm import LiteLLMReplier, RetryPolicy, error_class_for, map_model_error, retry_after
 from tests.conftest import PERSONA
 from tests.fake_llm import OVERFLOW, Cut, Hang, HTTPError, rate_limited
 
@@ -385,7 +385,7 @@ def test_model_settings_are_read_from_the_environment():
         {"COMPANION_MODEL_RETRIES": "5", "COMPANION_MODEL_RETRY_SECONDS": "12.5", "COMPANION_MODEL_TIMEOUT": "20"}
     )
     assert (settings.model_retries, settings.model_retry_seconds, settings.model_timeout) == (5, 12.5, 20.0)
-    from memory.errors import ConfigurationError
+    from errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="COMPANION_MODEL_RETRIES"):
         Settings.from_env({"COMPANION_MODEL_RETRIES": "-1"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing import Extract, ParseLimits, format_of, pages_of, parse_document, score_page, serialize, toc_body_start
 from tests import file_fixtures as F
 

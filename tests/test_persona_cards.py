@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from memory.errors import ConfigurationError, PersonaError
+from errors import ConfigurationError, PersonaError
 from persona import DEFAULT_PERSONA_FILE, Persona, apply_macros, load_persona
-from runtime.persona_render import render_persona
-from runtime.tokens import counter_for
+from runtime.context import render_persona
+from runtime.accounting import counter_for
 from tests.cards import encode, v2_card, v3_card, write_card_png
 
 COUNTER = counter_for("gpt-4o-mini")

@@ -9,9 +9,9 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 from memory.tables import UserProfile
-from runtime.profile import render_profile
-from runtime.summarizer import LiteLLMSummarizer
-from runtime.tokens import counter_for
+from runtime.context import render_profile
+from runtime.compaction import LiteLLMSummarizer
+from runtime.accounting import counter_for
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 COUNTER = counter_for("gpt-4o-mini")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from memory.errors import ConfigurationError, InvalidMessageError
-from runtime.replay import load_conversations, replay_conversation
+from errors import ConfigurationError, InvalidMessageError
+from runtime.service import load_conversations, replay_conversation
 
 
 def _jsonl(tmp_path, lines, name="conv.jsonl"):

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import text
 
 from memory.database import check_dimension, current_revision, head_revision, make_engine, require_schema, upgrade
-from memory.errors import EmbeddingDimensionMismatch, SchemaError
-from runtime.bootstrap import Database, open_engine
+from errors import EmbeddingDimensionMismatch, SchemaError
+from runtime.service import Database, open_engine
 from runtime.config import Settings
 
 

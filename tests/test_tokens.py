@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import runtime  # noqa: F401  (offline defaults for litellm / tiktoken before they are imported)
-from memory.errors import ConfigurationError
-from runtime.tokens import (
+from errors import ConfigurationError
+from runtime.accounting import (
     MESSAGE_FRAMING,
     REPLY_PRIMING,
     FirstEstimator,
@@ -42,7 +42,7 @@ WEATHER_RESULT = {
 
 @pytest.fixture(scope="module")
 def tokenizers_by_name():
-    """Reference counts straight from each bundled tokenizer (not through runtime.tokens)."""
+    """Reference counts straight from each bundled tokenizer (not through runtime.accounting)."""
     import tiktoken
     from tokenizers import Tokenizer
 
@@ -172,7 +172,7 @@ def test_counter_for_picks_tokenizer_from_litellm_model_name(model, name):
 
 
 def test_importing_tokens_does_not_load_tokenizer_libraries():
-    code = "import sys, runtime.tokens; print(any(m in sys.modules for m in ('litellm', 'tiktoken', 'tokenizers')))"
+    code = "import sys, runtime.accounting; print(any(m in sys.modules for m in ('litellm', 'tiktoken', 'tokenizers')))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

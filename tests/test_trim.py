@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from memory.errors import ConfigurationError
+from errors import ConfigurationError
 
-from runtime.calibration import CalibratedCounter, correction, correction_factor
-from runtime.tokens import counter_for
-from runtime.trim import fit_messages
+from runtime.accounting import CalibratedCounter, correction, correction_factor
+from runtime.accounting import counter_for
+from runtime.context import fit_messages
 
 COUNTER = counter_for("gpt-4o-mini")
 

@@ -13,14 +13,14 @@ to a depth limit). A section, sheet or chapter over 12,000 characters becomes se
 pages headed ``[label, part k of n]``, so a bounded window reaches all of it.
 
 Failures are explicit: corrupt, encrypted or unsupported bytes raise
-:class:`~memory.errors.FileParseError`, never an empty success.
+:class:`~errors.FileParseError`, never an empty success.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import MARKER, Extract, pages_of, serialize
 from runtime.parsing._frontmatter import PageScore, is_front_matter_title, score_page, toc_body_start
 

@@ -11,7 +11,7 @@ import io
 import zipfile
 from typing import Callable
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import Extract
 
 MAX_MEMBERS = 500

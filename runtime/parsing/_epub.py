@@ -8,7 +8,7 @@ import os
 import tempfile
 import zipfile
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import Extract
 from runtime.parsing._frontmatter import is_front_matter_title
 from runtime.parsing._text import split_unit

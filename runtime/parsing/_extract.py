@@ -1,7 +1,7 @@
 """The one intermediate form every format is serialized into.
 
 A document is a list of pages; the stored extract joins them with a marker line
-``--- page N ---`` (N from 1) before each page. Slicing (``runtime.file_read``)
+``--- page N ---`` (N from 1) before each page. Slicing (``runtime.files``)
 knows only this: :func:`pages_of` gives the pages back, whatever the source format.
 A page's own line that looks like a marker is escaped with a leading backslash by
 :func:`serialize` and unescaped by :func:`pages_of`, so page text can never fake a page.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import Extract
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import zipfile
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import Extract
 from runtime.parsing._text import split_unit
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import logging
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import Extract
 from runtime.parsing._frontmatter import is_front_matter_title
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from memory.errors import FileParseError
+from errors import FileParseError
 from runtime.parsing._extract import Extract
 
 SECTION_CHARS = 6000

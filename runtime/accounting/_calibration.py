@@ -1,0 +1,108 @@
+"""Self-calibration and the provider's baseline.
+
+After each response the provider's reported prompt tokens are compared with our
+raw estimate of that request. The session's correction factor is the largest
+reported/estimated ratio over its last :data:`CALIBRATION_WINDOW` responses, never
+below 1.0, so calibration can only make the estimate safer. Only requests of at
+least :data:`MIN_CALIBRATION_TOKENS` set the factor: on a tiny request a fixed
+provider-side cost (a hidden system preamble) would look like a huge ratio. That
+fixed cost is kept apart as an ``overhead`` in tokens, the largest amount any
+sample's report exceeds its scaled estimate, and is added to every request.
+
+The last reported usage is also an exact baseline: when the new request starts with
+exactly the messages of the last one (same fingerprint), its size is the reported
+prompt tokens plus an estimate of the messages added since.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from runtime.accounting._tokens import TokenCounter
+
+CALIBRATION_WINDOW = 5
+"""Responses whose ratio sets the factor (our choice: recent enough to follow a model change)."""
+
+
+def fingerprint(messages: Sequence[Mapping[str, Any]]) -> str:
+    """SHA-256 of the messages' canonical JSON: equal lists give equal fingerprints."""
+    data = json.dumps(list(messages), sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+MIN_CALIBRATION_TOKENS = 256
+"""Smallest raw estimate, in tokens, whose ratio may set the factor (our choice)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """How a session's estimates are corrected: ``ceil(raw × factor) + overhead`` tokens per request."""
+
+    factor: float = 1.0
+    """Multiplier on every estimate, >= 1.0."""
+    overhead: int = 0
+    """Tokens the provider adds per request beyond our scaled estimate, >= 0."""
+
+
+def correction(samples: Sequence[tuple[int, int]]) -> Calibration:
+    """The calibration from ``(reported, estimated)`` prompt-token pairs, newest first."""
+    valid = [(r, e) for r, e in samples if r and e and r > 0 and e > 0]
+    factor = max([1.0, *[r / e for r, e in valid if e >= MIN_CALIBRATION_TOKENS]])
+    overhead = max([0, *[r - math.ceil(e * factor) for r, e in valid]])
+    return Calibration(factor=factor, overhead=overhead)
+
+
+def correction_factor(samples: Sequence[tuple[int, int]]) -> float:
+    """The factor of :func:`correction`."""
+    return correction(samples).factor
+
+
+@dataclass(frozen=True, kw_only=True)
+class Baseline:
+    """The last request the provider reported usage for."""
+
+    fingerprint: str
+    messages: int
+    """How many messages that request had."""
+    prompt_tokens: int
+    """The provider's reported prompt tokens for it (exact)."""
+
+
+class CalibratedCounter:
+    """A :class:`~runtime.accounting.TokenCounter` whose counts are ``ceil(raw × factor)``, factor ≥ 1."""
+
+    def __init__(self, base: TokenCounter, factor: float) -> None:
+        if not factor >= 1.0:
+            raise ValueError(f"A correction factor must be >= 1.0, got {factor}.")
+        self.base = base
+        self.factor = factor
+        self.name = f"{base.name}×{factor:.3f}" if factor > 1.0 else base.name
+
+    def _scale(self, value: int) -> int:
+        return value if self.factor == 1.0 else math.ceil(value * self.factor)
+
+    def count_text(self, text: str) -> int:
+        return self._scale(self.base.count_text(text))
+
+    def count_message(self, message: Mapping[str, Any]) -> int:
+        return self._scale(self.base.count_message(message))
+
+    def count_messages(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None) -> int:
+        return self._scale(self.base.count_messages(messages, tools=tools))
+
+
+def baseline_total(
+    baseline: Baseline | None, messages: Sequence[Mapping[str, Any]], counter: TokenCounter
+) -> int | None:
+    """Tokens of ``messages`` by the provider's baseline plus an estimate of what was added,
+    or ``None`` when ``messages`` does not start with the baseline's request."""
+    if baseline is None or len(messages) < baseline.messages:
+        return None
+    if fingerprint(messages[: baseline.messages]) != baseline.fingerprint:
+        return None
+    added = messages[baseline.messages :]
+    return baseline.prompt_tokens + sum(counter.count_message(m) for m in added)

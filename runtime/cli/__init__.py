@@ -1,0 +1,6 @@
+"""runtime.cli
+"""
+
+from runtime.cli._main import main
+
+__all__ = ['main']

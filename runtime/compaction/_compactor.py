@@ -1,0 +1,450 @@
+"""Compaction: roll the oldest whole exchanges out of the recent window.
+
+When the recent window (turns in state ``context``) exceeds the ``recent`` cap, the
+oldest whole user/assistant exchanges roll out until it is back under
+``target × cap``. The latest user turn and the newest ``keep_exchanges`` exchanges
+never roll out. Rolled-out turns are archived verbatim as embedded segments and
+merged into the session's one flat summary.
+
+Guarantees:
+
+- **Atomic, only after success.** The archive, the new summary and the turn states
+  change in one transaction (:meth:`~memory.store.Store.commit_compaction`), and only
+  once a summary was made and passed :func:`~runtime.compaction.validate_summary`.
+  A failed compaction changes nothing but the failure count. Nothing is deleted.
+- **One at a time per session**, across processes: the work runs under a PostgreSQL
+  advisory lock (:meth:`~memory.store.Store.compaction_lock`) and re-reads the turns
+  under it; a second compactor finds the lock held and skips.
+- **Circuit breaker**, stored in ``compaction_state``: exceptions, timeouts and
+  rejected summaries count as consecutive failures; a success resets the count. At
+  ``breaker_threshold`` failures the breaker opens: no summarizer is called for the
+  session. While it is open, turns over the cap are still archived verbatim (state
+  ``archived``), so every turn stays in the recent window, quoted in the summary or
+  in an archived segment. With ``breaker_cooldown`` set, one half-open attempt is
+  allowed once that many seconds have passed since it opened; success closes it,
+  failure opens it again.
+
+Events (structlog, ``companion.compaction``), each with ``session_id``:
+``compaction.completed``, ``compaction.failed``, ``compaction.archived_only``,
+``compaction.skipped``, ``summary.quotes_dropped``, ``breaker.opened``,
+``breaker.half_open``, ``breaker.closed``, ``breaker.reopened``,
+``breaker.failures_cleared``. Breaker events carry ``reasons``, the failure reasons
+of the current run (error classes and numbers, never conversation text).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Callable, Literal, Sequence
+
+import structlog
+
+from memory.archive import build_segments
+from memory.embeddings import Embedder
+from memory.store import NewSegment, Store
+from memory.tables import CompactionState, Turn, TurnState, utcnow
+from prompts import render
+from runtime.compaction._summarizers import RolledTurn, Summarizer, validate_summary
+from runtime.accounting import TokenCounter
+
+log = structlog.get_logger("companion.compaction")
+
+BreakerState = Literal["closed", "open", "half_open"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionOutcome:
+    """What one compaction attempt did."""
+
+    session_id: str
+    ok: bool
+    """False if the summarizer failed or its summary was rejected (nothing changed but the count)."""
+    summarized: bool = False
+    """True if a new summary replaced the old one; False for an archive-only roll-out (breaker open)."""
+    rolled_turns: int = 0
+    """Turns moved out of the recent window."""
+    segments: int = 0
+    """Archive segments written."""
+    summary_tokens: int = 0
+    """Tokens of the new summary."""
+    dropped: int = 0
+    """Summary entries left out to fit the cap (still archived)."""
+    dropped_quotes: int = 0
+    """User quotes among them."""
+    error: str | None = None
+    breaker_open: bool = False
+
+
+def reset_breaker(store: Store, session_id: str) -> CompactionState:
+    """Close the session's breaker and clear its failure count (``companion breaker reset``,
+    ``POST /v1/sessions/{id}/breaker/reset``); logs ``breaker.reset`` with the reasons it clears."""
+    before = store.compaction_state(session_id)
+    state = store.reset_breaker(session_id)
+    log.info(
+        "breaker.reset",
+        session_id=session_id,
+        breaker_state="closed",
+        was_open=before.breaker_opened_at is not None,
+        consecutive_failures=before.consecutive_failures,
+        reasons=list(before.recent_errors or []),
+    )
+    return state
+
+
+def exchanges(turns: Sequence[Turn]) -> list[list[Turn]]:
+    """Split turns (oldest first) into exchanges: each starts at a user turn and holds
+    the turns after it up to the next user turn. Turns before the first user turn
+    form one leading group."""
+    groups: list[list[Turn]] = []
+    for turn in turns:
+        if turn.role == "user" or not groups:
+            groups.append([turn])
+        else:
+            groups[-1].append(turn)
+    return groups
+
+
+def plan_rollout(
+    turns: Sequence[Turn], *, cap: int, target: float, keep_exchanges: int
+) -> list[list[Turn]]:
+    """The oldest whole exchanges to roll out, or ``[]`` if the window is within ``cap`` tokens.
+
+    Never rolled out: the newest ``keep_exchanges`` complete exchanges, and the latest
+    user turn with whatever follows it (an exchange still waiting for its reply counts
+    in addition to them). Rolling stops once the rest is within ``target × cap``.
+    """
+    total = sum(t.tokens for t in turns)
+    if total <= cap:
+        return []
+    groups = exchanges(turns)
+    keep = max(keep_exchanges, 0)
+    if groups and (len(groups[-1]) == 1 or keep == 0):
+        keep += 1  # the latest user turn (still unanswered, or kept whatever the setting)
+    rollable = groups[: max(len(groups) - keep, 0)]
+    goal = cap * target
+    out: list[list[Turn]] = []
+    for group in rollable:
+        if total <= goal:
+            break
+        out.append(group)
+        total -= sum(t.tokens for t in group)
+    return out
+
+
+def cut_for_summarizer(turn: Turn, *, limit: int, counter: TokenCounter) -> RolledTurn:
+    """What a summarizer may read of ``turn``: whole, or cut to ``limit`` tokens when it is larger.
+
+    A turn larger than the ``recent`` cap is cut (``RolledTurn.cut``) rather than fed
+    whole to the summarizer; the summarizer says so, and the archive keeps it whole.
+    """
+    text = turn.content
+    if turn.tokens > limit and counter.count_text(text) > limit:
+        lo, hi = 0, len(text)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            cost = counter.count_text(text[:mid] + render("notice_turn_cut", shown=mid, total=len(text)))
+            lo, hi = (mid, hi) if cost <= limit else (lo, mid - 1)
+        text = text[:lo]
+    return RolledTurn(
+        seq=turn.seq, role=turn.role, date=turn.created_at.date().isoformat(), text=text, chars=len(turn.content)
+    )
+
+
+class Compactor:
+    """Runs compaction for one session at a time, under the breaker rules.
+
+    Args:
+        keep_exchanges: newest complete exchanges never rolled out.
+        target: after compaction, ``recent`` holds at most this share of its cap.
+        breaker_threshold: consecutive failures that open the breaker.
+        breaker_cooldown: seconds after which an open breaker allows one half-open
+            attempt; ``None`` (the default) keeps it open until ``companion breaker reset``.
+        clock: the current time (tests move it).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        embedder: Embedder,
+        summarizer: Summarizer,
+        counter: TokenCounter,
+        keep_exchanges: int,
+        target: float,
+        breaker_threshold: int,
+        breaker_cooldown: float | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.summarizer = summarizer
+        self.counter = counter
+        self.keep_exchanges = keep_exchanges
+        self.target = target
+        self.breaker_threshold = breaker_threshold
+        self.breaker_cooldown = breaker_cooldown
+        self.clock = clock
+
+    def breaker_state(self, state: CompactionState) -> BreakerState:
+        """``closed``, ``open``, or ``half_open`` (open, but the cool-down has passed)."""
+        if state.breaker_opened_at is None:
+            return "closed"
+        if self.breaker_cooldown is not None and self.clock() - state.breaker_opened_at >= timedelta(
+            seconds=self.breaker_cooldown
+        ):
+            return "half_open"
+        return "open"
+
+    def maybe_compact(
+        self, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
+    ) -> CompactionOutcome | None:
+        """Compact if the recent window exceeds ``recent_cap`` tokens; ``None`` if there was nothing
+        to do or another compaction of the session holds its lock.
+
+        Summarizer failures (exceptions, timeouts, rejected summaries) are counted,
+        logged and returned as ``ok=False``; they never raise. Storage errors raise
+        :class:`~errors.StorageError`.
+        """
+        plan_args = dict(cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges)
+        if not plan_rollout(self.store.turns(session_id, state=TurnState.context), **plan_args):
+            return None  # the common case, decided without taking the lock
+        with self.store.compaction_lock(session_id) as held:
+            if not held:
+                log.info("compaction.skipped", session_id=session_id, reason="lock_held")
+                return None
+            # everything is read again under the lock: another process may have compacted
+            state = self.store.compaction_state(session_id)
+            groups = plan_rollout(self.store.turns(session_id, state=TurnState.context), **plan_args)
+            if not groups:
+                return None
+            breaker = self.breaker_state(state)
+            if breaker == "open":
+                return self._archive_only(session_id, user_id, groups, assistant_name, state)
+            if breaker == "half_open":
+                log.warning(
+                    "breaker.half_open",
+                    session_id=session_id,
+                    breaker_state="half_open",
+                    consecutive_failures=state.consecutive_failures,
+                    reasons=list(state.recent_errors or []),
+                )
+            return self._summarize(
+                session_id, user_id, groups, state, breaker,
+                recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
+            )
+
+    # -- issue 8: closing a session ----------------------------------------------
+    def roll_out_all(
+        self, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
+    ) -> CompactionOutcome | None:
+        """Roll every turn still in the recent window out, as when a session closes: the
+        newest exchanges too, whatever ``keep_exchanges`` says. ``None`` if none is left.
+
+        Under the same breaker rules as :meth:`maybe_compact`: with the breaker closed
+        (or half-open) the turns are archived and merged into the summary; with it open
+        they are archived only. A summarizer failure is counted by the breaker as usual,
+        and the turns are then archived verbatim (``ok=True``, ``summarized=False``,
+        ``error`` set) so that the session can still close with nothing left behind.
+        When another compaction of the session holds its lock, nothing changes and the
+        outcome has ``ok=False``, ``error="compaction_lock_held"``.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        with self.store.compaction_lock(session_id) as held:
+            if not held:
+                log.info("compaction.skipped", session_id=session_id, reason="lock_held")
+                return CompactionOutcome(session_id=session_id, ok=False, error="compaction_lock_held")
+            groups = exchanges(self.store.turns(session_id, state=TurnState.context))
+            if not groups:
+                return None
+            state = self.store.compaction_state(session_id)
+            breaker = self.breaker_state(state)
+            if breaker == "open":
+                return self._archive_only(session_id, user_id, groups, assistant_name, state)
+            outcome = self._summarize(
+                session_id, user_id, groups, state, breaker,
+                recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
+            )
+            if outcome.ok:
+                return outcome
+            archived = self._archive_only(session_id, user_id, groups, assistant_name, self.store.compaction_state(session_id))
+            return CompactionOutcome(
+                session_id=session_id,
+                ok=True,
+                summarized=False,
+                rolled_turns=archived.rolled_turns,
+                segments=archived.segments,
+                error=outcome.error,
+                breaker_open=outcome.breaker_open,
+            )
+
+    # -- internals ------------------------------------------------------------
+    def _segments(self, groups: list[list[Turn]], assistant_name: str) -> list[NewSegment]:
+        drafts = build_segments(groups, assistant_name=assistant_name)
+        vectors = self.embedder.embed([d.key for d in drafts])
+        return [
+            NewSegment(
+                first_seq=d.first_seq,
+                last_seq=d.last_seq,
+                content=d.content,
+                tokens=self.counter.count_text(d.content),
+                session_date=d.session_date,
+                embedding=vec,
+            )
+            for d, vec in zip(drafts, vectors)
+        ]
+
+    def _summarize(
+        self,
+        session_id: str,
+        user_id: str,
+        groups: list[list[Turn]],
+        state: CompactionState,
+        breaker: BreakerState,
+        *,
+        recent_cap: int,
+        summary_cap: int,
+        assistant_name: str,
+    ) -> CompactionOutcome:
+        rolled = [t for g in groups for t in g]
+        boundary = rolled[-1].seq
+        inputs = [cut_for_summarizer(t, limit=recent_cap, counter=self.counter) for t in rolled]
+        inputs = [i for i in inputs if i.text.strip()]
+        previous = self.store.summary(session_id)
+        prev_items = list(previous.items) if previous else []
+        in_summary = {i["seq"] for i in prev_items if i.get("seq") is not None}
+        omitted_before = sum(1 for seq in self.store.rolled_out_seqs(session_id) if seq not in in_summary)
+        try:
+            if not inputs:
+                raise ValueError("the turns to roll out hold no text")  # never call a summarizer on nothing
+            draft = self.summarizer.summarize(
+                previous=prev_items,
+                turns=inputs,
+                cap=summary_cap,
+                counter=self.counter,
+                omitted_before=omitted_before,
+                session_id=session_id,
+                assistant_name=assistant_name,
+            )
+            validate_summary(
+                draft,
+                cap=summary_cap,
+                counter=self.counter,
+                boundary_seq=boundary,
+                user_turns={  # quotes carried over from the previous session (issue 8) count as the user's
+                    **self.store.carried_quotes(session_id),
+                    **self.store.user_turn_texts(session_id, through_seq=boundary),
+                },
+                session_id=session_id,
+            )
+        except Exception as exc:  # any summarizer failure is counted by the breaker, never swallowed
+            return self._failed(session_id, f"{type(exc).__name__}: {exc}", breaker)
+        segments = self._segments(groups, assistant_name)
+        tokens = self.counter.count_text(draft.content)
+        self.store.commit_compaction(
+            session_id=session_id,
+            user_id=user_id,
+            turn_ids=[t.id for t in rolled if t.id is not None],
+            segments=segments,
+            summary_content=draft.content,
+            summary_items=draft.items,
+            summary_first_seq=previous.first_seq if previous else rolled[0].seq,
+            summary_last_seq=boundary,
+            summary_tokens=tokens,
+            dropped_quotes=len(draft.dropped_quote_seqs),
+        )
+        if draft.dropped_quote_seqs:
+            log.info(
+                "summary.quotes_dropped",
+                session_id=session_id,
+                count=len(draft.dropped_quote_seqs),
+                seqs=draft.dropped_quote_seqs,
+                summary_cap=summary_cap,
+            )
+        log.info(
+            "compaction.completed",
+            session_id=session_id,
+            rolled_turns=len(rolled),
+            first_seq=rolled[0].seq,
+            last_seq=boundary,
+            segments=len(segments),
+            summary_tokens=tokens,
+            summary_dropped=draft.dropped,
+            summarizer=self.summarizer.name,
+        )
+        if breaker != "closed":
+            log.warning("breaker.closed", session_id=session_id, breaker_state="closed", reasons=list(state.recent_errors or []))
+        elif state.consecutive_failures:
+            log.info(
+                "breaker.failures_cleared",
+                session_id=session_id,
+                breaker_state="closed",
+                consecutive_failures=0,
+                reasons=list(state.recent_errors or []),
+            )
+        return CompactionOutcome(
+            session_id=session_id,
+            ok=True,
+            summarized=True,
+            rolled_turns=len(rolled),
+            segments=len(segments),
+            summary_tokens=tokens,
+            dropped=draft.dropped,
+            dropped_quotes=len(draft.dropped_quote_seqs),
+        )
+
+    def _archive_only(
+        self, session_id: str, user_id: str, groups: list[list[Turn]], assistant_name: str, state: CompactionState
+    ) -> CompactionOutcome:
+        """Breaker open: archive the oldest exchanges verbatim without a summarizer."""
+        rolled = [t for g in groups for t in g]
+        segments = self._segments(groups, assistant_name)
+        self.store.commit_archive(
+            session_id=session_id, user_id=user_id, turn_ids=[t.id for t in rolled if t.id is not None], segments=segments
+        )
+        log.info(
+            "compaction.archived_only",
+            session_id=session_id,
+            breaker_state=self.breaker_state(state),
+            rolled_turns=len(rolled),
+            first_seq=rolled[0].seq,
+            last_seq=rolled[-1].seq,
+            segments=len(segments),
+            reasons=list(state.recent_errors or []),
+        )
+        return CompactionOutcome(
+            session_id=session_id, ok=True, summarized=False, rolled_turns=len(rolled), segments=len(segments), breaker_open=True
+        )
+
+    def _failed(self, session_id: str, error: str, breaker: BreakerState) -> CompactionOutcome:
+        state = self.store.record_compaction_failure(session_id, error=error, threshold=self.breaker_threshold)
+        is_open = state.breaker_opened_at is not None
+        reasons = list(state.recent_errors or [])
+        log.warning(
+            "compaction.failed",
+            session_id=session_id,
+            consecutive_failures=state.consecutive_failures,
+            breaker_state="open" if is_open else "closed",
+            summarizer=self.summarizer.name,
+            reason=error[:300],
+        )
+        if breaker == "half_open":
+            log.warning(
+                "breaker.reopened",
+                session_id=session_id,
+                breaker_state="open",
+                consecutive_failures=state.consecutive_failures,
+                reasons=reasons,
+            )
+        elif is_open:
+            log.warning(
+                "breaker.opened",
+                session_id=session_id,
+                breaker_state="open",
+                consecutive_failures=state.consecutive_failures,
+                threshold=self.breaker_threshold,
+                reasons=reasons,
+            )
+        return CompactionOutcome(session_id=session_id, ok=False, error=error, breaker_open=is_open)

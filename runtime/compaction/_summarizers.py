@@ -1,0 +1,517 @@
+"""Summarizers: turn rolled-out turns plus the current summary into a new flat summary.
+
+Two summarizers share one interface, :class:`Summarizer`:
+
+- :class:`ExtractiveSummarizer`, model-free: the user's lines verbatim and the
+  assistant's first sentences, newest first, until the cap is full.
+- :class:`LiteLLMSummarizer`: a model writes a structured summary in five parts (who
+  the user is; the relationship and shared events, dated; preferences and taboos;
+  open threads and promises; the user's own words as exact quotes) from the template
+  ``prompts/summary_model_system.txt``.
+
+A summary is a flat list of items rendered under one header. Merging hands the
+current summary's *items* (never its rendered text) plus the rolled-out turns to the
+summarizer, and the result replaces the current summary, so summaries cannot nest.
+When a merged summary exceeds its token cap, the oldest user quotes leave first
+(:func:`fit_to_cap`); they are archived verbatim, so they can still be recalled.
+
+Every summary is checked by :func:`validate_summary` before it is accepted. Errors
+from litellm are mapped to :class:`~errors.SummarizationError` in one place,
+:func:`map_summarizer_error`.
+
+Item shapes (dicts, stored as JSON in ``summaries.items``):
+
+- a user quote: ``{"seq": int, "role": "user", "date": "YYYY-MM-DD", "text": str}``, plus
+  ``"section": "quotes"`` from the model summarizer and ``"cut_of": int`` (characters of
+  the whole turn) when only a prefix of an oversized turn is quoted;
+- an assistant line (extractive): ``{"seq", "role": "assistant", "date", "text"}``;
+- a note (model): ``{"role": "note", "section": one of :data:`NOTE_SECTIONS`, "text",
+  "date": "YYYY-MM-DD" or None}``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+
+from errors import SummarizationError
+from prompts import render
+from runtime.accounting import TokenCounter
+
+if TYPE_CHECKING:
+    from runtime.config import Settings
+
+ASSISTANT_LINE_CHARS = 80
+"""Longest shortened assistant line, in characters (our choice: one short sentence)."""
+
+NOTE_SECTIONS = ("profile", "relationship", "preferences", "open_threads")
+"""The model summary's parts besides the quotes, in the order they are rendered."""
+
+MIN_QUOTE_PREFIX_CHARS = 20
+"""Shortest prefix of a user line the extractive summarizer keeps when the whole line does not fit, characters."""
+
+_QUOTED = re.compile(r"[\"“”]([^\"“”]{4,})[\"“”]")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolledTurn:
+    """One turn handed to a summarizer: what it may read of a rolled-out turn."""
+
+    seq: int
+    """The turn's per-session sequence number."""
+    role: str
+    """``user`` or ``assistant``."""
+    date: str
+    """When it was said, ISO date (``YYYY-MM-DD``)."""
+    text: str
+    """The turn's text; for an oversized turn, a prefix of it (see :attr:`chars`)."""
+    chars: int
+    """Length of the whole stored turn, characters. ``len(text) < chars`` means it was cut."""
+
+    @property
+    def cut(self) -> bool:
+        """True if :attr:`text` is only a prefix of the stored turn."""
+        return len(self.text) < self.chars
+
+
+@dataclass(frozen=True, kw_only=True)
+class SummaryDraft:
+    """A proposed summary, not yet validated or stored."""
+
+    content: str
+    """The rendered summary as it enters the prompt."""
+    items: list[dict[str, Any]]
+    """The flat entries kept, oldest first (see the module docstring for their shapes)."""
+    tokens: int
+    """Tokens of ``content`` by the session's counter; at most the cap it was made for."""
+    dropped: int
+    """Entries (old and new) this merge left out to fit the cap; they remain in the archive."""
+    dropped_quote_seqs: list[int] = field(default_factory=list)
+    """Seqs of the user quotes this merge left out to fit the cap, oldest first."""
+
+
+class Summarizer(Protocol):
+    """Makes a new flat summary from the previous items and the turns rolled out."""
+
+    name: str
+
+    def summarize(
+        self,
+        *,
+        previous: Sequence[dict[str, Any]],
+        turns: Sequence[RolledTurn],
+        cap: int,
+        counter: TokenCounter,
+        omitted_before: int = 0,
+        session_id: str | None = None,
+        assistant_name: str = "Companion",
+    ) -> SummaryDraft:
+        """Merge ``turns`` into ``previous`` within ``cap`` tokens.
+
+        Args:
+            previous: the current summary's items, oldest first.
+            turns: the turns being rolled out, oldest first; never empty.
+            cap: the summary's token cap.
+            omitted_before: earlier entries no longer in the summary (shown as a count).
+            session_id: for error messages.
+            assistant_name: how the companion is called in the conversation.
+
+        Raises:
+            SummarizationError: no summary could be made.
+        """
+        ...
+
+
+# -- rendering ------------------------------------------------------------------
+def shorten(text: str, limit: int = ASSISTANT_LINE_CHARS) -> str:
+    """The first sentence of ``text`` (whitespace folded), cut to ``limit`` characters with "…"."""
+    flat = " ".join(text.split())
+    match = re.match(r"(.+?[.!?。！？])(\s|$)", flat)
+    first = match.group(1) if match else flat
+    return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
+
+
+def render_line(item: Mapping[str, Any]) -> str:
+    """One summary line for ``item``."""
+    if item["role"] == "user":
+        if item.get("cut_of"):
+            return render("summary_line_user_cut", date=item["date"], text=item["text"], shown=len(item["text"]), total=item["cut_of"])
+        return render("summary_line_user", date=item["date"], text=item["text"])
+    if item["role"] == "assistant":
+        return render("summary_line_assistant", date=item["date"], text=item["text"])
+    if item.get("date"):
+        return render("summary_line_note_dated", date=item["date"], text=item["text"])
+    return render("summary_line_note", text=item["text"])
+
+
+def render_summary(items: Sequence[Mapping[str, Any]], omitted: int) -> str:
+    """Render items (oldest first): as dated lines, or in up to five titled parts (empty
+    parts left out) when any item is a model note."""
+    notice = render("summary_omitted", count=omitted) if omitted else ""
+    if not any(item["role"] == "note" for item in items):
+        return render("summary_block", omitted=notice, body="\n".join(render_line(i) for i in items))
+    parts: dict[str, list[str]] = {s: [] for s in (*NOTE_SECTIONS, "quotes")}
+    for item in items:
+        section = item.get("section") if item["role"] == "note" else "quotes"
+        parts[section if section in parts else "quotes"].append(render_line(item))
+    body = [render(f"summary_section_{section}", lines="\n".join(lines)) for section, lines in parts.items() if lines]
+    return render("summary_block", omitted=notice, body="\n".join(body))
+
+
+def fit_to_cap(
+    items: Sequence[dict[str, Any]], *, omitted: int, cap: int, counter: TokenCounter
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Drop the oldest user quotes until the rendered summary fits ``cap`` tokens.
+
+    Returns the items kept and the seqs of the quotes dropped, oldest first. If the
+    summary still does not fit without any quotes, the rest is returned as it is and
+    validation rejects it.
+    """
+    kept = list(items)
+    dropped: list[int] = []
+    while counter.count_text(render_summary(kept, omitted + len(dropped))) > cap:
+        quotes = [i for i in kept if i["role"] == "user"]
+        if not quotes:
+            break
+        oldest = min(quotes, key=lambda i: i["seq"])
+        kept.remove(oldest)
+        dropped.append(oldest["seq"])
+    return kept, dropped
+
+
+# -- validation -----------------------------------------------------------------
+def _folded(text: str) -> str:
+    return " ".join(text.split())
+
+
+def validate_summary(
+    draft: SummaryDraft,
+    *,
+    cap: int,
+    counter: TokenCounter,
+    boundary_seq: int,
+    user_turns: Mapping[int, str],
+    session_id: str | None = None,
+) -> None:
+    """Accept a summary or raise :class:`SummarizationError` saying why not.
+
+    A summary is accepted only if it is non-empty and one flat block; fits ``cap``
+    tokens (counted again here with ``counter``); quotes the user only with exact
+    substrings of the user's own turn it names (only whitespace may differ), and puts
+    no other text in quotation marks that is not the user's; and summarizes no turn
+    newer than ``boundary_seq``.
+
+    Args:
+        user_turns: the user's turns up to the boundary, ``seq`` → verbatim text.
+    """
+
+    def reject(reason: str) -> SummarizationError:
+        return SummarizationError(f"Summary rejected: {reason}", session_id=session_id)
+
+    if not draft.content.strip() or not draft.items:
+        raise reject("it is empty")
+    tokens = counter.count_text(draft.content)
+    if tokens > cap:
+        raise reject(f"{tokens} tokens exceed its cap of {cap} (tokens={tokens})")
+    if draft.content.count("<summary") != 1 or any("<summary" in str(i.get("text", "")) for i in draft.items):
+        raise reject("it nests a summary inside itself")
+    folded_turns = {seq: _folded(text) for seq, text in user_turns.items() if seq <= boundary_seq}
+    for item in draft.items:
+        seq = item.get("seq")
+        if seq is not None and seq > boundary_seq:
+            raise reject(f"it summarizes turn {seq}, newer than the roll-out boundary {boundary_seq}")
+        text = str(item.get("text", ""))
+        if not text.strip():
+            raise reject(f"an entry (seq {seq}) is empty")
+        if item["role"] == "user":
+            source = folded_turns.get(seq) if seq is not None else None
+            if source is None or _folded(text) not in source:
+                raise reject(f"the quote attributed to user turn {seq} is not an exact quote of it ({len(text)} characters)")
+        elif item["role"] == "note":
+            for span in _QUOTED.findall(text):
+                if not any(_folded(span) in t for t in folded_turns.values()):
+                    raise reject(f"a {item.get('section')} note quotes words the user never said ({len(span)} characters)")
+
+
+# -- the model-free summarizer ----------------------------------------------------
+class ExtractiveSummarizer:
+    """The model-free summarizer.
+
+    It keeps the user's lines verbatim and the assistant's first sentences, newest
+    first, until the cap is full. Older entries fall out first; they are archived
+    verbatim before the summary changes, so they can still be recalled.
+    """
+
+    name = "extractive"
+
+    def summarize(
+        self,
+        *,
+        previous: Sequence[dict[str, Any]],
+        turns: Sequence[RolledTurn],
+        cap: int,
+        counter: TokenCounter,
+        omitted_before: int = 0,
+        session_id: str | None = None,
+        assistant_name: str = "Companion",
+    ) -> SummaryDraft:
+        new_items = []
+        for t in turns:
+            if not t.text.strip():
+                continue
+            item: dict[str, Any] = {
+                "seq": t.seq,
+                "role": "user" if t.role == "user" else "assistant",
+                "date": t.date,
+                "text": t.text if t.role == "user" else shorten(t.text),
+            }
+            if t.role == "user" and t.cut:
+                item["cut_of"] = t.chars
+            new_items.append(item)
+        # model notes from an earlier model summary are carried over as they are
+        notes = [i for i in previous if i["role"] == "note"]
+        candidates = sorted([i for i in [*previous, *new_items] if i["role"] != "note"], key=lambda i: i["seq"])
+        kept: list[dict[str, Any]] = []
+        base = counter.count_text(render_summary(notes, 1))
+        used = base
+        for item in reversed(candidates):
+            line = counter.count_text(render_line(item)) + 1
+            if used + line > cap:
+                if item["role"] == "assistant":
+                    continue  # a shortened assistant line may be skipped; user lines stop the scan
+                if not any(i["role"] == "user" for i in kept):  # the newest quote is cut rather than lost
+                    cut = _prefix_that_fits(item, cap - used, counter)
+                    if cut is not None:
+                        kept.append(cut)
+                break
+            kept.append(item)
+            used += line
+        kept.reverse()
+        kept_seqs = {i["seq"] for i in kept}
+        dropped_quotes = [i["seq"] for i in candidates if i["role"] == "user" and i["seq"] not in kept_seqs]
+        kept = [*notes, *kept]
+        dropped = len(candidates) + len(notes) - len(kept)
+        content = render_summary(kept, omitted_before + dropped)
+        while kept and counter.count_text(content) > cap:
+            gone = kept.pop(0)
+            dropped += 1
+            if gone["role"] == "user":
+                dropped_quotes.append(gone["seq"])
+            content = render_summary(kept, omitted_before + dropped)
+        return SummaryDraft(
+            content=content,
+            items=kept,
+            tokens=counter.count_text(content),
+            dropped=dropped,
+            dropped_quote_seqs=sorted(dropped_quotes),
+        )
+
+
+def _prefix_that_fits(item: dict[str, Any], room: int, counter: TokenCounter) -> dict[str, Any] | None:
+    """The longest prefix of a user line (an exact substring) whose line fits ``room`` tokens."""
+    text = item["text"]
+    total = item.get("cut_of") or len(text)
+    lo, hi = 0, len(text)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        cost = counter.count_text(render_line({**item, "text": text[:mid], "cut_of": total})) + 1
+        lo, hi = (mid, hi) if cost <= room else (lo, mid - 1)
+    return {**item, "text": text[:lo], "cut_of": total} if lo >= MIN_QUOTE_PREFIX_CHARS else None
+
+
+# -- the model summarizer -----------------------------------------------------------
+def map_summarizer_error(exc: BaseException, *, model: str, session_id: str | None) -> SummarizationError:
+    """Turn an exception from litellm (or the network under it) into a :class:`SummarizationError`.
+
+    The one place that does it. The message names the model, the HTTP status when
+    there is one, and the original class; it never carries conversation text.
+    """
+    status = getattr(exc, "status_code", None)
+    detail = str(exc).splitlines()[0] if str(exc) else ""
+    where = f" (HTTP {status})" if status else ""
+    return SummarizationError(
+        f"The summary model {model!r} failed{where}: {type(exc).__name__}: {detail[:300]}", session_id=session_id
+    )
+
+
+def previous_as_json(previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The current summary's items in the model's five-part JSON shape.
+
+    Items of an extractive summary are converted: user lines become quotes, assistant
+    lines dated relationship notes.
+    """
+    out: dict[str, Any] = {section: [] for section in NOTE_SECTIONS}
+    out["quotes"] = []
+    for item in previous:
+        if item["role"] == "user":
+            out["quotes"].append({"seq": item["seq"], "text": item["text"]})
+        elif item["role"] == "assistant":
+            out["relationship"].append({"date": item["date"], "text": f"The companion said: {item['text']}"})
+        elif item.get("section") == "relationship":
+            out["relationship"].append({"date": item.get("date"), "text": item["text"]})
+        else:
+            out[item.get("section", "profile")].append(item["text"])
+    return out
+
+
+def _turn_lines(turns: Sequence[RolledTurn], assistant_name: str) -> str:
+    lines = []
+    for t in turns:
+        speaker = "User" if t.role == "user" else assistant_name
+        text = t.text + (render("notice_turn_cut", shown=len(t.text), total=t.chars) if t.cut else "")
+        lines.append(render("summary_model_turn", seq=t.seq, date=t.date, speaker=speaker, text=text))
+    return "\n".join(lines)
+
+
+def _json_object(raw: str) -> dict[str, Any]:
+    """The JSON object in a model reply (a fenced block or bare object)."""
+    start, end = raw.find("{"), raw.rfind("}")
+    if start < 0 or end < start:
+        raise ValueError("the reply holds no JSON object")
+    value = json.loads(raw[start : end + 1])
+    if not isinstance(value, dict):
+        raise ValueError("the reply's JSON is not an object")
+    return value
+
+
+def parse_model_summary(
+    raw: str, *, turns: Sequence[RolledTurn], previous: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """The model's JSON reply as flat items, oldest quote first.
+
+    Quote dates come from the turn (or the previous quote) with that seq.
+
+    Raises:
+        ValueError: the reply is not the five-part JSON object.
+    """
+    data = _json_object(raw)
+    items: list[dict[str, Any]] = []
+    for section in NOTE_SECTIONS:
+        entries = data.get(section, [])
+        if not isinstance(entries, list):
+            raise ValueError(f"{section!r} is not a list")
+        for entry in entries:
+            if isinstance(entry, str):
+                text, date = entry, None
+            elif isinstance(entry, dict) and isinstance(entry.get("text"), str):
+                text, date = entry["text"], entry.get("date")
+            else:
+                raise ValueError(f"an entry of {section!r} is neither text nor {{date, text}}")
+            if text.strip():
+                items.append({"role": "note", "section": section, "date": str(date) if date else None, "text": text.strip()})
+    dates = {t.seq: t.date for t in turns}
+    dates.update({i["seq"]: i["date"] for i in previous if i.get("seq") is not None})
+    quotes = data.get("quotes", [])
+    if not isinstance(quotes, list):
+        raise ValueError("'quotes' is not a list")
+    for entry in quotes:
+        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str) or not isinstance(entry.get("seq"), int):
+            raise ValueError("a quote is not {seq: int, text: str}")
+        items.append(
+            {"role": "user", "section": "quotes", "seq": entry["seq"], "date": dates.get(entry["seq"], "?"), "text": entry["text"]}
+        )
+    quotes_sorted = sorted((i for i in items if i["role"] == "user"), key=lambda i: i["seq"])
+    return [i for i in items if i["role"] == "note"] + quotes_sorted
+
+
+class LiteLLMSummarizer:
+    """A model summarizer: one ``litellm.completion`` call per compaction.
+
+    The prompt is ``prompts/summary_model_system.txt`` plus
+    ``prompts/summary_model_request.txt``; the model answers with the five-part JSON
+    object, which is parsed into items, fitted to the cap (oldest quotes leave first)
+    and rendered by :func:`render_summary`.
+
+    Args:
+        model: a litellm model string (``COMPANION_SUMMARY_MODEL``, default ``COMPANION_MODEL``).
+        api_base: base URL of an OpenAI-compatible server, or ``None`` for the provider's.
+        timeout: seconds to wait for the whole reply; a timeout is a failure.
+        extra: more keyword arguments for ``litellm.completion`` (e.g. ``api_key``, ``mock_response``).
+    """
+
+    name = "model"
+
+    def __init__(self, *, model: str, api_base: str | None = None, timeout: float = 60.0, **extra: Any) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.timeout = timeout
+        self.extra = extra
+
+    def messages(
+        self,
+        *,
+        previous: Sequence[dict[str, Any]],
+        turns: Sequence[RolledTurn],
+        cap: int,
+        assistant_name: str,
+    ) -> list[dict[str, str]]:
+        """The request for one merge, OpenAI-format messages."""
+        return [
+            {"role": "system", "content": render("summary_model_system", cap=cap, assistant_name=assistant_name)},
+            {
+                "role": "user",
+                "content": render(
+                    "summary_model_request",
+                    previous=json.dumps(previous_as_json(previous), ensure_ascii=False, indent=1),
+                    turns=_turn_lines(turns, assistant_name),
+                ),
+            },
+        ]
+
+    def summarize(
+        self,
+        *,
+        previous: Sequence[dict[str, Any]],
+        turns: Sequence[RolledTurn],
+        cap: int,
+        counter: TokenCounter,
+        omitted_before: int = 0,
+        session_id: str | None = None,
+        assistant_name: str = "Companion",
+    ) -> SummaryDraft:
+        if not turns:
+            raise SummarizationError("Nothing to summarize: no turns were given.", session_id=session_id)
+        import litellm
+
+        try:
+            response = litellm.completion(
+                model=self.model,
+                messages=self.messages(previous=previous, turns=turns, cap=cap, assistant_name=assistant_name),
+                api_base=self.api_base,
+                timeout=self.timeout,
+                num_retries=0,
+                **self.extra,
+            )
+        except Exception as exc:  # every litellm/httpx/openai error becomes one SummarizationError
+            raise map_summarizer_error(exc, model=self.model, session_id=session_id) from exc
+        raw = response.choices[0].message.content or ""
+        try:
+            items = parse_model_summary(raw, turns=turns, previous=previous)
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            raise SummarizationError(
+                f"The summary model {self.model!r} did not answer with the five-part JSON summary: {exc}",
+                session_id=session_id,
+            ) from exc
+        kept, dropped = fit_to_cap(items, omitted=omitted_before, cap=cap, counter=counter)
+        content = render_summary(kept, omitted_before + len(dropped))
+        return SummaryDraft(
+            content=content,
+            items=kept,
+            tokens=counter.count_text(content),
+            dropped=len(dropped),
+            dropped_quote_seqs=dropped,
+        )
+
+
+
+
+def summarizer_for(settings: "Settings") -> Summarizer:
+    """The summarizer ``COMPANION_SUMMARIZER`` names: ``extractive`` (model-free) or ``model``
+    (:class:`LiteLLMSummarizer` on ``COMPANION_SUMMARY_MODEL``, default ``COMPANION_MODEL``)."""
+    if settings.summarizer == "model":
+        return LiteLLMSummarizer(
+            model=settings.summary_model or settings.model, api_base=settings.api_base, timeout=settings.summary_timeout
+        )
+    return ExtractiveSummarizer()

@@ -1,0 +1,131 @@
+"""Rendering a persona into its prompt messages within the ``persona`` budget.
+
+The persona system message is, in order: the card's system prompt (or the default
+framing in ``prompts/persona_default_system.txt`` when the card has none), the
+description, the personality and the scenario, which are never cut, then the example
+dialogues, added whole and in order while they fit. Every example left out is counted
+in one notice line (``prompts/notice_examples_cut.txt``). The post-history
+instructions become a second system message placed after the recent turns; their
+tokens count to ``persona`` too. Creator notes are never rendered.
+
+``{{char}}`` and ``{{user}}`` are replaced in every field (see :func:`persona.apply_macros`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from errors import ConfigurationError
+from persona import Persona, apply_macros
+from prompts import render
+from runtime.accounting import TokenCounter
+
+DEFAULT_USER_NAME = "User"
+"""What ``{{user}}`` becomes when the user's pinned profile has no name."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedPersona:
+    """A persona's prompt messages and their accounting."""
+
+    system: dict[str, Any]
+    """The persona system message (first in every context)."""
+    post_history: dict[str, Any] | None
+    """The post-history instructions as a system message for after the recent turns, if any."""
+    tokens: int
+    """Tokens of both messages (framing included), by the counter given."""
+    raw_tokens: int
+    """The same, uncalibrated: what is checked against the cap."""
+    examples_total: int
+    examples_kept: int
+    parts: dict[str, int] = field(default_factory=dict)
+    """Tokens of each part's text alone (system_prompt, description, personality, scenario,
+    examples, post_history_instructions), for ``companion persona show``."""
+
+    @property
+    def cut(self) -> str | None:
+        """The cut as reported (``None`` when every example is in)."""
+        left = self.examples_total - self.examples_kept
+        return f"{left} example dialogues left out" if left else None
+
+
+def render_persona(
+    persona: Persona, *, cap: int, counter: TokenCounter, user_name: str = DEFAULT_USER_NAME, calibration: float = 1.0
+) -> RenderedPersona:
+    """Render ``persona`` within ``cap`` tokens.
+
+    Args:
+        cap: the persona budget, tokens; checked on the uncalibrated count (``tokens /
+            calibration``), so that calibration never turns a valid persona into an error.
+        counter: the session's (possibly calibrated) counter.
+        user_name: what ``{{user}}`` becomes.
+
+    Raises:
+        ConfigurationError: the parts that are never cut (system prompt, description,
+            personality, scenario, post-history instructions) alone exceed ``cap``.
+    """
+
+    def macro(text: str) -> str:
+        return apply_macros(text, char=persona.name, user=user_name)
+
+    def raw(tokens: int) -> int:
+        return math.ceil(tokens / calibration)
+
+    system_prompt = macro(persona.system_prompt) or render("persona_default_system", char=persona.name, user=user_name)
+    fixed = [system_prompt]
+    parts = {"system_prompt": counter.count_text(system_prompt)}
+    for name, text in (("description", persona.description), ("personality", persona.personality), ("scenario", persona.scenario)):
+        if text:
+            block = render(f"persona_{name}", char=persona.name, text=macro(text))
+            fixed.append(block)
+            parts[name] = counter.count_text(block)
+    post = {"role": "system", "content": macro(persona.post_history_instructions)} if persona.post_history_instructions else None
+    post_tokens = counter.count_message(post) if post else 0
+    if post:
+        parts["post_history_instructions"] = post_tokens
+
+    def system_with(examples: list[str], dropped: int) -> dict[str, Any]:
+        blocks = list(fixed)
+        if examples:
+            body = "\n".join(render("persona_example", text=e) for e in examples)
+            blocks.append(render("persona_examples", char=persona.name, body=body))
+        if dropped:
+            blocks.append(render("notice_examples_cut", count=dropped))
+        return {"role": "system", "content": "\n\n".join(blocks)}
+
+    base = counter.count_message(system_with([], 0)) + post_tokens
+    if raw(base) > cap:
+        raise ConfigurationError(
+            f"The persona {persona.name!r} is {raw(base)} tokens without its example dialogues "
+            f"(system prompt, description, personality, scenario and post-history instructions are never cut); "
+            f"its budget is {cap}. Shorten the card or raise COMPANION_BUDGET_PERSONA.",
+            setting="COMPANION_BUDGET_PERSONA",
+        )
+    examples = [macro(e) for e in persona.example_dialogues]
+    kept: list[str] = []
+    for i, example in enumerate(examples):
+        trial = system_with([*kept, example], len(examples) - len(kept) - 1)
+        if raw(counter.count_message(trial) + post_tokens) > cap:
+            break  # in order: a later example never jumps ahead of one that did not fit
+        kept.append(example)
+    message = system_with(kept, len(examples) - len(kept))
+    tokens = counter.count_message(message)
+    if raw(tokens + post_tokens) > cap:  # the notice alone did not fit beside the examples kept
+        kept = []
+        message = system_with([], len(examples))
+        tokens = counter.count_message(message)
+        if raw(tokens + post_tokens) > cap:
+            message, tokens = system_with([], 0), counter.count_message(system_with([], 0))
+    if kept:
+        parts["examples"] = counter.count_text("\n".join(kept))
+    return RenderedPersona(
+        system=message,
+        post_history=post,
+        tokens=tokens + post_tokens,
+        raw_tokens=raw(tokens + post_tokens),
+        examples_total=len(examples),
+        examples_kept=len(kept),
+        parts=parts,
+    )

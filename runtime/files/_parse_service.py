@@ -1,0 +1,283 @@
+"""Background parsing of stored files, and shared waits on a parse.
+
+:meth:`ParseService.submit` claims a ``pending`` file in the database (one claimant
+wins across threads and processes) and parses it on a small thread pool; the result
+(``ready``, ``empty``, ``needs_ocr`` or ``failed`` with a message) is written in one
+update. A parse is never started twice for one file.
+
+Waiting: every caller interested in one file (a preview, the model's ``file_read``,
+a warm-up) gets its own :class:`WaitHandle` from :meth:`ParseService.watch`, but all
+handles on one file share ONE watch: a single thread that wakes when this process's
+parse finishes and otherwise polls the file's state every ``poll_seconds`` (so a parse
+running in another process is seen too). ``handle.cancel()`` withdraws only that
+caller's interest; when the last handle on a file is cancelled the watch stops.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import structlog
+
+from errors import FileError, FileParseError
+from memory.files import FileStore
+from memory.tables import FINAL_PARSE_STATES
+from runtime.parsing import Extract, ParseLimits, parse_document, serialize
+
+log = structlog.get_logger("companion.files")
+
+
+
+class Parser(Protocol):
+    """Turns bytes into an :class:`~runtime.parsing.Extract`; raises ``FileParseError`` on bad input."""
+
+    def __call__(self, data: bytes, *, name: str, mime: str | None, limits: ParseLimits) -> Extract: ...
+
+
+def default_parser(data: bytes, *, name: str, mime: str | None, limits: ParseLimits) -> Extract:
+    """:func:`runtime.parsing.parse_document`."""
+    return parse_document(data, name=name, mime=mime, limits=limits)
+
+
+@dataclass(eq=False)
+class _Watch:
+    file_id: str
+    waiters: int = 0
+    state: str | None = None
+    """The last state seen (``None``: the file is gone)."""
+    done: threading.Event = field(default_factory=threading.Event)
+    wake: threading.Event = field(default_factory=threading.Event)
+    stopped: bool = False
+    thread: threading.Thread | None = None
+
+
+class WaitHandle:
+    """One caller's interest in one file's parse. Cancel it when done (or use ``with``)."""
+
+    def __init__(self, service: "ParseService", watch: _Watch) -> None:
+        self._service = service
+        self._watch = watch
+        self._cancelled = False
+
+    @property
+    def file_id(self) -> str:
+        return self._watch.file_id
+
+    def wait(self, timeout: float) -> str | None:
+        """Block up to ``timeout`` seconds for the parse to end.
+
+        Returns:
+            The final state (``ready``, ``empty``, ``needs_ocr``, ``failed``) if it ended,
+            else the last state seen (``pending`` or ``parsing``); ``None`` if the file
+            was deleted. A cancelled handle returns the last state at once.
+        """
+        if not self._cancelled:
+            self._watch.done.wait(max(0.0, timeout))
+        return self._watch.state
+
+    @property
+    def done(self) -> bool:
+        return self._watch.done.is_set()
+
+    def cancel(self) -> None:
+        """Withdraw this caller's interest (idempotent). Other handles keep waiting; the
+        shared watch stops when the last handle is cancelled."""
+        if not self._cancelled:
+            self._cancelled = True
+            self._service._release(self._watch)
+
+    def __enter__(self) -> "WaitHandle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cancel()
+
+
+class ParseService:
+    """Parses stored files in the background and lets callers wait on them.
+
+    Args:
+        files: the file store (reads blobs, claims parses, writes results).
+        parser: the parse function (default :func:`default_parser`); tests pass a counting one.
+        limits: bounds on one parse (ZIP depth, unpacked size).
+        workers: parser threads.
+        poll_seconds: how often a watch re-reads the state of a parse it cannot see finish
+            (one running in another process), seconds.
+    """
+
+    def __init__(
+        self,
+        files: FileStore,
+        *,
+        parser: Parser | Callable[..., Extract] = default_parser,
+        limits: ParseLimits | None = None,
+        workers: int = 2,
+        poll_seconds: float = 0.1,
+    ) -> None:
+        self.files = files
+        self.parser = parser
+        self.limits = limits or ParseLimits()
+        self.poll_seconds = poll_seconds
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="companion-parse")
+        self._lock = threading.Lock()
+        self._futures: dict[str, Future] = {}
+        self._watches: dict[str, _Watch] = {}
+        self.parses_started = 0
+        """Parses this service has run or is running (one per file, however many waited)."""
+        self.watches_started = 0
+        """Shared watches started (one per file while anyone waits on it)."""
+
+    # -- parsing --------------------------------------------------------------------
+    def submit(self, file_id: str) -> Future | None:
+        """Start parsing ``file_id`` if it is ``pending`` (or its claim went stale).
+
+        Returns:
+            The future of this process's parse of the file (an existing one if it is
+            already running here), or ``None`` when there is nothing to start: the parse
+            has ended, or another process holds the claim.
+        """
+        file_id = str(file_id)
+        with self._lock:
+            running = self._futures.get(file_id)
+            if running is not None:
+                return running
+            if not self.files.claim_parse(file_id):
+                return None
+            self.parses_started += 1
+            future = self._executor.submit(self._run, file_id)
+            self._futures[file_id] = future
+        future.add_done_callback(lambda f, fid=file_id: self._finished(fid, f))
+        return future
+
+    def submit_pending(self) -> int:
+        """Submit every ``pending`` file (e.g. after a restart). Returns how many started."""
+        return sum(1 for file_id in self.files.pending_ids() if self.submit(file_id) is not None)
+
+    def _finished(self, file_id: str, future: Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            # the database failed under the parse: the claim stays until it goes stale
+            # (memory.files.STALE_PARSE_SECONDS) and another submit or watch re-claims it
+            exc = future.exception()
+            log.error("file.parse.aborted", file_id=file_id, error_type=type(exc).__name__)
+        with self._lock:
+            self._futures.pop(file_id, None)
+            watch = self._watches.get(file_id)
+        if not future.cancelled() and future.exception() is None and future.result() == "superseded":
+            self.submit(file_id)  # the file was edited while this parse ran: parse the new bytes
+        if watch is not None:
+            watch.wake.set()
+
+    def _run(self, file_id: str) -> str:
+        try:
+            stored = self.files.lookup(file_id)
+            data = self.files.read_bytes(stored)
+        except FileError as exc:
+            self.files.set_parse_result(file_id, state="failed", parse_error=str(exc))
+            return "failed"
+        log.info("file.parse.start", file_id=file_id, mime=stored.mime, size_bytes=stored.size_bytes)
+        try:
+            extract = self.parser(data, name=stored.name, mime=stored.mime, limits=self.limits)
+        except FileParseError as exc:
+            log.info("file.parse.failed", file_id=file_id, reason=exc.reason)
+            self.files.set_parse_result(file_id, state="failed", parse_error=str(exc), sha256=stored.sha256)
+            return "failed"
+        except Exception as exc:  # a library bug on odd input must end the parse visibly, not hang it
+            log.exception("file.parse.crashed", file_id=file_id, error_type=type(exc).__name__)
+            self.files.set_parse_result(
+                file_id,
+                state="failed",
+                parse_error=f"{stored.name}: the parser failed unexpectedly ({type(exc).__name__}: {exc}).",
+                sha256=stored.sha256,
+            )
+            return "failed"
+        if extract.needs_ocr:
+            state = "needs_ocr"
+        elif not extract.has_text:
+            state = "empty"
+        else:
+            state = "ready"
+        written = self.files.set_parse_result(
+            file_id,
+            state=state,
+            extract=serialize(extract) if extract.pages else None,
+            page_count=len(extract.pages),
+            body_start_page=extract.body_start_page,
+            sha256=stored.sha256,
+        )
+        if not written:  # edited while parsing: the edit's own parse will run
+            log.info("file.parse.superseded", file_id=file_id)
+            return "superseded"
+        log.info("file.parse.done", file_id=file_id, state=state, pages=len(extract.pages), body_start_page=extract.body_start_page)
+        return state
+
+    # -- waiting --------------------------------------------------------------------
+    def watch(self, file_id: str) -> WaitHandle:
+        """A handle to wait on ``file_id``'s parse; starts the parse if it is pending.
+
+        All handles on one file share one watch. Cancel the handle when done.
+        """
+        file_id = str(file_id)
+        self.submit(file_id)
+        with self._lock:
+            watch = self._watches.get(file_id)
+            if watch is None:
+                watch = _Watch(file_id, state=self.files.state(file_id))
+                self._watches[file_id] = watch
+                self.watches_started += 1
+                watch.thread = threading.Thread(target=self._poll, args=(watch,), name=f"companion-watch-{file_id}", daemon=True)
+                watch.thread.start()
+            watch.waiters += 1
+        return WaitHandle(self, watch)
+
+    def wait(self, file_id: str, timeout: float) -> str | None:
+        """Wait up to ``timeout`` seconds for ``file_id``'s parse (starting it if pending).
+
+        Returns the state, as :meth:`WaitHandle.wait`.
+        """
+        with self.watch(file_id) as handle:
+            return handle.wait(timeout)
+
+    def active_watches(self) -> int:
+        """Files someone is waiting on right now."""
+        with self._lock:
+            return len(self._watches)
+
+    def _release(self, watch: _Watch) -> None:
+        with self._lock:
+            watch.waiters -= 1
+            if watch.waiters > 0:
+                return
+            watch.stopped = True
+            if self._watches.get(watch.file_id) is watch:
+                del self._watches[watch.file_id]
+        watch.wake.set()
+
+    def _poll(self, watch: _Watch) -> None:
+        while not watch.stopped:
+            try:
+                state = self.files.state(watch.file_id)
+            except Exception as exc:  # the database blipped: keep waiting, the caller's timeout bounds it
+                log.warning("file.watch.poll_failed", file_id=watch.file_id, error_type=type(exc).__name__)
+                state = watch.state
+            watch.state = state
+            if state is None or state in FINAL_PARSE_STATES:
+                watch.done.set()
+                break
+            watch.wake.wait(self.poll_seconds)
+            watch.wake.clear()
+        with self._lock:
+            if self._watches.get(watch.file_id) is watch:
+                del self._watches[watch.file_id]  # ended: a later watch() starts afresh
+
+    def close(self) -> None:
+        """Stop accepting parses and wait for running ones to end."""
+        self._executor.shutdown(wait=True, cancel_futures=False)
+
+    def __enter__(self) -> "ParseService":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

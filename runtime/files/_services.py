@@ -1,0 +1,80 @@
+"""Building the file services from settings: the store, the parse service and the reader."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine as SAEngine
+
+from memory.files import FileStore, StoredFile
+from runtime.config import Settings
+from runtime.files._file_read import FileReader, WindowLimits
+from runtime.files._parse_service import ParseService
+from runtime.parsing import ParseLimits
+
+
+@dataclass(frozen=True)
+class FileServices:
+    """The three file services of one runtime, built together so they share one store."""
+
+    files: FileStore
+    parses: ParseService
+    reader: FileReader
+
+    def upload(
+        self,
+        *,
+        user_id: str,
+        name: str,
+        data: bytes,
+        mime: str | None = None,
+        durability: str = "durable",
+        session_id: str | None = None,
+    ) -> StoredFile:
+        """Store the bytes (:meth:`FileStore.add`) and start their parse in the background.
+
+        Returns the stored file as it was when stored (``pending`` for new bytes; the
+        existing row, whatever its state, for bytes stored before).
+
+        Raises:
+            FileInputError: bad name, no bytes, too large, bad durability; nothing stored.
+        """
+        stored = self.files.add(
+            user_id=user_id, name=name, data=data, mime=mime, durability=durability, session_id=session_id
+        )
+        self.parses.submit(stored.id)
+        return stored
+
+    def edit(self, file_id: str, *, user_id: str, data: bytes, name: str | None = None) -> StoredFile:
+        """Replace a durable file's bytes under the same id (:meth:`FileStore.edit`) and parse
+        them again in the background.
+
+        Raises:
+            FileNotFound, FileInputError: as :meth:`FileStore.edit`; nothing changed.
+        """
+        stored = self.files.edit(file_id, user_id=user_id, data=data, name=name)
+        self.parses.submit(stored.id)
+        return stored
+
+    def close(self) -> None:
+        """Wait for running parses to end and stop the parser threads."""
+        self.parses.close()
+
+
+def open_file_services(settings: Settings, engine: SAEngine, *, parser=None) -> FileServices:
+    """The file store on ``settings.files_path``, a parse service and a ``file_read`` reader
+    with the ``COMPANION_FILE_*`` / ``COMPANION_ZIP_DEPTH`` limits.
+
+    Args:
+        parser: replaces the default parser (tests count invocations with it).
+    """
+    files = FileStore(engine, settings.files_path, max_file_bytes=settings.max_file_bytes)
+    kwargs = {} if parser is None else {"parser": parser}
+    parses = ParseService(files, limits=ParseLimits(zip_depth=settings.zip_depth), **kwargs)
+    reader = FileReader(
+        files,
+        parses,
+        wait_seconds=settings.file_read_wait,
+        limits=WindowLimits(max_pages=settings.file_read_pages, max_chars=settings.file_read_chars),
+    )
+    return FileServices(files=files, parses=parses, reader=reader)

@@ -1,0 +1,667 @@
+"""Model calls: the reply step of a turn.
+
+:class:`LiteLLMReplier` calls any model litellm supports, whole or streamed. Errors
+are classified once, here, by :func:`map_model_error`:
+
+- context too long (``ContextWindowExceededError``, or a plain 400 worded as in
+  :data:`OVERFLOW_WORDING`) -> :class:`~errors.ContextOverflowError`; the engine
+  compacts harder and asks once more;
+- 401, 403 -> :class:`~errors.ModelAuthError`, not retried;
+- 429, 5xx, timeout, lost connection -> :class:`~errors.ModelUnavailableError`,
+  retried within bounds;
+- any other 4xx, content policy, guardrail, spend budget ->
+  :class:`~errors.ModelRequestError`, not retried.
+
+Retries happen here and only here (litellm and the OpenAI client are told
+``num_retries=0, max_retries=0``): exponential backoff with jitter, at least the
+provider's ``Retry-After``, at most :attr:`RetryPolicy.retries` times, and none
+that would start after :attr:`RetryPolicy.total_seconds`.
+
+A stream that breaks after some text arrived is not retried (the caller already
+showed that text): the reply comes back with ``interrupted=True`` and what arrived.
+
+Tools: given :class:`Tools`, the replier offers them as real function tools
+(litellm ``tools=``, ``tool_choice="auto"``). When the model answers with structured
+``tool_calls``, each call is run, the assistant message with its ``tool_calls`` and
+one ``{"role": "tool", "tool_call_id", "content"}`` message per call are appended,
+the list is refitted (:attr:`Tools.fit`, e.g. the trim rules' tool-result caps), and
+the model is asked again, at most :attr:`Tools.max_rounds` times; the last request says
+``tool_choice="none"`` so that it ends in text. Only structured calls run: text that
+merely looks like a call (``[file_read(file_id="...")]`` inside ``content``) is
+ordinary reply text. Each request is retried on its own like a reply without tools.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+from dataclasses import dataclass, replace
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Protocol, Sequence
+
+import structlog
+
+from errors import (
+    ContextOverflowError,
+    ModelAuthError,
+    ModelCallError,
+    ModelRequestError,
+    ModelUnavailableError,
+    UnknownModelError,
+)
+
+log = structlog.get_logger("companion.model")
+
+OVERFLOW_WORDING = re.compile(
+    r"maximum context length"  # OpenAI, Azure, vLLM
+    r"|context_length_exceeded"  # OpenAI/Azure error code
+    r"|reduce the length of the (?:input )?messages"  # OpenAI, Azure, vLLM
+    r"|is longer than the (?:model's )?maximum (?:context|model) length"  # vLLM
+    r"|exceeds? the (?:available )?context (?:size|window)"  # llama.cpp, others
+    r"|prompt is too long|input is too long",  # Anthropic, Bedrock
+    re.IGNORECASE,
+)
+"""How providers word a context overflow inside a plain 400 (or 413)."""
+
+_LIMIT = re.compile(r"maximum context length (?:is |of )?(\d+)", re.IGNORECASE)
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses worth another attempt: timeouts, rate limits, overload and server errors."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """The assistant's reply to one request."""
+
+    content: str
+    prompt_tokens: int | None = None
+    """Prompt tokens the provider reported for the request, if it did."""
+    completion_tokens: int | None = None
+    """Completion tokens the provider reported, if it did."""
+    interrupted: bool = False
+    """True if the stream broke off: ``content`` is what arrived before it did."""
+    attempts: int = 1
+    """Requests made for this reply, the first one included (retries and tool rounds too)."""
+    tool_calls: tuple["ToolCall", ...] = ()
+    """Tool calls the model asked for, all rounds, in order (empty without tools)."""
+    tool_rounds: int = 0
+    """Follow-up requests made after running tool calls."""
+    total_prompt_tokens: int | None = None
+    """Prompt tokens the provider reported over all requests of this reply (``prompt_tokens`` is the first request's)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolCall:
+    """One structured tool call from the model."""
+
+    id: str
+    name: str
+    arguments: str
+    """The arguments as the model sent them: a JSON object, as text."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tools:
+    """Function tools offered for one reply, and how to run them."""
+
+    specs: list[dict[str, Any]]
+    """OpenAI-format tool schemas (``{"type": "function", "function": {...}}``), passed as ``tools=``."""
+    run: Callable[[str, dict[str, Any]], str]
+    """Runs one call: ``(tool name, parsed arguments) -> result text``. A
+    :class:`~errors.UsageError` it raises (a bad id, a bad argument) becomes the result
+    text, so the model can correct itself; any other exception fails the reply."""
+    max_rounds: int = 4
+    """Most follow-up requests after tool results; the last one forbids further calls."""
+    fit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    """Refits the message list after results were appended (caps, window); ``None``: as is."""
+
+
+def run_tool_call(tools: Tools, call: ToolCall) -> str:
+    """The result text of one call: the tool's answer, or a plain explanation for an unknown
+    tool, arguments that are not a JSON object, or a usage error the tool raised."""
+    from errors import UsageError
+
+    known = [spec.get("function", {}).get("name") for spec in tools.specs]
+    if call.name not in known:
+        return f"Unknown tool {call.name!r}. Available tools: {', '.join(str(k) for k in known)}."
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except json.JSONDecodeError as exc:
+        return f"The arguments of {call.name} are not valid JSON ({exc.msg} at character {exc.pos}). Send a JSON object."
+    if not isinstance(arguments, dict):
+        return f"The arguments of {call.name} must be a JSON object, got {type(arguments).__name__}."
+    try:
+        return tools.run(call.name, arguments)
+    except UsageError as exc:
+        return f"{call.name} failed: {exc}"
+
+
+class Replier(Protocol):
+    """Produces the assistant's reply to an assembled message list."""
+
+    def reply(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> Reply:
+        """Reply whole, or streamed to ``on_delta`` piece by piece when it is given.
+
+        Raises:
+            ModelCallError: one of its subclasses, when no reply can be had.
+        """
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """Bounded retries for rate limits, server errors, timeouts and lost connections."""
+
+    retries: int = 0
+    """Attempts after the first one; 0 means none."""
+    total_seconds: float = 30.0
+    """No retry starts later than this many seconds after the first request."""
+    base_delay: float = 0.5
+    """Seconds before the first retry (before jitter); doubles with each retry."""
+    max_delay: float = 8.0
+    """Largest backoff between two attempts, seconds (a longer ``Retry-After`` still wins)."""
+
+    def delay(self, retry: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (from 1): the exponential backoff with
+        jitter in [½, 1] of it, or, when the provider sent ``Retry-After``, that plus up to half
+        the backoff (so that clients told the same time do not all come back at once)."""
+        backoff = min(self.max_delay, self.base_delay * 2 ** (retry - 1))
+        if retry_after is not None:
+            return retry_after + random.uniform(0, backoff / 2)
+        return backoff * random.uniform(0.5, 1.0)
+
+
+# -- classification -------------------------------------------------------------
+def _text(exc: BaseException) -> str:
+    """The provider's message: ``message``, else ``str(exc)``, first line."""
+    try:
+        raw = getattr(exc, "message", None) or str(exc)
+    except Exception:  # an exception whose __str__ fails still gets classified
+        raw = ""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):  # the JSON error body, when the client kept it
+        raw = f"{raw} {body.get('message') or ''} {body.get('code') or ''} {body.get('type') or ''}"
+    return str(raw)
+
+
+def is_overflow(exc: BaseException) -> bool:
+    """True if ``exc`` says the prompt exceeds the model's context window."""
+    import litellm
+
+    if isinstance(exc, litellm.exceptions.ContextWindowExceededError):
+        return True
+    status = getattr(exc, "status_code", None)
+    return status in (None, 400, 413) and bool(OVERFLOW_WORDING.search(_text(exc)))
+
+
+def provider_limit(exc: BaseException) -> int | None:
+    """The context limit the provider named in its message, tokens, if it named one."""
+    match = _LIMIT.search(_text(exc))
+    return int(match.group(1)) if match else None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The provider's ``Retry-After`` (or ``retry-after-ms``) from the error's response, seconds."""
+    headers: Any = getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        raw = headers.get("retry-after")
+        if raw is None:
+            return None
+        try:
+            return max(0.0, float(raw))
+        except ValueError:  # an HTTP date
+            return max(0.0, parsedate_to_datetime(raw).timestamp() - time.time())
+    except (TypeError, ValueError, AttributeError):  # an unreadable header is no header
+        return None
+
+
+def _litellm(*names: str) -> tuple[type[BaseException], ...]:
+    """litellm's exception classes of these names that this litellm version has (the test
+    that iterates ``litellm.exceptions`` catches a new class that none of the rules covers)."""
+    import litellm.exceptions as lx
+
+    return tuple(getattr(lx, n) for n in names if isinstance(getattr(lx, n, None), type))
+
+
+_MISSING_CREDENTIALS = re.compile(
+    r"missing credentials|api_key client option must be set|set the `?[A-Z_]*API_KEY`? environment variable", re.IGNORECASE
+)
+"""How the OpenAI client (inside litellm) says no API key was given at all. litellm reports it
+as an InternalServerError (HTTP 500) before any request is sent; retrying cannot help."""
+
+
+def is_missing_credentials(exc: BaseException) -> bool:
+    """True if ``exc`` says no API key was configured (see :data:`_MISSING_CREDENTIALS`)."""
+    return bool(_MISSING_CREDENTIALS.search(_text(exc)))
+
+
+def error_class_for(exc: BaseException) -> type[ModelCallError]:
+    """Which of our errors ``exc`` (from litellm, the OpenAI client or httpx) becomes."""
+    import httpx
+    import openai
+
+    if is_overflow(exc):
+        return ContextOverflowError
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)) or is_missing_credentials(exc):
+        return ModelAuthError
+    if isinstance(
+        exc,
+        (
+            openai.RateLimitError,
+            openai.InternalServerError,
+            *_litellm("ServiceUnavailableError", "BadGatewayError", "MidStreamFallbackError"),
+            openai.APIConnectionError,  # openai.APITimeoutError and litellm.Timeout are subclasses
+            httpx.TransportError,
+        ),
+    ):
+        return ModelUnavailableError
+    if isinstance(
+        exc,
+        (
+            openai.BadRequestError,  # litellm's policy, unsupported-param, unknown-provider errors are subclasses
+            openai.NotFoundError,
+            openai.UnprocessableEntityError,
+            openai.APIResponseValidationError,
+            *_litellm(
+                "BudgetExceededError",
+                "GuardrailRaisedException",
+                "BlockedPiiEntityError",
+                "ModifyResponseException",
+                "SensitiveDataRouteException",
+                "ModelNotMappedError",
+            ),
+        ),
+    ):
+        return ModelRequestError
+    if isinstance(exc, (openai.OpenAIError, httpx.HTTPError)):  # generic ones: decide by status
+        status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+        if status in (401, 403):
+            return ModelAuthError
+        if status is None or status in RETRYABLE_STATUS or status >= 500:
+            return ModelUnavailableError
+        return ModelRequestError
+    return ModelCallError
+
+
+def map_model_error(exc: BaseException, *, model: str, session_id: str | None) -> ModelCallError:
+    """Turn an exception from litellm (or the network under it) into the most specific
+    :class:`ModelCallError`. The message names the model, the HTTP status and the original
+    class, never conversation text."""
+    cls = error_class_for(exc)
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    detail = _text(exc).strip().splitlines()[0] if _text(exc).strip() else ""
+    where = f" (HTTP {status})" if status else ""
+    kwargs: dict[str, Any] = dict(session_id=session_id, model=model, status=status)
+    if cls is ContextOverflowError:
+        limit = provider_limit(exc)
+        return ContextOverflowError(
+            f"The model {model!r} rejected the prompt as longer than its context window{where}"
+            + (f" of {limit} tokens" if limit else "") + f": {detail[:300]}",
+            provider_limit=limit,
+            **kwargs,
+        )
+    if cls is ModelAuthError and is_missing_credentials(exc):  # no request was sent: no HTTP status to report
+        return ModelAuthError(
+            f"No API key is configured for the model {model!r}: {detail[:300]} "
+            "Set the provider's API key variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) or COMPANION_API_BASE.",
+            **kwargs,
+        )
+    if cls is ModelAuthError:
+        return ModelAuthError(
+            f"The model {model!r} refused the credentials{where}: {type(exc).__name__}: {detail[:300]} "
+            "Check the provider's API key variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and COMPANION_MODEL.",
+            **kwargs,
+        )
+    if cls is ModelUnavailableError:
+        return ModelUnavailableError(
+            f"The model {model!r} is unavailable{where}: {type(exc).__name__}: {detail[:300]}",
+            retry_after=retry_after(exc),
+            **kwargs,
+        )
+    if cls is ModelRequestError:
+        return ModelRequestError(
+            f"The model {model!r} refused the request{where}: {type(exc).__name__}: {detail[:300]}", **kwargs
+        )
+    return ModelCallError(
+        f"The model call to {model!r} failed unexpectedly: {type(exc).__name__}: {detail[:300]}", **kwargs
+    )
+
+
+# -- the model's window ---------------------------------------------------------
+def model_window(model: str) -> int:
+    """The model's input context window in tokens, from litellm's model map
+    (``max_input_tokens``, else ``max_tokens``).
+
+    Raises:
+        UnknownModelError: litellm does not know the model, or not its window.
+    """
+    import litellm
+
+    previous = litellm.suppress_debug_info
+    litellm.suppress_debug_info = True
+    try:
+        info = litellm.get_model_info(model)
+    except Exception as exc:  # litellm raises ModelNotMappedError, or a bare Exception in older versions
+        raise UnknownModelError(
+            f"litellm does not know the context window of {model!r}. Set COMPANION_CONTEXT_WINDOW to the "
+            "model's window in tokens (e.g. vLLM's --max-model-len, Ollama's num_ctx, llama.cpp's --ctx-size).",
+            model=model,
+        ) from exc
+    finally:
+        litellm.suppress_debug_info = previous
+    window = info.get("max_input_tokens") or info.get("max_tokens")
+    if not window:
+        raise UnknownModelError(
+            f"litellm knows {model!r} but not its context window. Set COMPANION_CONTEXT_WINDOW.", model=model
+        )
+    return int(window)
+
+
+# -- the replier ----------------------------------------------------------------
+class _ProviderFailure(Exception):
+    """Carries an exception raised by litellm (not by the caller's ``on_delta``) to the retry loop."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(str(exc))
+        self.exc = exc
+
+
+class LiteLLMReplier:
+    """Replies through ``litellm.completion``, whole or streamed.
+
+    Args:
+        model: a litellm model string, e.g. ``gpt-4o-mini`` or ``openai/my-model``.
+        api_base: base URL of an OpenAI-compatible server, or ``None`` for the provider's.
+        timeout: seconds to wait for one request (for a stream: for each chunk).
+        retry: retries for transient failures; the default is none
+            (:func:`runtime.service.open_engine` passes ``COMPANION_MODEL_RETRIES``).
+        sleep: how to wait between attempts (tests may replace it).
+        extra: more keyword arguments for ``litellm.completion`` (e.g. ``api_key``).
+    """
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        api_base: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        **extra: Any,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy()
+        self.sleep = sleep
+        self.extra = extra
+
+    def reply(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None = None,
+        tools: Tools | None = None,
+    ) -> Reply:
+        """Ask the model; stream to ``on_delta`` when it is given; offer ``tools`` when given
+        and run the calls the model makes (see the module docstring).
+
+        The returned ``content`` joins the text of every round with a blank line (what
+        ``on_delta`` was given, in the same order).
+
+        Raises:
+            ContextOverflowError, ModelAuthError, ModelRequestError: at once, without a retry.
+            ModelUnavailableError: once the retries or their time are used up.
+        """
+        if tools is None:
+            return self._retrying(messages, session_id=session_id, on_delta=on_delta, extra={})
+        convo = list(messages)
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        attempts = 0
+        first_prompt: int | None = None
+        total_prompt = 0
+        completion = 0
+        deltas = _Joiner(on_delta) if on_delta is not None else None
+        rounds = 0
+        while True:
+            last = rounds >= tools.max_rounds
+            extra = {"tools": tools.specs, "tool_choice": "none" if last else "auto"}
+            if deltas is not None:
+                deltas.new_round()
+            answer = self._retrying(convo, session_id=session_id, on_delta=deltas, extra=extra)
+            attempts += answer.attempts
+            first_prompt = answer.prompt_tokens if rounds == 0 else first_prompt
+            total_prompt += answer.prompt_tokens or 0
+            completion += answer.completion_tokens or 0
+            if answer.content:
+                texts.append(answer.content)
+            if not answer.tool_calls or last or answer.interrupted:
+                if answer.tool_calls:
+                    log.warning("model.tool_calls_ignored", session_id=session_id, model=self.model,
+                                calls=len(answer.tool_calls), rounds=rounds)
+                return Reply(
+                    content="\n\n".join(texts),
+                    prompt_tokens=first_prompt,
+                    completion_tokens=completion or None,
+                    interrupted=answer.interrupted,
+                    attempts=attempts,
+                    tool_calls=tuple(calls),
+                    tool_rounds=rounds,
+                    total_prompt_tokens=total_prompt or None,
+                )
+            calls.extend(answer.tool_calls)
+            convo.append({
+                "role": "assistant",
+                "content": answer.content or None,
+                "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in answer.tool_calls
+                ],
+            })
+            for call in answer.tool_calls:
+                result = run_tool_call(tools, call)
+                convo.append({"role": "tool", "tool_call_id": call.id, "content": result})
+                log.info("model.tool_call", session_id=session_id, tool=call.name, call_id=call.id,
+                         result_chars=len(result), round=rounds + 1)
+            if tools.fit is not None:
+                convo = tools.fit(convo)
+            rounds += 1
+
+    def _retrying(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None,
+        extra: dict[str, Any],
+    ) -> Reply:
+        """One request with the bounded retries."""
+        started = time.monotonic()
+        waited = 0.0
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return replace(self._once(messages, session_id=session_id, on_delta=on_delta, extra=extra), attempts=attempt)
+            except _ProviderFailure as failure:
+                exc = failure.exc
+            error = map_model_error(exc, model=self.model, session_id=session_id)
+            if not isinstance(error, ModelUnavailableError):
+                raise error from exc
+            elapsed = time.monotonic() - started
+            if attempt > self.retry.retries:
+                raise self._gave_up(error, attempt, waited, elapsed, "no retries left") from exc
+            delay = self.retry.delay(attempt, error.retry_after)
+            if elapsed + delay > self.retry.total_seconds:
+                reason = f"waiting {delay:.1f} s more would pass the {self.retry.total_seconds:g} s retry limit"
+                raise self._gave_up(error, attempt, waited, elapsed, reason) from exc
+            log.warning(
+                "model.retry",
+                session_id=session_id,
+                model=self.model,
+                attempt=attempt,
+                status=error.status,
+                error=type(exc).__name__,
+                delay_seconds=round(delay, 3),
+                retry_after=error.retry_after,
+            )
+            self.sleep(delay)
+            waited += delay
+
+    def _gave_up(
+        self, error: ModelUnavailableError, attempts: int, waited: float, elapsed: float, reason: str
+    ) -> ModelUnavailableError:
+        return ModelUnavailableError(
+            f"{error} Gave up after {attempts} attempt{'s' if attempts != 1 else ''} in {elapsed:.1f} s ({reason}; "
+            f"COMPANION_MODEL_RETRIES={self.retry.retries}, COMPANION_MODEL_RETRY_SECONDS={self.retry.total_seconds:g}).",
+            session_id=error.session_id,
+            model=error.model,
+            status=error.status,
+            attempts=attempts,
+            waited=waited,
+            retry_after=error.retry_after,
+        )
+
+    def _once(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        session_id: str,
+        on_delta: Callable[[str], None] | None,
+        extra: dict[str, Any] | None = None,
+    ) -> Reply:
+        """One request. litellm's exceptions come out wrapped in :class:`_ProviderFailure`;
+        ``on_delta``'s own exceptions come out as they are."""
+        import litellm
+
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            messages=list(messages),
+            api_base=self.api_base,
+            timeout=self.timeout,
+            num_retries=0,
+            max_retries=0,
+            **self.extra,
+            **(extra or {}),
+        )
+        if on_delta is None:
+            try:
+                response = litellm.completion(**kwargs)
+                message = response.choices[0].message
+                content = message.content or ""
+                calls = _tool_calls(getattr(message, "tool_calls", None))
+            except Exception as exc:
+                raise _ProviderFailure(exc) from exc
+            usage = getattr(response, "usage", None)
+            return Reply(
+                content=content,
+                prompt_tokens=getattr(usage, "prompt_tokens", None),
+                completion_tokens=getattr(usage, "completion_tokens", None),
+                tool_calls=calls,
+            )
+
+        parts: list[str] = []
+        fragments: dict[int, dict[str, str]] = {}
+        usage = None
+        try:
+            chunks = iter(litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True}))
+        except Exception as exc:
+            raise _ProviderFailure(exc) from exc
+        while True:
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                break
+            except Exception as exc:
+                if not parts:  # nothing shown yet: as good as a failed request, and retried like one
+                    raise _ProviderFailure(exc) from exc
+                log.warning(
+                    "model.stream_interrupted",
+                    session_id=session_id,
+                    model=self.model,
+                    error=type(exc).__name__,
+                    received_chars=sum(len(p) for p in parts),
+                )
+                return Reply(content="".join(parts), interrupted=True)
+            usage = getattr(chunk, "usage", None) or usage
+            for choice in getattr(chunk, "choices", None) or []:
+                delta_obj = getattr(choice, "delta", None)
+                delta = getattr(delta_obj, "content", None)
+                if delta:
+                    parts.append(delta)
+                    on_delta(delta)
+                for piece in getattr(delta_obj, "tool_calls", None) or []:
+                    _add_fragment(fragments, piece)
+        return Reply(
+            content="".join(parts),
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+            tool_calls=tuple(
+                ToolCall(id=f["id"] or f"call_{i}", name=f["name"], arguments=f["arguments"])
+                for i, f in sorted(fragments.items())
+            ),
+        )
+
+
+def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
+    """Structured tool calls of a whole reply's message (litellm objects or dicts)."""
+    out = []
+    for i, call in enumerate(raw or []):
+        get = call.get if isinstance(call, dict) else lambda k, c=call: getattr(c, k, None)
+        function = get("function")
+        fget = function.get if isinstance(function, dict) else lambda k, f=function: getattr(f, k, None)
+        out.append(ToolCall(id=get("id") or f"call_{i}", name=fget("name") or "", arguments=fget("arguments") or ""))
+    return tuple(out)
+
+
+def _add_fragment(fragments: dict[int, dict[str, str]], piece: Any) -> None:
+    """Merge one streamed tool-call delta: the first fragment of a call (by ``index``) brings
+    its id and name, later ones append to its arguments (the OpenAI streaming form)."""
+    get = piece.get if isinstance(piece, dict) else lambda k: getattr(piece, k, None)
+    index = get("index") or 0
+    entry = fragments.setdefault(index, {"id": "", "name": "", "arguments": ""})
+    if get("id"):
+        entry["id"] = get("id")
+    function = get("function")
+    if function is not None:
+        fget = function.get if isinstance(function, dict) else lambda k: getattr(function, k, None)
+        if fget("name"):
+            entry["name"] = fget("name")
+        entry["arguments"] += fget("arguments") or ""
+
+
+class _Joiner:
+    """Passes streamed text on, with a blank line between the text of two tool rounds."""
+
+    def __init__(self, on_delta: Callable[[str], None]) -> None:
+        self.on_delta = on_delta
+        self.shown = False
+        self.fresh = True
+
+    def new_round(self) -> None:
+        self.fresh = True
+
+    def __call__(self, piece: str) -> None:
+        if self.fresh and self.shown:
+            self.on_delta("\n\n")
+        self.fresh = False
+        self.shown = True
+        self.on_delta(piece)

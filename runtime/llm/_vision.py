@@ -1,0 +1,100 @@
+"""Which models see images, and what an image costs them in tokens.
+
+**Capability** (:func:`sees_images`), decided in two layers; the answer routes the whole
+request (pixels for a vision model, transcripts for a text-only one):
+
+1. the catalog: ``litellm.supports_vision(model)`` (litellm's bundled model map), plus the
+   names listed in ``COMPANION_VISION_MODELS``;
+2. family heuristics for names the catalog does not know yet, so that a new vision model is
+   not downgraded: names containing ``vision``, ``omni``, ``-vl`` / ``_vl`` / ``vl-`` (Qwen-VL,
+   InternVL, "*-vl-*"), or of a known multimodal family (:data:`VISION_FAMILIES`: gpt-4o,
+   gpt-4.1, gpt-5, o1/o3/o4, claude-3 and later, gemini, llava, pixtral, llama-3.2 vision
+   sizes, llama-4, gemma-3, minicpm-v, moondream, glm-4v, ...). :data:`TEXT_ONLY` names
+   (e.g. ``gpt-3.5``, ``deepseek-chat``, ``o1-mini``) never match a heuristic.
+
+**Cost** (:func:`image_tokens`): by the provider family of the model:
+
+- OpenAI (``gpt-*``, ``o1/o3/o4``, ``openai/``, ``azure/``): the tile rule at ``detail=high``
+  (OpenAI vision guide, "Calculating costs": fit in 2048x2048, shortest side to 768, 170 per
+  512-px tile + 85), :func:`runtime.accounting.openai_image_tokens`;
+- Anthropic (``claude``, ``anthropic/``): about ``w * h / 750`` after its resize to a long
+  edge of at most 1568 px (Anthropic vision guide, "Calculate image costs"),
+  :func:`runtime.accounting.anthropic_image_tokens`;
+- any other family: the larger of the two (conservative; never a flat 85).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from runtime.accounting import anthropic_image_tokens, openai_image_tokens
+
+VISION_FAMILIES = (
+    r"gpt-4o", r"gpt-4\.1", r"gpt-4\.5", r"gpt-5", r"gpt-4-turbo", r"(?:^|/)o[134](?:-|$)(?!mini)",
+    r"claude-(?:3|sonnet-4|opus-4|haiku-4|4)", r"claude-[a-z]+-[4-9]", r"gemini", r"llava", r"bakllava", r"pixtral",
+    r"llama-?3\.2-(?:11|90)b", r"llama-?4", r"gemma-?3", r"minicpm-?v", r"moondream", r"glm-4v", r"glm-4\.\dv",
+    r"qwen2?\.?5?-?vl", r"qvq", r"internvl", r"idefics", r"phi-?[34]\.?5?-(?:multimodal|vision)", r"grok-(?:2-)?vision",
+    r"mistral-(?:small|medium)-3", r"kimi-vl", r"step-1v",
+)
+"""Known multimodal families (regular expressions searched in the lower-cased model name)."""
+VISION_WORDS = re.compile(r"vision|omni|[-_/]vl(?:[-_.:]|$)|\bvl[-_]")
+"""Name parts that mark a vision model: vision, omni, -vl (an unknown ``*-vl-*`` counts)."""
+TEXT_ONLY = re.compile(r"gpt-3\.5|o1-mini|o3-mini|deepseek-(?:chat|reasoner|coder)|text-embedding|embed|whisper|tts")
+"""Names no heuristic may call a vision model (text-only variants inside vision families)."""
+
+_FAMILY = re.compile("|".join(VISION_FAMILIES))
+
+
+def catalog_says(model: str) -> bool:
+    """Layer 1a: litellm's model map says ``model`` supports vision (False when it does not know it)."""
+    import litellm
+
+    previous = litellm.suppress_debug_info
+    litellm.suppress_debug_info = True
+    try:
+        return bool(litellm.supports_vision(model=model))
+    except Exception:  # an unmapped model: the catalog does not know it
+        return False
+    finally:
+        litellm.suppress_debug_info = previous
+
+
+def heuristic_says(model: str) -> bool:
+    """Layer 2: the name looks like a vision model (module docstring)."""
+    name = model.lower()
+    if TEXT_ONLY.search(name):
+        return False
+    return bool(VISION_WORDS.search(name) or _FAMILY.search(name))
+
+
+def sees_images(model: str, configured: Iterable[str] = ()) -> bool:
+    """True if replies from ``model`` may carry pixels: the configured list
+    (``COMPANION_VISION_MODELS``, exact names), litellm's catalog, then the name heuristics."""
+    if model in set(configured):
+        return True
+    return catalog_says(model) or heuristic_says(model)
+
+
+def family(model: str) -> str:
+    """``openai``, ``anthropic`` or ``other``: which token rule prices an image for ``model``."""
+    name = model.lower()
+    if "claude" in name or name.startswith(("anthropic/", "bedrock/anthropic")):
+        return "anthropic"
+    if re.search(r"(?:^|/)(?:gpt-|o[134](?:-|$)|chatgpt)", name) or name.startswith(("openai/gpt", "azure/")):
+        return "openai"
+    return "other"
+
+
+def image_tokens(model: str, width: int, height: int) -> int:
+    """Tokens an image of ``width`` x ``height`` pixels costs ``model`` (module docstring's rules).
+
+    Raises:
+        ConfigurationError: a non-positive size.
+    """
+    kind = family(model)
+    if kind == "openai":
+        return openai_image_tokens(width, height, detail="high")
+    if kind == "anthropic":
+        return anthropic_image_tokens(width, height)
+    return max(openai_image_tokens(width, height, detail="high"), anthropic_image_tokens(width, height))

@@ -1,0 +1,112 @@
+"""Opening an engine: the model's window, database (embedded or ``DATABASE_URL``), schema,
+embedder, persona."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import structlog
+from sqlalchemy import Engine as SAEngine
+
+from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
+from memory.embeddings import Embedder, SentenceTransformerEmbedder
+from memory.store import Store
+from persona import Persona, load_persona
+from runtime.config import Settings
+from runtime.turn import Engine
+from runtime.files import open_file_services
+from runtime.logs import configure_logging
+from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, model_window
+from runtime.compaction import Summarizer
+
+
+@dataclass(frozen=True)
+class Database:
+    """A database the runtime can use."""
+
+    url: str
+    engine: SAEngine
+    embedded: bool
+    """True if the runtime started the server itself (no ``DATABASE_URL``)."""
+
+
+def connect(settings: Settings) -> Database:
+    """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``."""
+    if settings.database_url:
+        database = Database(settings.database_url, make_engine(settings.database_url), embedded=False)
+    else:
+        url = start_embedded(settings.data_dir)
+        database = Database(url, make_engine(url), embedded=True)
+    check_connection(database.engine)
+    return database
+
+
+def settings_for_model(settings: Settings) -> Settings:
+    """``settings`` with a window the model can take.
+
+    ``COMPANION_CONTEXT_WINDOW``, when set, is the window. Otherwise litellm's model
+    map gives the model's input window: budgets that total more are scaled down to
+    it; budgets that total less stay as they are (a 128k model does not make every
+    cap five times larger).
+
+    Raises:
+        UnknownModelError: litellm does not know the model and no window was set.
+    """
+    if settings.context_window is not None:
+        return settings
+    window = model_window(settings.model)
+    return replace(settings, context_window=window) if window < settings.budgets.total else settings
+
+
+def open_engine(
+    settings: Settings,
+    *,
+    with_model: bool = True,
+    replier: Replier | None = None,
+    persona: Persona | None = None,
+    embedder: Embedder | None = None,
+    summarizer: Summarizer | None = None,
+    database: Database | None = None,
+) -> Engine:
+    """An engine ready for turns.
+
+    The embedded database is migrated automatically; a ``DATABASE_URL`` database
+    must already be at head (``companion db upgrade``).
+
+    Args:
+        with_model: ``False`` opens an engine that never calls the chat model (replay,
+            where the replies come from a file): no window lookup, no replier.
+
+    Raises:
+        UnknownModelError: litellm does not know ``COMPANION_MODEL``'s window and
+            ``COMPANION_CONTEXT_WINDOW`` is unset (checked first, before the database).
+        SchemaError: the database is not migrated.
+        EmbeddingDimensionMismatch: the archive's vector(N) differs from the embedder's.
+        PersonaError, ConfigurationError: a bad persona file or setting.
+    """
+    if not structlog.is_configured():  # a library caller who set up structlog keeps their setup
+        configure_logging(settings.log_level, settings.log_format)
+    if with_model:
+        settings = settings_for_model(settings)
+        replier = replier or LiteLLMReplier(
+            model=settings.model,
+            api_base=settings.api_base,
+            timeout=settings.model_timeout,
+            retry=RetryPolicy(retries=settings.model_retries, total_seconds=settings.model_retry_seconds),
+        )
+    database = database or connect(settings)
+    embedder = embedder or SentenceTransformerEmbedder(settings.embedding_model)
+    if database.embedded:
+        upgrade(database.engine, embedding_dim=embedder.dimension)
+    require_schema(database.engine)
+    check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
+    services = open_file_services(settings, database.engine)  # attachments (issue 9)
+    return Engine(
+        settings=settings,
+        store=Store(database.engine),
+        embedder=embedder,
+        persona=persona or load_persona(settings.persona_file),
+        replier=replier,
+        summarizer=summarizer,
+        file_services=services,
+    )

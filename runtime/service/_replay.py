@@ -1,0 +1,308 @@
+"""Replay: feed a stored conversation through the engine, turn by turn, and measure it.
+
+Two input formats:
+
+- LoCoMo JSON (Maharana et al., 2024): a list of conversations; ``speaker_a`` is the
+  user and ``speaker_b`` the companion; each ``session_N_date_time`` is the time of
+  that session's turns; ``qa`` items carry evidence turn ids (``D<session>:<turn>``).
+- JSONL: one ``{"role", "content", "timestamp"}`` object per line (ISO 8601 timestamp).
+
+The assistant replies come from the file; no model is called.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Callable, Iterable
+
+from errors import ConfigurationError, InvalidMessageError
+from memory.tables import TurnState
+from persona import Persona
+from runtime.turn import Engine
+from runtime.turn import validate_message
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+"""LoCoMo QA categories with evidence; 5 (adversarial) has none to count."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceTurn:
+    role: str
+    """``user`` or ``assistant``."""
+    text: str
+    at: datetime
+    turn_id: str | None = None
+    """The source's id for the turn (LoCoMo ``dia_id``), if any."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QAItem:
+    question: str
+    evidence: list[str]
+    category: int
+
+
+@dataclass(kw_only=True)
+class Conversation:
+    id: str
+    user_name: str
+    companion_name: str
+    sessions: int
+    turns: list[SourceTurn]
+    qa: list[QAItem] = field(default_factory=list)
+
+
+@dataclass(kw_only=True)
+class ReplayReport:
+    """Figures of one replayed conversation. Token figures are tokens; times are seconds."""
+
+    conversation: str
+    window: int
+    turns: int = 0
+    sessions: int = 0
+    compactions: int = 0
+    compaction_failures: int = 0
+    archived_segments: int = 0
+    summary_tokens: int = 0
+    largest_context: int = 0
+    """Largest assembled prompt plus the reply reserve, tokens."""
+    overflows: int = 0
+    """Assembled contexts whose prompt plus reply reserve exceeded the window."""
+    user_turns: int = 0
+    """User turns stored by the replay."""
+    user_turns_recoverable: int = 0
+    """User turns found verbatim in the recent window, the summary or an archived segment."""
+    evidence_total: dict[str, int] = field(default_factory=dict)
+    evidence_in_context: dict[str, int] = field(default_factory=dict)
+    evidence_retrieval: dict[str, int] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+    user_id: str = ""
+    session_id: str = ""
+
+    def recall(self, which: str, category: str = "all") -> float | None:
+        """Evidence recall as a fraction, ``which`` is ``in_context`` or ``retrieval``."""
+        total = self.evidence_total.get(category, 0)
+        found = (self.evidence_in_context if which == "in_context" else self.evidence_retrieval).get(category, 0)
+        return found / total if total else None
+
+    def as_dict(self) -> dict:
+        data = {k: v for k, v in self.__dict__.items()}
+        data["evidence_recall"] = {
+            cat: {"in_context": self.recall("in_context", cat), "retrieval_only": self.recall("retrieval", cat), "n": n}
+            for cat, n in self.evidence_total.items()
+        }
+        return data
+
+
+LOCOMO_DATE = "%I:%M %p on %d %B, %Y"
+
+
+def _parse_locomo_date(raw: str) -> datetime:
+    try:
+        return datetime.strptime(raw.strip(), LOCOMO_DATE).replace(tzinfo=timezone.utc)
+    except ValueError:
+        raise ConfigurationError(f"Unrecognised LoCoMo date {raw!r} (expected like '1:56 pm on 8 May, 2023').") from None
+
+
+def _locomo_text(turn: dict) -> str:
+    text = str(turn.get("text", ""))
+    caption = turn.get("blip_caption")
+    if caption:
+        text = f"{text} [shares a photo: {caption}]".strip()
+    return text
+
+
+def load_locomo(data: list, conversation: str | None = None) -> list[Conversation]:
+    out = []
+    for item in data:
+        if conversation and item.get("sample_id") != conversation:
+            continue
+        conv = item["conversation"]
+        user, companion = conv["speaker_a"], conv["speaker_b"]
+        numbers = sorted(
+            int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)) and isinstance(conv[k], list)
+        )
+        turns: list[SourceTurn] = []
+        for n in numbers:
+            start = _parse_locomo_date(conv[f"session_{n}_date_time"])
+            for i, t in enumerate(conv[f"session_{n}"]):
+                role = "user" if t["speaker"] == user else "assistant"
+                turns.append(SourceTurn(role=role, text=_locomo_text(t), at=start + timedelta(seconds=30 * i), turn_id=t.get("dia_id")))
+        qa = []
+        for q in item.get("qa", []):
+            ids = [e for raw in q.get("evidence", []) for e in re.split(r"[;,\s]+", str(raw)) if e]
+            qa.append(QAItem(question=str(q["question"]), evidence=ids, category=int(q.get("category", 0))))
+        out.append(Conversation(id=item.get("sample_id", "conversation"), user_name=user, companion_name=companion, sessions=len(numbers), turns=turns, qa=qa))
+    if conversation and not out:
+        known = ", ".join(str(i.get("sample_id")) for i in data)
+        raise ConfigurationError(f"No conversation {conversation!r} in the file; it has: {known}.", setting="--conversation")
+    return out
+
+
+def load_jsonl(lines: Iterable[str], name: str) -> Conversation:
+    turns = []
+    dates = set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            role, content = obj["role"], obj["content"]
+            if not isinstance(content, str):
+                raise TypeError(f"content must be a string, got {type(content).__name__}")
+            at = datetime.fromisoformat(obj["timestamp"]) if obj.get("timestamp") else datetime.now(timezone.utc)
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"Line {number} of {name} is not a {{\"role\", \"content\", \"timestamp\"}} object ({type(exc).__name__}: {exc})."
+            ) from None
+        if role not in ("user", "assistant"):
+            raise ConfigurationError(f"Line {number} of {name}: role must be user or assistant, got {role!r}.")
+        if at.tzinfo is None:
+            at = at.replace(tzinfo=timezone.utc)
+        dates.add(at.date())
+        turns.append(SourceTurn(role=role, text=str(content), at=at, turn_id=str(number)))
+    if not turns:
+        raise ConfigurationError(f"{name} has no turns; give one {{\"role\", \"content\", \"timestamp\"}} object per line.")
+    return Conversation(id=Path(name).stem[:80], user_name="User", companion_name="Companion", sessions=len(dates), turns=turns)
+
+
+def load_conversations(path: Path, conversation: str | None = None) -> list[Conversation]:
+    """Read a LoCoMo ``.json`` file or a ``.jsonl`` file.
+
+    Raises:
+        ConfigurationError: a missing file, an unknown format, or a malformed record.
+    """
+    try:
+        data_bytes = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigurationError(f"No such file: {path}", setting="PATH") from None
+    except OSError as exc:
+        raise ConfigurationError(f"Cannot read {path}: {exc.strerror or exc}", setting="PATH") from None
+    try:
+        raw = data_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data_bytes[: exc.start].count(b"\n") + 1
+        raise ConfigurationError(
+            f"{path} is not valid UTF-8: byte {exc.start} (line {line}) cannot be decoded. Re-encode the file as UTF-8.",
+            setting="PATH",
+        ) from None
+    if str(path).lower().endswith(".jsonl"):
+        return [load_jsonl(raw.splitlines(), str(path))]
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"{path} is not valid JSON ({exc}); give a LoCoMo .json or a .jsonl file.") from None
+    if not isinstance(data, list) or not all(isinstance(i, dict) and "conversation" in i for i in data):
+        raise ConfigurationError(f"{path} is not a LoCoMo file (a list of objects with 'conversation').")
+    try:
+        conversations = load_locomo(data, conversation)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ConfigurationError(
+            f"{path} is not a well-formed LoCoMo file: missing or malformed field {exc}. "
+            "Each conversation needs speaker_a, speaker_b, session_N lists of {speaker, dia_id, text} "
+            "and session_N_date_time."
+        ) from None
+    if not any(c.turns for c in conversations):
+        raise ConfigurationError(f"{path} has no turns to replay.")
+    return conversations
+
+
+def replay_conversation(
+    engine: Engine, conv: Conversation, *, on_turn: Callable[[], None] | None = None, run_id: str | None = None
+) -> ReplayReport:
+    """Replay one conversation into a fresh user and session, then evaluate its QA items."""
+    started = time.perf_counter()
+    for number, t in enumerate(conv.turns, 1):
+        try:
+            validate_message(t.text, max_chars=engine.settings.max_message_chars)
+        except InvalidMessageError as exc:
+            where = t.turn_id or number
+            raise InvalidMessageError(
+                f"Turn {where} of conversation {conv.id!r} cannot be replayed: {exc} Nothing was stored.",
+                reason=exc.reason,
+                position=exc.position,
+            ) from None
+    run_id = run_id or uuid.uuid4().hex[:8]
+    user_id = f"replay:{conv.id}:{run_id}"
+    session_id = f"{user_id}:session"
+    persona = Persona(
+        name=conv.companion_name,
+        system_prompt=f"You are {conv.companion_name}, a friend of {conv.user_name}. Talk with {conv.user_name} warmly and remember what they share.",
+    )
+    engine = engine.derive(persona=persona)
+    report = ReplayReport(conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id)
+    turns = conv.turns
+    i = 0
+    while i < len(turns):
+        t = turns[i]
+        if t.role == "user" and i + 1 < len(turns) and turns[i + 1].role == "assistant":
+            result = engine.turn(user_id=user_id, session_id=session_id, message=t.text, at=t.at, reply=turns[i + 1].text)
+            _track(report, result.context)
+            step = 2
+        else:
+            engine.add_turn(user_id=user_id, session_id=session_id, role=t.role, content=t.text, at=t.at)
+            step = 1
+        report.turns += step
+        i += step
+        if on_turn:
+            for _ in range(step):
+                on_turn()
+    state = engine.store.compaction_state(session_id)
+    report.compactions = state.compactions
+    report.compaction_failures = state.consecutive_failures
+    report.archived_segments = engine.store.archive_count(user_id=user_id)
+    summary = engine.store.summary(session_id)
+    report.summary_tokens = summary.tokens if summary else 0
+    report.user_turns, report.user_turns_recoverable = user_turn_coverage(engine, session_id)
+    _evaluate(engine, conv, report)
+    report.wall_seconds = time.perf_counter() - started
+    return report
+
+
+def _track(report: ReplayReport, context) -> None:
+    size = context.total_tokens + context.reply_reserve
+    report.largest_context = max(report.largest_context, size)
+    if context.overflow:
+        report.overflows += 1
+
+
+def _evaluate(engine: Engine, conv: Conversation, report: ReplayReport) -> None:
+    """Evidence recall: the share of evidence turns a question's context holds verbatim."""
+    if not conv.qa:
+        return
+    text_by_id = {t.turn_id: t.text for t in conv.turns if t.turn_id}
+    for qa in conv.qa:
+        if qa.category not in CATEGORIES:
+            continue
+        evidence = [text_by_id[e] for e in qa.evidence if e in text_by_id]
+        if not evidence:
+            continue
+        context = engine.assemble(user_id=report.user_id, session_id=report.session_id, pending=qa.question)
+        _track(report, context)
+        recent = context.source_text.get("recent", "")
+        memory = context.source_text.get("memory", "")
+        for cat in ("all", CATEGORIES[qa.category]):
+            report.evidence_total[cat] = report.evidence_total.get(cat, 0) + len(evidence)
+            report.evidence_in_context[cat] = report.evidence_in_context.get(cat, 0) + sum(
+                1 for e in evidence if e in recent or e in memory
+            )
+            report.evidence_retrieval[cat] = report.evidence_retrieval.get(cat, 0) + sum(1 for e in evidence if e in memory)
+
+
+def user_turn_coverage(engine: Engine, session_id: str) -> tuple[int, int]:
+    """(user turns, those found verbatim in the recent window, the summary or an archived segment)."""
+    turns = engine.store.turns(session_id)
+    summary = engine.store.summary(session_id)
+    summary_text = summary.content if summary else ""
+    archive = "\n".join(s.content for s in engine.store.segments(session_id=session_id))
+    users = [t for t in turns if t.role == "user"]
+    found = sum(
+        1 for t in users if t.state == TurnState.context or t.content in summary_text or t.content in archive
+    )
+    return len(users), found

@@ -1,0 +1,42 @@
+"""The FastAPI application: :func:`create_app` builds it around one opened engine."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from memory.apps import Directory
+from runtime.service.api import files, openai_compat, profiles, sessions
+from runtime.service.api.deps import Services
+from runtime.service.api.errors import install_error_handlers
+from runtime.turn import Engine
+
+API_VERSION = "1"
+
+
+def create_app(engine: Engine) -> FastAPI:
+    """The HTTP API on ``engine`` (shared by every request; blocking calls run in threads).
+
+    Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`), files
+    (:mod:`runtime.service.api.files`), pinned profiles (:mod:`runtime.service.api.profiles`),
+    ``POST /v1/chat/completions`` (:mod:`runtime.service.api.openai_compat`), ``GET /healthz``
+    (no key needed), and the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``).
+    """
+    app = FastAPI(
+        title="companion-runtime",
+        version=API_VERSION,
+        description="Long-running companion chat with managed memory. Authenticate with "
+        "`Authorization: Bearer KEY` (an app's key from `companion apps create NAME`).",
+    )
+    app.state.services = Services(engine=engine, directory=Directory(engine.store.engine))
+    install_error_handlers(app)
+    app.include_router(sessions.router)
+    app.include_router(openai_compat.router)
+    app.include_router(files.router)
+    app.include_router(profiles.router)
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers. No key needed."""
+        return {"status": "ok"}
+
+    return app

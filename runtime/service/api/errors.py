@@ -1,0 +1,127 @@
+"""One mapping from the runtime's exceptions to HTTP answers.
+
+Every class in :mod:`errors` has its own entry in :data:`ERRORS` (a test checks
+that none is missing): an HTTP status and a stable ``code`` string. Every error body
+has one shape, which is also the OpenAI API's::
+
+    {"error": {"code": "session_closed", "message": "...", "type": "SessionClosedError"}}
+
+plus ``"param"`` when one request field or header is to blame. FastAPI's request
+validation errors answer 422 ``invalid_request``; ``HTTPException`` keeps its status
+with code ``http_<status>``; anything else answers 500 ``internal_error`` without
+details (the traceback goes to the log).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+import errors as E
+
+log = structlog.get_logger("companion.api")
+
+ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {
+    E.CompanionError: (500, "internal_error"),
+    E.UsageError: (400, "bad_request"),
+    E.ConfigurationError: (500, "server_misconfigured"),
+    E.UnknownModelError: (500, "unknown_model"),
+    E.SchemaError: (500, "schema_out_of_date"),
+    E.EmbeddingDimensionMismatch: (500, "embedding_dimension_mismatch"),
+    E.PersonaError: (500, "persona_invalid"),
+    E.KnowledgeFileError: (422, "knowledge_file_invalid"),
+    E.FileError: (400, "file_error"),
+    E.FileInputError: (422, "file_invalid"),
+    E.FileNotFound: (404, "file_not_found"),
+    E.FileParseError: (422, "file_unparseable"),
+    E.SessionOwnershipError: (409, "session_ownership"),
+    E.InvalidMessageError: (422, "invalid_message"),
+    E.InvalidRequestError: (400, "invalid_request"),
+    E.AuthenticationError: (401, "unauthorized"),
+    E.NotFoundError: (404, "not_found"),
+    E.SessionClosedError: (409, "session_closed"),
+    E.TurnError: (500, "turn_failed"),
+    E.ModelCallError: (502, "model_error"),
+    E.ModelAuthError: (502, "model_auth_failed"),
+    E.ModelRequestError: (502, "model_request_rejected"),
+    E.ModelUnavailableError: (503, "model_unavailable"),
+    E.ContextOverflowError: (502, "context_overflow"),
+    E.SummarizationError: (500, "summarization_failed"),
+    E.StorageError: (503, "storage_unavailable"),
+}
+"""Exception class → (HTTP status, stable code). Looked up by exact class, then by its bases."""
+
+
+def status_and_code(exc: E.CompanionError) -> tuple[int, str]:
+    """The HTTP status and stable code of ``exc`` (its nearest mapped class)."""
+    for cls in type(exc).__mro__:
+        if cls in ERRORS:
+            return ERRORS[cls]
+    return ERRORS[E.CompanionError]
+
+
+INTERNAL_ERROR: dict[str, Any] = {
+    "error": {"code": "internal_error", "message": "Internal server error; see the server log.", "type": "InternalError"}
+}
+"""The body of any error that is not a :class:`~errors.CompanionError` (no details leak)."""
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
+    """The JSON error body of ``exc``: code, message, type, and ``param``/``reason`` when
+    known; :data:`INTERNAL_ERROR` for an exception outside the hierarchy."""
+    if not isinstance(exc, E.CompanionError):
+        return INTERNAL_ERROR
+    _, code = status_and_code(exc)
+    body: dict[str, Any] = {"code": code, "message": str(exc), "type": type(exc).__name__}
+    param = getattr(exc, "field", None) or getattr(exc, "setting", None)
+    if param:
+        body["param"] = param
+    reason = getattr(exc, "reason", None)
+    if reason:
+        body["reason"] = reason
+    return {"error": body}
+
+
+def error_response(exc: E.CompanionError) -> JSONResponse:
+    status, _ = status_and_code(exc)
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(error_body(exc), status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error the app can raise to one JSON shape."""
+
+    async def companion_error(request: Request, exc: E.CompanionError) -> JSONResponse:
+        status, code = status_and_code(exc)
+        (log.warning if status >= 500 else log.info)(
+            "api.error", path=request.url.path, status=status, code=code, error=type(exc).__name__
+        )
+        return error_response(exc)
+
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = exc.errors()
+        first = problems[0] if problems else {}
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        message = f"{where}: {first.get('msg', 'invalid')}" if where else str(first.get("msg", "invalid request"))
+        body = {"code": "invalid_request", "message": message, "type": "RequestValidationError"}
+        if where:
+            body["param"] = where
+        return JSONResponse({"error": body}, status_code=422)
+
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        body = {"code": f"http_{exc.status_code}", "message": str(exc.detail), "type": "HTTPException"}
+        return JSONResponse({"error": body}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("api.unexpected_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
+        return JSONResponse(INTERNAL_ERROR, status_code=500)
+
+    app.add_exception_handler(E.CompanionError, companion_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(Exception, unexpected)

@@ -1,0 +1,171 @@
+"""The OpenAI-compatible front door: ``POST /v1/chat/completions``, whole or streamed.
+
+Any client of the OpenAI chat API (SDKs, companion frontends) gets managed memory by
+pointing its base URL at this server and its API key at the app's key:
+
+- **Session.** The ``X-Session-Id`` header names one of the app's sessions; without it,
+  the ``user`` field names the app's user (created if new) and the turn goes to that
+  user's newest open session, or to a new one (which starts from the previous closed
+  session's summary) if there is none. With neither: 400 ``invalid_request``.
+- **Messages.** Only the newest ``user`` message of ``messages`` is taken; the rest of
+  the context (persona, summary, recalled memories, recent turns) is built by the
+  runtime. Its content is a string or a list of ``text`` parts.
+- **Answer.** A ``chat.completion`` object, or with ``stream: true`` ``chat.completion.chunk``
+  events ending in ``data: [DONE]`` (usage in a last chunk when
+  ``stream_options.include_usage`` is set). ``usage`` is the runtime's accounting: the
+  provider's reported tokens when it reported them, else our estimate of the request
+  (prompt) and of the stored reply (completion). The response header ``X-Session-Id``
+  names the session used. ``model`` is echoed; the server's ``COMPANION_MODEL`` replies.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, Header, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+from sse_starlette import EventSourceResponse
+
+from errors import InvalidRequestError, SessionClosedError
+from memory.tables import App
+from runtime.service.api.deps import Services, current_app, services
+from runtime.service.api.errors import error_body
+from runtime.service.api.schemas import ErrorBody
+from runtime.service.api.streaming import turn_events
+from runtime.turn import TurnResult
+from runtime.turn import validate_message
+
+router = APIRouter(prefix="/v1", tags=["openai"])
+
+
+class ChatRequest(BaseModel):
+    """The fields of an OpenAI chat completion request this server reads; others are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    user: str | None = Field(default=None, description="The app's user id, when no X-Session-Id header is sent.")
+
+
+def newest_user_text(messages: list[dict[str, Any]]) -> str:
+    """The text of the newest ``user`` message.
+
+    Raises:
+        InvalidRequestError: no user message, or content that is not text.
+    """
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+        if isinstance(content, list):
+            texts = []
+            for part in content:
+                if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                    raise InvalidRequestError(
+                        f"Only text parts are supported in a user message, got a {kind!r} part.", field="messages"
+                    )
+                texts.append(part["text"])
+            return "\n".join(texts)
+        raise InvalidRequestError("The newest user message has no text content.", field="messages")
+    raise InvalidRequestError("messages holds no message with role 'user'.", field="messages")
+
+
+def _usage(result: TurnResult) -> dict[str, int]:
+    reply = result.assistant_turn
+    prompt = reply.usage_prompt_tokens if reply.usage_prompt_tokens is not None else result.context.total_tokens
+    completion = reply.usage_completion_tokens if reply.usage_completion_tokens is not None else reply.tokens
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+@router.post(
+    "/chat/completions",
+    responses={
+        200: {"description": "A chat.completion object, or chat.completion.chunk events.", "content": {"text/event-stream": {}}},
+        400: {"model": ErrorBody},
+        401: {"model": ErrorBody},
+        404: {"model": ErrorBody},
+        409: {"model": ErrorBody},
+    },
+)
+async def chat_completions(
+    body: ChatRequest,
+    response: Response,
+    x_session_id: str | None = Header(default=None, description="One of the app's session ids."),
+    app: App = Depends(current_app),
+    svc: Services = Depends(services),
+):
+    """OpenAI-compatible chat completions with the runtime's managed memory."""
+    text = validate_message(newest_user_text(body.messages), max_chars=svc.engine.settings.max_message_chars)
+    persona = svc.engine.persona.name
+
+    def resolve():
+        if x_session_id:
+            return svc.directory.session(app.id, x_session_id)
+        if not body.user:
+            raise InvalidRequestError(
+                "Name the session with the X-Session-Id header, or the user with the 'user' field.", field="user"
+            )
+        user, _ = svc.directory.ensure_user(app.id, body.user)
+        return svc.directory.open_session(user_id=user.id, persona=persona), user
+
+    session, user = await run_in_threadpool(resolve)
+    if session.closed_at is not None:
+        raise SessionClosedError(
+            f"Session {session.id!r} is closed; send the 'user' field without X-Session-Id to continue in a new session.",
+            session_id=session.id,
+        )
+    completion_id = "chatcmpl-" + uuid.uuid4().hex
+    created = int(time.time())
+    model = body.model or svc.engine.settings.model
+
+    def run(on_delta=None):
+        return svc.engine.turn(user_id=user.id, session_id=session.id, message=text, on_delta=on_delta)
+
+    headers = {"X-Session-Id": session.id}
+    if not body.stream:
+        result = await run_in_threadpool(run)
+        response.headers.update(headers)
+        return {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": result.assistant_turn.content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": _usage(result),
+        }
+    include_usage = bool((body.stream_options or {}).get("include_usage"))
+    base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
+    return EventSourceResponse(_chunks(run, base, include_usage), headers=headers)
+
+
+async def _chunks(run, base: dict[str, Any], include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, str]:
+        return {"data": json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}, ensure_ascii=False)}
+
+    yield chunk({"role": "assistant", "content": ""})
+    async for kind, value in turn_events(run):
+        if kind == "delta":
+            yield chunk({"content": value})
+        elif kind == "done":
+            yield chunk({}, "stop")
+            if include_usage:
+                yield {"data": json.dumps({**base, "choices": [], "usage": _usage(value)})}
+        else:
+            yield {"data": json.dumps(error_body(value), ensure_ascii=False)}
+    yield {"data": "[DONE]"}

@@ -1,0 +1,300 @@
+"""Users and sessions of the calling app: create, list, talk (streamed), inspect, close,
+delete, reset the breaker. Every route resolves ids within the calling app only and
+answers 404 ``not_found`` for another app's user or session, as for a missing one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Depends, Response, status
+from fastapi.concurrency import run_in_threadpool
+from sse_starlette import EventSourceResponse
+
+from errors import InvalidMessageError, SessionClosedError
+from memory.tables import App, TurnState
+from runtime.service.api.convert import session_out, turn_done, turn_out, user_out
+from runtime.service.api.deps import Services, current_app, services
+from runtime.service.api.errors import error_body
+from runtime.service.api.schemas import (
+    BreakerOut,
+    CloseOut,
+    ContextOut,
+    DeleteOut,
+    ErrorBody,
+    MessageIn,
+    NewSessionOut,
+    SessionIn,
+    SessionOut,
+    SourceOut,
+    SummaryOut,
+    TurnDone,
+    TurnOut,
+    UserIn,
+    UserOut,
+)
+from runtime.service.api.streaming import turn_events
+from runtime.compaction import reset_breaker
+from runtime.turn import validate_message
+from runtime.turn import check_attachments
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorBody, "description": "No or invalid API key (`unauthorized`)."},
+    404: {"model": ErrorBody, "description": "No such user or session for this app (`not_found`)."},
+}
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES)
+
+
+# -- users ---------------------------------------------------------------------
+@router.post("/users", response_model=UserOut, status_code=status.HTTP_201_CREATED, tags=["users"])
+def create_user(body: UserIn, response: Response, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """Create a user of this app (200 with ``created: false`` if it exists already)."""
+    user, created = svc.directory.ensure_user(app.id, body.id)
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return user_out(user, created=created)
+
+
+@router.get("/users", response_model=list[UserOut], tags=["users"])
+def list_users(app: App = Depends(current_app), svc: Services = Depends(services)):
+    """This app's users, oldest first."""
+    return [user_out(u) for u in svc.directory.users(app.id)]
+
+
+@router.get("/users/{user_id}", response_model=UserOut, tags=["users"])
+def get_user(user_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    return user_out(svc.directory.user(app.id, user_id))
+
+
+@router.get("/users/{user_id}/sessions", response_model=list[SessionOut], tags=["users"])
+def list_sessions(user_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """The user's sessions, oldest first."""
+    user = svc.directory.user(app.id, user_id)
+    return [session_out(s, user) for s in svc.directory.sessions(app.id, user_id)]
+
+
+# -- sessions ----------------------------------------------------------------
+@router.post("/sessions", response_model=NewSessionOut, status_code=status.HTTP_201_CREATED, tags=["sessions"])
+def create_session(body: SessionIn, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """Start a session for the user (created if new). It begins from the summary of the
+    user's newest closed session with this server's persona (``carried_from``). When the
+    persona has a first message, it is stored as the opening assistant turn (``{{user}}``
+    is the pinned profile's name, else ``User``) and returned as ``greeting``."""
+    user, _ = svc.directory.ensure_user(app.id, body.user_id)
+    session = svc.directory.start_session(user_id=user.id, persona=svc.engine.persona.name)
+    greeting = svc.engine.greet(user_id=user.id, session_id=session.id)
+    return NewSessionOut(**session_out(session, user).model_dump(), greeting=turn_out(greeting) if greeting else None)
+
+
+@router.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"])
+def get_session(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    return session_out(*svc.directory.session(app.id, session_id))
+
+
+@router.post(
+    "/sessions/{session_id}/messages",
+    response_model=TurnDone,
+    tags=["sessions"],
+    responses={
+        200: {
+            "description": "With `stream: true` (the default), server-sent events: `delta` "
+            "(`{\"text\"}`), then `done` (a TurnDone) or `error` (an ErrorBody).",
+            "content": {"text/event-stream": {}},
+        },
+        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`)."},
+        422: {"model": ErrorBody, "description": "The message is invalid (`invalid_message`) or the body is."},
+    },
+)
+async def post_message(
+    session_id: str, body: MessageIn, app: App = Depends(current_app), svc: Services = Depends(services)
+):
+    """Store the user's message and reply: streamed as server-sent events, or whole.
+
+    The message is checked and the session's state too before anything is stored, so
+    those errors come back as plain JSON errors, not as events. Once the stream has
+    started, a failure arrives as an ``error`` event (the user turn stays stored)."""
+    session, user = await _open_session(svc, app, session_id)
+    text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
+
+    def run(on_delta=None):
+        return svc.engine.turn(
+            user_id=user.id, session_id=session.id, message=text, on_delta=on_delta, attachments=attachments
+        )
+
+    return await _reply(run, stream=body.stream)
+
+
+@router.post(
+    "/sessions/{session_id}/turns/{seq}/resend",
+    response_model=TurnDone,
+    tags=["sessions"],
+    responses={
+        200: {"description": "As POST /v1/sessions/{id}/messages.", "content": {"text/event-stream": {}}},
+        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`)."},
+        422: {"model": ErrorBody, "description": "Invalid message, or `seq` is no user turn of the recent window "
+                                                 "(`invalid_message`, reason `bad_edit`)."},
+    },
+)
+async def resend(
+    session_id: str, seq: int, body: MessageIn, app: App = Depends(current_app), svc: Services = Depends(services)
+):
+    """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then
+    the new message (with its ``attachments``) runs as a new turn, answered as by
+    POST /messages. The replaced turns' files that nothing references any more are
+    deleted. Bad input (message, seq, attachments) changes nothing."""
+    session, user = await _open_session(svc, app, session_id)
+    text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
+    turns = await run_in_threadpool(svc.engine.store.turns, session.id, state=TurnState.context)
+    if not any(t.seq == seq and t.role == "user" for t in turns):
+        raise InvalidMessageError(
+            f"Turn {seq} of session {session_id!r} is not a user turn in the recent window; only those can be "
+            "edited (GET /v1/sessions/{id}/turns lists them with their state).",
+            reason="bad_edit",
+        )
+
+    def run(on_delta=None):
+        return svc.engine.edit_turn(
+            user_id=user.id, session_id=session.id, seq=seq, message=text, attachments=attachments, on_delta=on_delta
+        )
+
+    return await _reply(run, stream=body.stream)
+
+
+async def _open_session(svc: Services, app: App, session_id: str):
+    """The app's session and its user, if it still takes turns.
+
+    Raises:
+        NotFoundError: no such session for this app. SessionClosedError: it was closed.
+    """
+    session, user = await run_in_threadpool(svc.directory.session, app.id, session_id)
+    if session.closed_at is not None:
+        raise SessionClosedError(
+            f"Session {session_id!r} was closed at {session.closed_at.isoformat()}; start a new session "
+            "(POST /v1/sessions), which begins from this one's summary.",
+            session_id=session_id,
+        )
+    return session, user
+
+
+async def _checked_message(svc: Services, body: MessageIn, *, user_id: str, session_id: str) -> tuple[str, list[str]]:
+    """The message text and attachment ids, checked before anything is stored or streamed, so
+    a bad message or an unknown or foreign file id is a plain JSON error (422, 404).
+
+    Raises:
+        InvalidMessageError: a bad message. FileNotFound: an id that is not the user's (or
+            another session's ephemeral id). ConfigurationError: attachments but no file store.
+    """
+    text = validate_message(body.content, max_chars=svc.engine.settings.max_message_chars)
+    attachments = list(body.attachments)
+    if attachments:
+        await run_in_threadpool(
+            lambda: check_attachments(svc.engine.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        )
+    return text, attachments
+
+
+async def _reply(run, *, stream: bool):
+    """The turn answered whole (a TurnDone) or streamed as server-sent events."""
+    if not stream:
+        return turn_done(await run_in_threadpool(run))
+    return EventSourceResponse(_sse(run))
+
+
+async def _sse(run) -> AsyncIterator[dict[str, str]]:
+    """``delta`` events (ids 1, 2, …), then one ``done`` or ``error`` event."""
+    n = 0
+    async for kind, value in turn_events(run):
+        n += 1
+        if kind == "delta":
+            yield {"event": "delta", "id": str(n), "data": json.dumps({"text": value}, ensure_ascii=False)}
+        elif kind == "done":
+            yield {"event": "done", "id": str(n), "data": turn_done(value).model_dump_json()}
+        else:
+            yield {"event": "error", "id": str(n), "data": json.dumps(error_body(value), ensure_ascii=False)}
+
+
+@router.get("/sessions/{session_id}/turns", response_model=list[TurnOut], tags=["sessions"])
+def list_turns(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """Every stored turn of the session, in order (rolled-out ones too, with their state)."""
+    session, _ = svc.directory.session(app.id, session_id)
+    return [turn_out(t) for t in svc.engine.store.turns(session.id)]
+
+
+@router.get("/sessions/{session_id}/summary", response_model=SummaryOut, tags=["sessions"])
+def get_summary(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """The session's rolling summary (``content: null`` before there is one)."""
+    session, _ = svc.directory.session(app.id, session_id)
+    summary = svc.engine.store.summary(session.id)
+    if summary is None:
+        return SummaryOut(session_id=session.id, content=None)
+    return SummaryOut(
+        session_id=session.id,
+        content=summary.content,
+        items=list(summary.items or []),
+        tokens=summary.tokens,
+        first_seq=summary.first_seq,
+        last_seq=summary.last_seq,
+        updated_at=summary.updated_at,
+    )
+
+
+@router.get("/sessions/{session_id}/context", response_model=ContextOut, tags=["sessions"])
+def get_context(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """The context the next reply would be made from, by source (a read; changes nothing)."""
+    session, user = svc.directory.session(app.id, session_id)
+    context = svc.engine.assemble(user_id=user.id, session_id=session.id)
+    return ContextOut(
+        session_id=session.id,
+        total_tokens=context.total_tokens,
+        window=context.window,
+        reply_reserve=context.reply_reserve,
+        sources={
+            name: SourceOut(tokens=r.tokens, cap=r.cap, items=r.items, cut=r.cut, text=context.source_text.get(name))
+            for name, r in context.sources.items()
+        },
+    )
+
+
+@router.post(
+    "/sessions/{session_id}/close",
+    response_model=CloseOut,
+    tags=["sessions"],
+    responses={409: {"model": ErrorBody, "description": "Closed already (`session_closed`)."}},
+)
+def close(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """Close the session now: what is left of its recent window rolls out into the summary
+    and the archive (breaker rules apply), and it takes no more turns."""
+    from runtime.service._jobs import close_session
+
+    session, user = svc.directory.session(app.id, session_id)
+    outcome = close_session(svc.engine, session.id, closed_by="api")
+    session, user = svc.directory.session(app.id, session_id)
+    return CloseOut(
+        session=session_out(session, user),
+        rolled_turns=outcome.rolled_turns if outcome else 0,
+        segments=outcome.segments if outcome else 0,
+        summarized=bool(outcome and outcome.summarized),
+    )
+
+
+@router.delete("/sessions/{session_id}", response_model=DeleteOut, tags=["sessions"])
+def delete(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """Delete the session with its turns, summary, archived segments and breaker state, in
+    one transaction, then the files its turns carried that no other session references.
+    The user stays."""
+    session, user = svc.directory.session(app.id, session_id)
+    return DeleteOut(session_id=session.id, deleted=svc.engine.delete_session(user_id=user.id, session_id=session.id))
+
+
+@router.post("/sessions/{session_id}/breaker/reset", response_model=BreakerOut, tags=["sessions"])
+def reset_session_breaker(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """Close the session's compaction circuit breaker and clear its failure count."""
+    session, _ = svc.directory.session(app.id, session_id)
+    state = reset_breaker(svc.engine.store, session.id)
+    return BreakerOut(
+        session_id=session.id,
+        state=svc.engine.compactor.breaker_state(state),
+        consecutive_failures=state.consecutive_failures,
+        compactions=state.compactions,
+    )

@@ -1,0 +1,170 @@
+"""The engine's attachment steps, kept out of ``runtime/engine.py``: checking a turn's
+attachment ids, warming their parses, building each turn's blocks for assembly, and the
+``file_read`` tool for a reply.
+
+Rendering itself is :mod:`runtime.context`; the tool schema and loop glue
+:mod:`runtime.files`; the turn loop and the public API :class:`runtime.turn.Engine`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from errors import ConfigurationError, InvalidMessageError
+from memory.files import FileStore, StoredFile
+from memory.store import Store
+from memory.tables import Turn
+from runtime.context import (
+    AttachedFile,
+    compact_block,
+    first_turn_block,
+    folded_block,
+    is_image_mime,
+    is_text_mime,
+    placeholder_ids,
+    strip_placeholders,
+)
+from runtime.config import Settings
+from runtime.context import AssembledContext, TurnBlocks
+from runtime.files import FileReader
+from runtime.files import file_read_spec, file_tools, spec_tokens
+from runtime.llm import Tools
+from runtime.files import ParseService
+from runtime.accounting import TokenCounter
+
+HEAD_MARGIN = 4000
+"""Characters of an extract loaded beyond the inline limit (page markers, previews past the front matter)."""
+UTF8_MAX_BYTES = 4
+"""Bytes a character takes at most in UTF-8: a text file of at most ``4 * inline chars`` bytes may inline."""
+
+
+def check_attachments(
+    files: FileStore | None, *, user_id: str, session_id: str, attachments: Sequence[str]
+) -> list[StoredFile]:
+    """The stored files for ``attachments``, in order, duplicates dropped, after checking every id.
+    Stores nothing.
+
+    Raises:
+        InvalidMessageError: ``bad_attachments``: not a list of id strings.
+        ConfigurationError: attachments given but no file store.
+        FileNotFound: an unknown id, another user's, or another session's ephemeral id.
+    """
+    if isinstance(attachments, str) or not all(isinstance(a, str) for a in attachments):
+        raise InvalidMessageError(
+            "attachments must be a list of file id strings, e.g. ['file_0123456789abcdef0123'].",
+            reason="bad_attachments",
+        )
+    if not attachments:
+        return []
+    if files is None:
+        raise ConfigurationError(
+            "This engine has no file store, so a turn cannot carry attachments. Open it with "
+            "runtime.service.open_engine (COMPANION_FILES_DIR).",
+            setting="COMPANION_FILES_DIR",
+        )
+    return list(files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False).values())
+
+
+def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, settings: Settings) -> None:
+    """Start the parses of new attachments; wait (at most ``COMPANION_FILE_READ_WAIT`` seconds
+    each) for small text files, so that the first turn can inline them."""
+    if parses is None:
+        return
+    for stored in attached:
+        if stored.is_final:
+            continue
+        parses.submit(stored.id)
+        if is_text_mime(stored.mime) and stored.size_bytes <= UTF8_MAX_BYTES * settings.inline_file_chars:
+            with parses.watch(stored.id) as handle:
+                handle.wait(settings.file_read_wait)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionAttachments:
+    """What assembly needs of a session's attachments."""
+
+    turns: list[Turn]
+    """The recent turns, with echoed placeholder lines of files that no longer exist removed."""
+    blocks: dict[int, TurnBlocks]
+    """User turn seq -> its attachment blocks."""
+    earlier: list[AttachedFile]
+    """Files of rolled-out turns not shown in ``blocks``, oldest first."""
+    images: dict[int, list[AttachedFile]] = field(default_factory=dict)
+    """Turn seq -> its image files (issue 10; user and assistant turns), which ``blocks`` leaves out:
+    :mod:`runtime.turn` renders them."""
+
+
+def session_attachments(store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings) -> SessionAttachments:
+    """The attachment blocks of the user turns in ``turns``, the files of the session's
+    rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read."""
+    rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN)
+    blocks: dict[int, TurnBlocks] = {}
+    images: dict[int, list[AttachedFile]] = {}
+    for turn in turns:
+        files = [AttachedFile(**row) for row in rows.get(turn.id or -1, [])]
+        if any(is_image_mime(f.mime) for f in files):  # issue 10: images render in runtime.turn
+            images[turn.seq] = [f for f in files if is_image_mime(f.mime)]
+            files = [f for f in files if not is_image_mime(f.mime)]
+        if not files or turn.role != "user":
+            continue
+        blocks[turn.seq] = TurnBlocks(
+            first=first_turn_block(files, inline_chars=settings.inline_file_chars),
+            folded=folded_block(files, preview_chars=settings.file_preview_chars),
+            compact=compact_block(files),
+            file_ids=tuple(f.file_id for f in files),
+        )
+    in_window = {t.id for t in turns}
+    shown = {fid for b in blocks.values() for fid in b.file_ids}
+    earlier: dict[str, AttachedFile] = {}
+    for turn_id, turn_rows in rows.items():  # in turn order
+        if turn_id in in_window:
+            continue
+        for row in turn_rows:
+            if row["file_id"] not in shown:
+                earlier.pop(row["file_id"], None)  # attached again later: listed at its latest place
+                earlier[row["file_id"]] = AttachedFile(**row)
+    named = placeholder_ids(t.content for t in turns)
+    if named:
+        live = store.existing_file_ids(named, user_id=user_id)
+        if live != named:
+            turns = [t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)}) for t in turns]
+    return SessionAttachments(turns=turns, blocks=blocks, earlier=list(earlier.values()), images=images)
+
+
+class FileTool:
+    """``file_read`` as offered to the model: while a context shows any file, for one reply."""
+
+    def __init__(self, reader: FileReader | None, *, settings: Settings, counter: TokenCounter) -> None:
+        self.reader = reader
+        self.settings = settings
+        self.counter = counter
+        self.spec: dict[str, Any] = file_read_spec(max_pages=settings.file_read_pages, max_chars=settings.file_read_chars)
+        self.tokens: int = spec_tokens(self.spec, counter)
+        """Tokens the schema adds to a request that offers it."""
+
+    @property
+    def available(self) -> bool:
+        return self.reader is not None and self.settings.tool_rounds >= 1
+
+    def offered(self, context: AssembledContext) -> bool:
+        """True if a reply to ``context`` is offered the tool."""
+        return self.available and bool(context.attached_files)
+
+    def for_reply(self, context: AssembledContext, *, user_id: str, session_id: str, window: int) -> Tools | None:
+        """The tool for a reply to ``context`` in a ``window``-token window, or ``None`` if not offered.
+        Results of one round may take half of the room the context leaves."""
+        if not self.offered(context):
+            return None
+        assert self.reader is not None
+        limit = window - context.reply_reserve - self.tokens - context.overhead_tokens
+        return file_tools(
+            self.reader,
+            user_id=user_id,
+            session_id=session_id,
+            spec=self.spec,
+            counter=self.counter,
+            limit=limit,
+            result_cap=(limit - (context.total_tokens - context.overhead_tokens)) // 2,
+            max_rounds=self.settings.tool_rounds,
+        )
