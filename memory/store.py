@@ -35,6 +35,31 @@ from memory.tables import (
 
 
 @dataclass(frozen=True, kw_only=True)
+class TurnFile:
+    """One file as a stored turn carries it: the columns rendering needs, and the extract's head."""
+
+    file_id: str
+    name: str
+    mime: str
+    size_bytes: int
+    """Bytes."""
+    durability: str
+    """``durable`` or ``ephemeral``."""
+    parse_state: str
+    """``pending``, ``parsing``, ``ready``, ``empty``, ``needs_ocr`` or ``failed``."""
+    parse_error: str | None = None
+    page_count: int | None = None
+    body_start_page: int | None = None
+    """First page after the front matter (1-based), when known."""
+    text_head: str | None = None
+    """The first ``head_chars`` characters of the extract; ``None`` before a parse."""
+    text_chars: int | None = None
+    """Characters of the whole extract."""
+    position: int = 0
+    """Order among the turn's attachments, from 0."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class NewSegment:
     """An archive segment to write: verbatim turns of one exchange plus its embedding."""
 
@@ -407,14 +432,9 @@ class Store:
         }
 
     # -- attachments and deletion (issue 9) ---------------------------------------
-    def turn_attachments(self, session_id: str, *, head_chars: int) -> dict[int, list[dict[str, Any]]]:
-        """The files carried by the session's turns: turn id -> rows in attachment order.
-
-        Each row has the file's columns needed to render it (``file_id``, ``name``, ``mime``,
-        ``size_bytes``, ``durability``, ``parse_state``, ``parse_error``, ``page_count``,
-        ``body_start_page``, ``position``), ``text_head`` (the first ``head_chars`` characters of the
-        extract, ``None`` before a parse) and ``text_chars`` (the whole extract's length, characters).
-        A read: nothing changes.
+    def turn_attachments(self, session_id: str, *, head_chars: int) -> dict[int, list[TurnFile]]:
+        """The files carried by the session's turns: turn id -> :class:`TurnFile` rows in attachment
+        order, each with the first ``head_chars`` characters of its extract. A read: nothing changes.
         """
         with storage_errors(session_id), Session(self.engine) as db:
             rows = db.exec(
@@ -426,10 +446,10 @@ class Store:
                     "WHERE t.session_id = :s ORDER BY t.seq, tf.position"
                 ).bindparams(s=session_id, head=max(int(head_chars), 0))
             ).mappings().all()
-        out: dict[int, list[dict[str, Any]]] = {}
+        out: dict[int, list[TurnFile]] = {}
         for row in rows:
             values = dict(row)
-            out.setdefault(values.pop("turn_id"), []).append(values)
+            out.setdefault(values.pop("turn_id"), []).append(TurnFile(**values))
         return out
 
     def existing_file_ids(self, file_ids: Iterable[str], *, user_id: str) -> set[str]:

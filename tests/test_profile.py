@@ -8,8 +8,7 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-from memory.tables import UserProfile
-from runtime.context import render_profile
+from runtime.context import PinnedProfile, render_profile
 from runtime.compaction import LiteLLMSummarizer
 from runtime.accounting import counter_for
 
@@ -29,7 +28,7 @@ def test_profile_is_rendered_first_in_memory(make_engine_for, store):
 
 
 def test_profile_over_the_memory_cap_cuts_learned_facts_first_with_a_notice():
-    profile = UserProfile(user_id="u", name="Ana", facts=["User fact one."], learned=[f"Learned fact {i} " + "x " * 20 for i in range(10)])
+    profile = PinnedProfile(name="Ana", facts=("User fact one.",), learned=tuple(f"Learned fact {i} " + "x " * 20 for i in range(10)))
     full = render_profile(profile, cap=10_000, counter=COUNTER)
     block = render_profile(profile, cap=full.tokens // 2, counter=COUNTER)
     assert block.tokens <= full.tokens // 2

@@ -30,7 +30,7 @@ CALIBRATION_WINDOW = 5
 
 def fingerprint(messages: Sequence[Mapping[str, Any]]) -> str:
     """SHA-256 of the messages' canonical JSON: equal lists give equal fingerprints."""
-    data = json.dumps(list(messages), sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    data = json.dumps([dict(m) for m in messages], sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 

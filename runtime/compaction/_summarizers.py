@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from errors import SummarizationError
 from prompts import render
+from runtime.messages import Message, to_openai
 from runtime.accounting import TokenCounter
 
 if TYPE_CHECKING:
@@ -446,18 +447,18 @@ class LiteLLMSummarizer:
         turns: Sequence[RolledTurn],
         cap: int,
         assistant_name: str,
-    ) -> list[dict[str, str]]:
-        """The request for one merge, OpenAI-format messages."""
+    ) -> list[Message]:
+        """The request for one merge."""
         return [
-            {"role": "system", "content": render("summary_model_system", cap=cap, assistant_name=assistant_name)},
-            {
-                "role": "user",
-                "content": render(
+            Message(role="system", content=render("summary_model_system", cap=cap, assistant_name=assistant_name)),
+            Message(
+                role="user",
+                content=render(
                     "summary_model_request",
                     previous=json.dumps(previous_as_json(previous), ensure_ascii=False, indent=1),
                     turns=_turn_lines(turns, assistant_name),
                 ),
-            },
+            ),
         ]
 
     def summarize(
@@ -478,7 +479,7 @@ class LiteLLMSummarizer:
         try:
             response = litellm.completion(
                 model=self.model,
-                messages=self.messages(previous=previous, turns=turns, cap=cap, assistant_name=assistant_name),
+                messages=to_openai(self.messages(previous=previous, turns=turns, cap=cap, assistant_name=assistant_name)),
                 api_base=self.api_base,
                 timeout=self.timeout,
                 num_retries=0,

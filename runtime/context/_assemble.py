@@ -1,6 +1,7 @@
 """Context assembly: persona, memory, retrieval, summary and recent turns, each within its cap.
 
-Assembly is a read: it takes stored rows and returns messages, changing nothing.
+Assembly is a read: it takes values (:mod:`runtime.context._values`, converted from stored
+rows by the turn layer) and returns messages, changing nothing.
 The message list is::
 
     system   persona (never cut, never squeezed; example dialogues go first when over its cap)
@@ -24,10 +25,8 @@ never exceeds the window.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence, cast
 
-from memory.recall import RecalledSegment
-from memory.tables import Summary, Turn, UserProfile
 from persona import Persona
 from prompts import render
 from runtime.context._attachments import AttachedFile, earlier_block, with_block
@@ -38,6 +37,8 @@ from runtime.context._profile import render_profile
 from runtime.context._retrieval import RetrievalItem, fit_retrieval
 from runtime.accounting import REPLY_PRIMING, TokenCounter
 from runtime.context._trim import fit_messages
+from runtime.messages import Message, Role
+from runtime.context._values import PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,8 +75,9 @@ class AssembledContext:
     """The prompt for one model call, with its accounting by source."""
 
     session_id: str
-    messages: list[dict[str, Any]]
-    """OpenAI-format chat messages, ready for litellm."""
+    messages: list[Mapping[str, Any]]
+    """The chat messages: typed :class:`~runtime.messages.Message` values (a trimmed list may hold
+    the provider's own tool messages); :func:`runtime.messages.to_openai` gives litellm's dicts."""
     sources: dict[str, SourceReport]
     total_tokens: int
     """Estimated tokens of ``messages``, framing and reply priming included."""
@@ -83,7 +85,7 @@ class AssembledContext:
     """The model's context window, tokens."""
     reply_reserve: int
     """Tokens kept free for the reply."""
-    recalled: list[RecalledSegment] = field(default_factory=list)
+    recalled: list[RecalledItem] = field(default_factory=list)
     """The archive segments shown in the memory block."""
     recent_seqs: list[int] = field(default_factory=list)
     """Seqs of the stored turns shown in the recent window."""
@@ -112,9 +114,9 @@ def assemble_context(
     *,
     session_id: str,
     persona: Persona,
-    summary: Summary | None,
-    candidates: Sequence[RecalledSegment],
-    turns: Sequence[Turn],
+    summary: SummaryText | None,
+    candidates: Sequence[RecalledItem],
+    turns: Sequence[RecentTurn],
     pending: str | None,
     budgets: Budgets,
     window: int,
@@ -122,7 +124,7 @@ def assemble_context(
     baseline: Baseline | None = None,
     calibration: float = 1.0,
     overhead: int = 0,
-    profile: UserProfile | None = None,
+    profile: PinnedProfile | None = None,
     retrieval: Sequence[RetrievalItem] = (),
     attachments: dict[int, TurnBlocks] | None = None,
     earlier_files: Sequence[AttachedFile] = (),
@@ -214,7 +216,7 @@ def assemble_context(
     head = [persona_msg]
     retrieval_framing = 0
     if blocks:
-        context_msg = {"role": "system", "content": "\n\n".join(blocks)}
+        context_msg = Message(role="system", content="\n\n".join(blocks))
         head.append(context_msg)
         # framing of the shared system message is charged to the sources in it
         framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
@@ -226,7 +228,7 @@ def assemble_context(
     room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
     blocks_in = {**folded, **first_block}
 
-    def recent(room: int) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
+    def recent(room: int) -> tuple[list[Mapping[str, Any]], list[int], SourceReport]:
         # folded blocks sit inside the recent messages but are charged to retrieval (already out of room)
         msgs, kept, report = _recent(turns, pending, room + fold_total, budgets.recent, counter, blocks_in)
         shown_fold = sum(cost for seq, cost in fold_costs.items() if seq in kept)
@@ -280,7 +282,12 @@ def assemble_context(
     )
 
 
-def _text(message: dict[str, Any]) -> str:
+def _role(role: str) -> Role:
+    """A stored turn's role (``user`` or ``assistant``; the store accepts no other)."""
+    return cast(Role, role)
+
+
+def _text(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     return content if isinstance(content, str) else ""
 
@@ -289,7 +296,7 @@ def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
     return SourceReport(source=report.source, tokens=report.tokens + extra, cap=report.cap, items=report.items, cut=report.cut)
 
 
-def _summary_block(summary: Summary | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
+def _summary_block(summary: SummaryText | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
     if summary is None or not summary.content:
         return "", SourceReport(source="summary", tokens=0, cap=cap, items=0)
     content = summary.content
@@ -310,17 +317,17 @@ def _summary_block(summary: Summary | None, cap: int, counter: TokenCounter) -> 
                 break
         if tokens > cap:
             return "", SourceReport(source="summary", tokens=0, cap=cap, items=0, cut="summary omitted: larger than its cap")
-    items = len(summary.items) if summary.items else 0
+    items = summary.items
     return content, SourceReport(source="summary", tokens=tokens, cap=cap, items=items, cut=cut_note)
 
 
 def _memory_block(
-    candidates: Sequence[RecalledSegment], cap: int, counter: TokenCounter
-) -> tuple[str, list[RecalledSegment], SourceReport]:
+    candidates: Sequence[RecalledItem], cap: int, counter: TokenCounter
+) -> tuple[str, list[RecalledItem], SourceReport]:
     if not candidates or cap <= 0:
         return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0)
     used = counter.count_text(render("memory_block", body=""))
-    chosen: list[tuple[RecalledSegment, str]] = []
+    chosen: list[tuple[RecalledItem, str]] = []
     for seg in candidates:
         entry = render("memory_entry", date=seg.session_date.date().isoformat(), content=seg.content)
         cost = counter.count_text(entry) + 1
@@ -396,23 +403,23 @@ def _earlier(
 
 
 def _recent(
-    turns: Sequence[Turn],
+    turns: Sequence[RecentTurn],
     pending: str | None,
     room: int,
     cap: int,
     counter: TokenCounter,
     blocks: dict[int, str] | None = None,
-) -> tuple[list[dict[str, Any]], list[int], SourceReport]:
+) -> tuple[list[Mapping[str, Any]], list[int], SourceReport]:
     """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped.
     ``blocks`` (turn seq -> attachment block) go under their turns' text."""
     blocks = blocks or {}
     seqs: list[int | None] = [t.seq for t in turns]
-    messages: list[dict[str, Any]] = [
-        {"role": t.role, "content": with_block(t.content, blocks.get(t.seq, ""))} for t in turns
+    messages: list[Mapping[str, Any]] = [
+        Message(role=_role(t.role), content=with_block(t.content, blocks.get(t.seq, ""))) for t in turns
     ]
     if pending is not None:
         seqs.append(None)
-        messages.append({"role": "user", "content": pending})
+        messages.append(Message(role="user", content=pending))
     fit = fit_messages(messages, limit=max(room, 0) + REPLY_PRIMING, counter=counter)
     shown = [seqs[i] for i in fit.kept if seqs[i] is not None]
     report = SourceReport(

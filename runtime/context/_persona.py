@@ -21,6 +21,7 @@ from errors import ConfigurationError
 from persona import Persona, apply_macros
 from prompts import render
 from runtime.accounting import TokenCounter
+from runtime.messages import Message
 
 DEFAULT_USER_NAME = "User"
 """What ``{{user}}`` becomes when the user's pinned profile has no name."""
@@ -30,9 +31,9 @@ DEFAULT_USER_NAME = "User"
 class RenderedPersona:
     """A persona's prompt messages and their accounting."""
 
-    system: dict[str, Any]
+    system: Message
     """The persona system message (first in every context)."""
-    post_history: dict[str, Any] | None
+    post_history: Message | None
     """The post-history instructions as a system message for after the recent turns, if any."""
     tokens: int
     """Tokens of both messages (framing included), by the counter given."""
@@ -81,19 +82,19 @@ def render_persona(
             block = render(f"persona_{name}", char=persona.name, text=macro(text))
             fixed.append(block)
             parts[name] = counter.count_text(block)
-    post = {"role": "system", "content": macro(persona.post_history_instructions)} if persona.post_history_instructions else None
+    post = Message(role="system", content=macro(persona.post_history_instructions)) if persona.post_history_instructions else None
     post_tokens = counter.count_message(post) if post else 0
     if post:
         parts["post_history_instructions"] = post_tokens
 
-    def system_with(examples: list[str], dropped: int) -> dict[str, Any]:
+    def system_with(examples: list[str], dropped: int) -> Message:
         blocks = list(fixed)
         if examples:
             body = "\n".join(render("persona_example", text=e) for e in examples)
             blocks.append(render("persona_examples", char=persona.name, body=body))
         if dropped:
             blocks.append(render("notice_examples_cut", count=dropped))
-        return {"role": "system", "content": "\n\n".join(blocks)}
+        return Message(role="system", content="\n\n".join(blocks))
 
     base = counter.count_message(system_with([], 0)) + post_tokens
     if raw(base) > cap:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from memory.tables import UserProfile
 from prompts import render
 from runtime.accounting import TokenCounter
+from runtime.context._values import PinnedProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +34,7 @@ def summary_profile_facts(items: Sequence[Mapping[str, Any]]) -> list[str]:
     return [str(i["text"]) for i in items if i.get("role") == "note" and i.get("section") == "profile" and i.get("text")]
 
 
-def render_profile(profile: UserProfile | None, *, cap: int, counter: TokenCounter) -> ProfileBlock:
+def render_profile(profile: PinnedProfile | None, *, cap: int, counter: TokenCounter) -> ProfileBlock:
     """The profile block within ``cap`` tokens (see the module docstring for what is cut first)."""
     if profile is None:
         return ProfileBlock(text="", tokens=0, items=0)

@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from memory.knowledge import KnowledgeHit
 from persona import apply_macros
 from prompts import render
 from runtime.context._lorebook import FiredEntry, admission_order
 from runtime.accounting import TokenCounter
+from runtime.context._values import KnowledgeItem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,7 +49,7 @@ class RetrievalBlock:
 
 
 def retrieval_items(
-    fired: Sequence[FiredEntry], hits: Sequence[KnowledgeHit], *, char: str, user: str
+    fired: Sequence[FiredEntry], hits: Sequence[KnowledgeItem], *, char: str, user: str
 ) -> list[RetrievalItem]:
     """Candidates from fired lorebook entries (macros replaced) and knowledge hits (verbatim)."""
     items = []

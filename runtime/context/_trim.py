@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 from errors import ConfigurationError
 from prompts import render
 from runtime.accounting import REPLY_PRIMING, TokenCounter
+from runtime.messages import with_text
 
 Message = Mapping[str, Any]
 
@@ -77,7 +78,7 @@ def cut_text_to(msg: Message, room: int, counter: TokenCounter, notice: str, *, 
     text = _content_text(msg)
 
     def build(n: int) -> Message:
-        return {**msg, "content": text[:n] + render(notice, shown=n, total=len(text), **notice_args)}
+        return with_text(msg, text[:n] + render(notice, shown=n, total=len(text), **notice_args))
 
     if counter.count_message(build(0)) > room:
         return None
@@ -114,7 +115,7 @@ def _cap_tool_results(
                     where = f"The full result is stored with call id {out[j].get('tool_call_id')}; call the tool again with a narrower request to see more."
                     cut = cut_text_to(out[j], allowed[j], counter, "notice_tool_result_cut", notice_args={"where": where})
                     if cut is None:
-                        cut = {**out[j], "content": "[Tool result omitted: no budget left for it.]"}
+                        cut = with_text(out[j], "[Tool result omitted: no budget left for it.]")
                     out[j] = cut
                     notes.append(f"tool result {out[j].get('tool_call_id')} cut from {sizes[j]} to {counter.count_message(cut)} tokens")
         i += 1
@@ -191,7 +192,7 @@ def fit_messages(
         first = head
         if first < len(result) and result[first].get("role") == "user" and isinstance(result[first].get("content"), str):
             notice = render("notice_messages_dropped", count=dropped)
-            with_notice = {**result[first], "content": notice + "\n" + result[first]["content"]}
+            with_notice = with_text(result[first], notice + "\n" + result[first]["content"])
             extra = counter.count_message(with_notice) - counter.count_message(result[first])
             if used + extra <= limit:
                 result[first] = with_notice

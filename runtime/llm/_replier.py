@@ -39,7 +39,7 @@ import re
 import time
 from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import structlog
 
@@ -51,6 +51,8 @@ from errors import (
     ModelUnavailableError,
     UnknownModelError,
 )
+
+from runtime.messages import to_openai
 
 log = structlog.get_logger("companion.model")
 
@@ -143,7 +145,7 @@ class Replier(Protocol):
 
     def reply(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         *,
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
@@ -414,7 +416,7 @@ class LiteLLMReplier:
 
     def reply(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         *,
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
@@ -487,7 +489,7 @@ class LiteLLMReplier:
 
     def _retrying(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         *,
         session_id: str,
         on_delta: Callable[[str], None] | None,
@@ -542,7 +544,7 @@ class LiteLLMReplier:
 
     def _once(
         self,
-        messages: Sequence[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         *,
         session_id: str,
         on_delta: Callable[[str], None] | None,
@@ -554,7 +556,7 @@ class LiteLLMReplier:
 
         kwargs: dict[str, Any] = dict(
             model=self.model,
-            messages=list(messages),
+            messages=to_openai(messages),  # typed messages become litellm's dicts here only
             api_base=self.api_base,
             timeout=self.timeout,
             num_retries=0,

@@ -35,6 +35,7 @@ import structlog
 
 from errors import FileParseError, ModelCallError
 from prompts import render
+from runtime.messages import ImagePart, Message, Part, TextPart
 from runtime.config import Settings
 from runtime.llm._image_encode import fit_image, open_image
 from runtime.llm._replier import LiteLLMReplier, RetryPolicy
@@ -129,9 +130,8 @@ class Transcriber:
             ModelCallError: the call failed, or the reply was empty.
         """
         replier = LiteLLMReplier(model=model, api_base=api_base, timeout=timeout, retry=RetryPolicy(retries=0), **self.extra)
-        content: list[dict[str, Any]] = [{"type": "text", "text": prompt}]
-        content += [{"type": "image_url", "image_url": {"url": url, "detail": "high"}} for url in urls]
-        reply = replier.reply([{"role": "user", "content": content}], session_id=session_id)
+        parts: list[Part] = [TextPart(text=prompt), *(ImagePart(url=url, detail="high") for url in urls)]
+        reply = replier.reply([Message(role="user", content=tuple(parts))], session_id=session_id)
         text = reply.content.strip()
         if not text:
             raise ModelCallError(f"The vision model {model!r} returned an empty description.", model=model, session_id=session_id)

@@ -1,8 +1,27 @@
-"""The turn: the engine, the only place that combines accounting, context, persona, storage and the model.
+"""The turn: the only place that combines accounting, context, persona, storage and the model.
+
+:class:`Engine` is the facade; :class:`TurnRunner` writes turns, :class:`ContextGatherer` reads
+what a reply needs and assembles it, and :class:`TurnExtension` implementations (attachments,
+images) add to every turn at the same points.
 """
 
-from runtime.turn._attachments import check_attachments
-from runtime.turn._engine import Engine, TurnResult
+from runtime.turn._attachments import AttachmentsExtension, check_attachments
+from runtime.turn._engine import Engine
+from runtime.turn._extensions import Gathered, TurnExtension
+from runtime.turn._gather import ContextGatherer
+from runtime.turn._images import TurnImages
+from runtime.turn._runner import TurnResult, TurnRunner
 from runtime.turn._validate import validate_message
 
-__all__ = ['Engine', 'TurnResult', 'check_attachments', 'validate_message']
+__all__ = [
+    "AttachmentsExtension",
+    "ContextGatherer",
+    "Engine",
+    "Gathered",
+    "TurnExtension",
+    "TurnImages",
+    "TurnResult",
+    "TurnRunner",
+    "check_attachments",
+    "validate_message",
+]

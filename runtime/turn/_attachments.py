@@ -1,19 +1,18 @@
-"""The engine's attachment steps, kept out of ``runtime/engine.py``: checking a turn's
-attachment ids, warming their parses, building each turn's blocks for assembly, and the
-``file_read`` tool for a reply.
+"""Attachments as a turn extension: checking a turn's attachment ids, warming their parses,
+building each turn's blocks for assembly, and the ``file_read`` tool for a reply.
 
 Rendering itself is :mod:`runtime.context`; the tool schema and loop glue
-:mod:`runtime.files`; the turn loop and the public API :class:`runtime.turn.Engine`.
+:mod:`runtime.files`; the turn loop :mod:`runtime.turn._runner`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, replace
 from typing import Any, Sequence
 
 from errors import ConfigurationError, InvalidMessageError
 from memory.files import FileStore, StoredFile
-from memory.store import Store
+from memory.store import Store, TurnFile
 from memory.tables import Turn
 from runtime.context import (
     AttachedFile,
@@ -32,6 +31,7 @@ from runtime.files import file_read_spec, file_tools, spec_tokens
 from runtime.llm import Tools
 from runtime.files import ParseService
 from runtime.accounting import TokenCounter
+from runtime.turn._extensions import Gathered
 
 HEAD_MARGIN = 4000
 """Characters of an extract loaded beyond the inline limit (page markers, previews past the front matter)."""
@@ -80,30 +80,20 @@ def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, setting
                 handle.wait(settings.file_read_wait)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SessionAttachments:
-    """What assembly needs of a session's attachments."""
-
-    turns: list[Turn]
-    """The recent turns, with echoed placeholder lines of files that no longer exist removed."""
-    blocks: dict[int, TurnBlocks]
-    """User turn seq -> its attachment blocks."""
-    earlier: list[AttachedFile]
-    """Files of rolled-out turns not shown in ``blocks``, oldest first."""
-    images: dict[int, list[AttachedFile]] = field(default_factory=dict)
-    """Turn seq -> its image files (issue 10; user and assistant turns), which ``blocks`` leaves out:
-    :mod:`runtime.turn` renders them."""
+def attached(row: TurnFile) -> AttachedFile:
+    """The context's value for a stored turn-file row."""
+    return AttachedFile(**asdict(row))
 
 
-def session_attachments(store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings) -> SessionAttachments:
+def session_attachments(store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings) -> Gathered:
     """The attachment blocks of the user turns in ``turns``, the files of the session's
     rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read."""
     rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN)
     blocks: dict[int, TurnBlocks] = {}
     images: dict[int, list[AttachedFile]] = {}
     for turn in turns:
-        files = [AttachedFile(**row) for row in rows.get(turn.id or -1, [])]
-        if any(is_image_mime(f.mime) for f in files):  # issue 10: images render in runtime.turn
+        files = [attached(row) for row in rows.get(turn.id or -1, [])]
+        if any(is_image_mime(f.mime) for f in files):  # images: the images extension renders them
             images[turn.seq] = [f for f in files if is_image_mime(f.mime)]
             files = [f for f in files if not is_image_mime(f.mime)]
         if not files or turn.role != "user":
@@ -121,15 +111,15 @@ def session_attachments(store: Store, *, user_id: str, session_id: str, turns: l
         if turn_id in in_window:
             continue
         for row in turn_rows:
-            if row["file_id"] not in shown:
-                earlier.pop(row["file_id"], None)  # attached again later: listed at its latest place
-                earlier[row["file_id"]] = AttachedFile(**row)
+            if row.file_id not in shown:
+                earlier.pop(row.file_id, None)  # attached again later: listed at its latest place
+                earlier[row.file_id] = attached(row)
     named = placeholder_ids(t.content for t in turns)
     if named:
         live = store.existing_file_ids(named, user_id=user_id)
         if live != named:
             turns = [t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)}) for t in turns]
-    return SessionAttachments(turns=turns, blocks=blocks, earlier=list(earlier.values()), images=images)
+    return Gathered(turns=turns, blocks=blocks, earlier=list(earlier.values()), images=images)
 
 
 class FileTool:
@@ -168,3 +158,48 @@ class FileTool:
             result_cap=(limit - (context.total_tokens - context.overhead_tokens)) // 2,
             max_rounds=self.settings.tool_rounds,
         )
+
+
+class AttachmentsExtension:
+    """Documents attached to turns (:class:`~runtime.turn._extensions.TurnExtension`): their blocks,
+    the files of rolled-out turns, and ``file_read`` while any is shown."""
+
+    name = "attachments"
+
+    def __init__(
+        self, *, store: Store, parses: ParseService | None, reader: FileReader | None, settings: Settings,
+        counter: TokenCounter,
+    ) -> None:
+        self.store = store
+        self.parses = parses
+        self.settings = settings
+        self.file_tool = FileTool(reader, settings=settings, counter=counter)
+
+    def stored(self, attached: Sequence[StoredFile]) -> None:
+        warm(self.parses, attached, settings=self.settings)
+
+    def prepare(self, *, session_id: str) -> None:
+        return None
+
+    def gather(self, gathered: Gathered, *, user_id: str, session_id: str) -> Gathered:
+        found = session_attachments(
+            self.store, user_id=user_id, session_id=session_id, turns=gathered.turns, settings=self.settings
+        )
+        # while files are shown, the file_read schema goes with every request
+        schema = self.file_tool.tokens if self.file_tool.available and (found.blocks or found.earlier) else 0
+        return replace(
+            gathered, turns=found.turns, blocks={**gathered.blocks, **found.blocks},
+            earlier=[*gathered.earlier, *found.earlier], images={**gathered.images, **found.images},
+            reserved_tokens=gathered.reserved_tokens + schema,
+        )
+
+    def finish(self, context: AssembledContext, gathered: Gathered) -> AssembledContext:
+        return context
+
+    def tools(
+        self, tools: Tools | None, context: AssembledContext, *, user_id: str, session_id: str, window: int
+    ) -> Tools | None:
+        return self.file_tool.for_reply(context, user_id=user_id, session_id=session_id, window=window) or tools
+
+    def request_tokens(self, context: AssembledContext) -> int:
+        return self.file_tool.tokens if self.file_tool.offered(context) else 0

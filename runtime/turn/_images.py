@@ -1,4 +1,4 @@
-"""The engine's image steps (issue 10), kept out of ``runtime/engine.py``.
+"""Images as a turn extension (:class:`TurnImages`): routing, pixels, transcripts and ``image_read``.
 
 The reply model's capability (:func:`runtime.llm.sees_images`) routes the whole request.
 
@@ -49,7 +49,10 @@ from runtime.context import dedupe, render_transcript, split_transcripts
 from runtime.llm import Tools
 from runtime.accounting import TokenCounter
 from runtime.llm import ImageInput, Transcriber
-from runtime.turn._attachments import SessionAttachments
+from runtime.messages import ImagePart, Message, Part, TextPart
+from runtime.turn._attachments import attached
+from runtime.turn._extensions import Gathered
+from memory.files import StoredFile
 from runtime.llm import image_tokens, sees_images
 
 log = structlog.get_logger("companion.images")
@@ -65,7 +68,7 @@ ENCODED_CACHE = 32
 class ImagePlan:
     """What assembly needs of the session's images."""
 
-    files: SessionAttachments
+    files: Gathered
     """The attachments with the image blocks merged into ``blocks`` and turns deduped."""
     pixels: list[tuple[str, AttachedFile]] = field(default_factory=list)
     """Vision path: ``("generated" | "user", file)`` to expand into the newest user message, in order."""
@@ -131,6 +134,29 @@ class TurnImages:
         """file id -> the placeholder of a transcription that failed in this process (not cached:
         a later ``image_read`` may succeed)."""
 
+    # -- the turn-extension protocol -----------------------------------------------------
+    name = "images"
+
+    def stored(self, attached: Sequence[StoredFile]) -> None:
+        return None
+
+    def prepare(self, *, session_id: str) -> None:
+        self.before_reply(session_id=session_id)
+
+    def gather(self, gathered: Gathered, *, user_id: str, session_id: str) -> Gathered:
+        plan = self.plan(gathered)
+        return replace(
+            plan.files, reserved_tokens=plan.files.reserved_tokens + plan.pixel_tokens + plan.tool_tokens,
+            plans={**plan.files.plans, self.name: plan},
+        )
+
+    def finish(self, context: AssembledContext, gathered: Gathered) -> AssembledContext:
+        plan = gathered.plans.get(self.name)
+        return self.expand(context, plan) if isinstance(plan, ImagePlan) else context
+
+    def request_tokens(self, context: AssembledContext) -> int:
+        return 0
+
     # -- text path: transcribe before the request ----------------------------------------
     def before_reply(self, *, session_id: str) -> int:
         """Text path: transcribe the newest user turn's images that have no transcript (cached or
@@ -143,7 +169,7 @@ class TurnImages:
         if newest is None:
             return 0
         rows = self.store.turn_attachments(session_id, head_chars=0).get(newest.id or -1, [])
-        images = [AttachedFile(**r) for r in rows if _is_image(r["mime"])]
+        images = [attached(r) for r in rows if _is_image(r.mime)]
         if not images:
             return 0
         in_text = split_transcripts(newest.content)[1]
@@ -174,7 +200,7 @@ class TurnImages:
         return out
 
     # -- assembly -------------------------------------------------------------------------
-    def plan(self, files: SessionAttachments) -> ImagePlan:
+    def plan(self, files: Gathered) -> ImagePlan:
         """The image blocks of every turn merged into ``files`` (a read; the vision path
         re-encodes the newest turn's images, kept in a small memory cache)."""
         if not files.images:
@@ -319,19 +345,19 @@ class TurnImages:
         if index is None:
             return context
         message = context.messages[index]
-        parts: list[dict[str, Any]] = []
+        parts: list[Part] = []
         generated = [f for kind, f in plan.pixels if kind == "generated"]
         if generated:
             lines = [render("image_relay_note")] + [
                 render("image_generated", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
                 for i, f in enumerate(generated)
             ]
-            parts.append({"type": "text", "text": "\n".join(lines)})
+            parts.append(TextPart(text="\n".join(lines)))
             parts += self._parts(generated)
-        parts.append({"type": "text", "text": message["content"]})
+        parts.append(TextPart(text=message["content"]))
         parts += self._parts([f for kind, f in plan.pixels if kind == "user"])
         messages = list(context.messages)
-        messages[index] = {**message, "content": parts}
+        messages[index] = Message(role="user", content=tuple(parts))
         recent = context.sources["recent"]
         sources = {**context.sources, "recent": replace(recent, tokens=recent.tokens + plan.pixel_tokens)}
         log.info("image.expanded", session_id=context.session_id, images=len(plan.pixels),
@@ -339,16 +365,18 @@ class TurnImages:
         return replace(context, messages=messages, sources=sources,
                        overhead_tokens=max(context.overhead_tokens - plan.pixel_tokens, 0))
 
-    def _parts(self, images: Sequence[AttachedFile]) -> list[dict[str, Any]]:
-        out = []
+    def _parts(self, images: Sequence[AttachedFile]) -> list[Part]:
+        out: list[Part] = []
         for f in images:
             encoded = self._encode(f)
             if encoded is not None:
-                out.append({"type": "image_url", "image_url": {"url": encoded.data_url(), "detail": "high"}})
+                out.append(ImagePart(url=encoded.data_url(), detail="high"))
         return out
 
     # -- the image_read tool (text path) ----------------------------------------------------
-    def tools(self, tools: Tools | None, context: AssembledContext, *, user_id: str, session_id: str) -> Tools | None:
+    def tools(
+        self, tools: Tools | None, context: AssembledContext, *, user_id: str, session_id: str, window: int = 0
+    ) -> Tools | None:
         """``tools`` with ``image_read`` added on the text path while the context shows an image, and
         without ``file_read`` when the only files shown are images (it cannot read pixels)."""
         if self.files is None or not context.attached_files:

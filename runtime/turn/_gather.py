@@ -1,0 +1,181 @@
+"""Context gathering: read what the next reply needs from storage, convert the rows into the
+values :mod:`runtime.context` takes, and assemble. A read: nothing is written.
+
+For one session it reads the recent window, runs each turn extension's ``gather``, embeds the
+query once (the newest user message, or a pending one) for recall and the knowledge base,
+recalls archive segments within the ``memory`` budget (excluding turns still in view), fires
+lorebook entries, reads the pinned profile, the summary and the calibration baseline, then
+calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Sequence
+
+from memory.embeddings import Embedder
+from memory.knowledge import KnowledgeHit, search_chunks
+from memory.profiles import Profiles
+from memory.recall import recall_segments
+from memory.store import Store
+from memory.tables import Summary, Turn, TurnState, UserProfile
+from persona import Persona
+from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, CalibratedCounter, TokenCounter, correction
+from runtime.config import Settings
+from runtime.context import (
+    DEFAULT_USER_NAME,
+    AssembledContext,
+    KnowledgeItem,
+    PinnedProfile,
+    RecalledItem,
+    RecentTurn,
+    RetrievalItem,
+    SummaryText,
+    assemble_context,
+    match_entries,
+    retrieval_items,
+    scan_text,
+)
+from runtime.turn._extensions import Gathered, TurnExtension
+
+
+def pinned(profile: UserProfile | None) -> PinnedProfile | None:
+    """The context's value for a stored profile row."""
+    if profile is None:
+        return None
+    return PinnedProfile(
+        name=profile.name, pronouns=profile.pronouns, facts=tuple(profile.facts or ()), learned=tuple(profile.learned or ())
+    )
+
+
+def user_name(profile: UserProfile | None) -> str:
+    """What ``{{user}}`` becomes: the pinned name, else ``User``."""
+    return profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
+
+
+def _summary(row: Summary | None) -> SummaryText | None:
+    return None if row is None else SummaryText(content=row.content, items=len(row.items or []))
+
+
+def _knowledge(hit: KnowledgeHit) -> KnowledgeItem:
+    return KnowledgeItem(source=hit.source, chunk_index=hit.chunk_index, content=hit.content, distance=hit.distance)
+
+
+class ContextGatherer:
+    """Assembles contexts for one engine's persona, budgets and extensions."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        persona: Persona,
+        profiles: Profiles,
+        counter: TokenCounter,
+        budgets: Budgets,
+        window: int,
+        extensions: Sequence[TurnExtension],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.embedder = embedder
+        self.persona = persona
+        self.profiles = profiles
+        self.counter = counter
+        self.budgets = budgets
+        self.window = window
+        self.extensions = list(extensions)
+
+    def assemble(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        pending: str | None = None,
+        budgets: Budgets | None = None,
+        window: int | None = None,
+    ) -> AssembledContext:
+        """See :meth:`runtime.turn.Engine.assemble`."""
+        budgets = budgets or self.budgets
+        gathered = Gathered(turns=self.store.turns(session_id, state=TurnState.context))
+        for extension in self.extensions:
+            gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
+        turns = gathered.turns
+        query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
+        recalled: list[RecalledItem] = []
+        vector: list[float] | None = None
+        if query:
+            vector = self.embedder.embed([query])[0]
+            first_recent = turns[0].seq if turns else None
+            segments = recall_segments(
+                self.store.engine,
+                user_id=user_id,
+                query_embedding=vector,
+                query_text=query,
+                limit=self.settings.recall_candidates,
+                pool=self.settings.recall_pool,
+                token_budget=budgets.memory,
+                neighbours=self.settings.recall_neighbours,
+                exclude_session_id=session_id if first_recent is not None else None,
+                exclude_from_seq=first_recent,
+            )
+            recalled = [RecalledItem(**asdict(s)) for s in segments]
+        profile = self.profiles.get(user_id)
+        usage = self.store.usage_turns(session_id, limit=CALIBRATION_WINDOW)
+        calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
+        last = usage[0] if usage else None
+        baseline = (
+            Baseline(fingerprint=last.request_fingerprint, messages=last.request_messages, prompt_tokens=last.usage_prompt_tokens)
+            if last is not None and last.request_fingerprint and last.request_messages and last.usage_prompt_tokens
+            else None
+        )
+        context = assemble_context(
+            session_id=session_id,
+            persona=self.persona,
+            summary=_summary(self.store.summary(session_id)),
+            candidates=recalled,
+            turns=[RecentTurn(seq=t.seq, role=t.role, content=t.content) for t in turns],
+            pending=pending,
+            budgets=budgets,
+            window=window or self.window,
+            counter=CalibratedCounter(self.counter, calibration.factor),
+            baseline=baseline,
+            calibration=calibration.factor,
+            overhead=calibration.overhead + gathered.reserved_tokens,
+            profile=pinned(profile),
+            retrieval=self.retrieval(turns, pending, query, vector, profile),
+            attachments=gathered.blocks,
+            earlier_files=gathered.earlier,
+        )
+        for extension in self.extensions:
+            context = extension.finish(context, gathered)
+        return context
+
+    def retrieval(
+        self,
+        turns: list[Turn],
+        pending: str | None,
+        query: str | None,
+        vector: list[float] | None,
+        profile: UserProfile | None,
+    ) -> list[RetrievalItem]:
+        """Lorebook entries fired by the current message and the turns before it, then the
+        persona's nearest knowledge chunks."""
+        book = self.persona.character_book
+        name = user_name(profile)
+        if not query:  # nothing to match yet (e.g. after the greeting): constant entries only
+            return retrieval_items(match_entries(book, ""), [], char=self.persona.name, user=name)
+        if pending is not None:
+            previous = [t.content for t in turns]
+        else:
+            last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
+            previous = [t.content for t in turns[:last_user]]
+        depth = book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
+        fired = match_entries(book, scan_text(query, previous, depth))
+        hits = (
+            search_chunks(self.store.engine, persona=self.persona.name, query_embedding=vector, limit=self.settings.knowledge_chunks)
+            if vector is not None and self.settings.knowledge_chunks > 0
+            else []
+        )
+        return retrieval_items(fired, [_knowledge(h) for h in hits], char=self.persona.name, user=name)

@@ -1,0 +1,345 @@
+"""Turn running: store the user turn, compact, assemble, reply, store the reply, compact again.
+
+One turn (:meth:`TurnRunner.run`):
+
+1. validates the message and its attachment ids, and stores the user turn, before any model
+   or embedding work;
+2. compacts the session if the recent window is over its cap;
+3. assembles the context within per-source budgets (a read, :mod:`runtime.turn._gather`);
+4. gets the assistant reply (from the model, or given, as in replay);
+5. stores the reply, then compacts again if the reply pushed the window over its cap.
+
+If the reply step raises, the user turn stays stored and the error propagates as
+:class:`~errors.ModelCallError`. If the provider says the context is too long, the turn
+compacts harder (``recent`` and ``memory`` at :data:`OVERFLOW_SHRINK` of their caps, a
+:data:`OVERFLOW_MARGIN` share of the window kept free) and asks once more, through the same
+attempt as the first; a second overflow raises :class:`~errors.ContextOverflowError`. A reply
+whose stream broke off is stored as far as it arrived, marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any, Callable, Sequence
+
+import structlog
+
+from errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError
+from memory.files import FileStore
+from memory.profiles import Profiles
+from memory.store import Store
+from memory.tables import Turn
+from runtime.accounting import Budgets, TokenCounter, fingerprint
+from runtime.compaction import CompactionOutcome, Compactor
+from runtime.config import Settings
+from runtime.context import AssembledContext, summary_profile_facts
+from runtime.llm import Replier, Reply, Tools
+from runtime.turn._attachments import check_attachments
+from runtime.turn._extensions import TurnExtension
+from runtime.turn._gather import ContextGatherer
+from runtime.turn._validate import validate_message
+
+log = structlog.get_logger("companion.engine")
+
+ROLES = ("user", "assistant")
+
+OVERFLOW_SHRINK = 0.5
+"""After a provider overflow, ``recent`` and ``memory`` get this share of their caps for the one retry."""
+OVERFLOW_MARGIN = 0.1
+"""...and this share of the window is kept free besides, against a provider that counts more than we do."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    """What one turn stored and sent."""
+
+    session_id: str
+    user_turn: Turn
+    assistant_turn: Turn
+    context: AssembledContext
+    """The context the reply was made from."""
+    compactions: list[CompactionOutcome]
+    """Compaction attempts during the turn (before assembly and after the reply)."""
+
+
+class TurnRunner:
+    """Writes turns for one engine: the turn loop, stored turns, edits, and compaction after them."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: Store,
+        files: FileStore | None,
+        gatherer: ContextGatherer,
+        compactor: Compactor,
+        profiles: Profiles,
+        counter: TokenCounter,
+        replier: Replier | None,
+        persona_name: str,
+        extensions: Sequence[TurnExtension],
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.files = files
+        self.gatherer = gatherer
+        self.compactor = compactor
+        self.profiles = profiles
+        self.counter = counter
+        self.replier = replier
+        self.persona_name = persona_name
+        self.extensions = list(extensions)
+        self.budgets: Budgets = gatherer.budgets
+        self.window: int = gatherer.window
+
+    def run(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: str | bytes,
+        at: datetime | None = None,
+        reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
+        attachments: Sequence[str] = (),
+    ) -> TurnResult:
+        """See :meth:`runtime.turn.Engine.turn`."""
+        text = validate_message(message, max_chars=self.settings.max_message_chars)
+        if reply is not None:
+            reply = validate_message(reply, max_chars=self.settings.max_message_chars)
+        elif self.replier is None:
+            raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        user_turn = self.store.add_turn(
+            session_id=session_id,
+            role="user",
+            content=text,
+            tokens=self.tokens("user", text),
+            created_at=at,
+            file_ids=[f.id for f in attached],
+        )
+        for extension in self.extensions:
+            extension.stored(attached)
+        compactions = [c for c in [self.compact(session_id, user_id)] if c is not None]
+        if reply is None:
+            for extension in self.extensions:
+                extension.prepare(session_id=session_id)
+        if reply is not None:
+            context = self.gatherer.assemble(user_id=user_id, session_id=session_id)
+            answer, extra_tokens = Reply(content=reply), 0
+        else:
+            try:
+                answer, context, extra_tokens, harder = self._model_reply(user_id, session_id, on_delta)
+            except Exception as exc:
+                log.warning(
+                    "turn.reply_failed", session_id=session_id, user_seq=user_turn.seq, error=type(exc).__name__
+                )
+                raise
+            compactions.extend(c for c in [harder] if c is not None)
+        sent = len(context.messages) - context.post_history_messages
+        assistant_turn = self.store.add_turn(
+            session_id=session_id,
+            role="assistant",
+            content=answer.content,
+            tokens=self.tokens("assistant", answer.content),
+            created_at=at,
+            usage_prompt_tokens=answer.prompt_tokens,
+            usage_completion_tokens=answer.completion_tokens,
+            # tool schemas ride along whenever offered: part of the request the usage is for
+            request_estimate_tokens=self.counter.count_messages(context.messages) + extra_tokens,
+            # the fingerprint leaves out the trailing post-history message (see runtime.accounting)
+            request_messages=sent,
+            request_fingerprint=fingerprint(context.messages[:sent]),
+            interrupted=answer.interrupted,
+        )  # only the final text is stored: tool calls and their results (file text) never are
+        # a failed compaction is not retried in the same turn; the breaker counts it once
+        after = None if any(not c.ok for c in compactions) else self.compact(session_id, user_id)
+        if after is not None:
+            compactions.append(after)
+        log.info(
+            "turn.completed",
+            session_id=session_id,
+            user_seq=user_turn.seq,
+            total_tokens=context.total_tokens,
+            window=context.window,
+            reply_reserve=context.reply_reserve,
+            **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
+            **{f"cap_{s}": r.cap for s, r in context.sources.items()},
+            cut={s: r.cut for s, r in context.sources.items() if r.cut},
+            calibration=round(context.calibration, 4),
+            overhead_tokens=context.overhead_tokens,
+            baseline_tokens=context.baseline_tokens,
+            usage_prompt_tokens=answer.prompt_tokens,
+            breaker_state="open" if self.store.compaction_state(session_id).breaker_opened_at else "closed",
+            compactions=len(compactions),
+        )
+        return TurnResult(
+            session_id=session_id,
+            user_turn=user_turn,
+            assistant_turn=assistant_turn,
+            context=context,
+            compactions=compactions,
+        )
+
+    def add_turn(
+        self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None,
+        attachments: Sequence[str] = (),
+    ) -> Turn:
+        """See :meth:`runtime.turn.Engine.add_turn`."""
+        if role not in ROLES:
+            raise InvalidMessageError(f"Role must be one of {ROLES}, got {role!r}.", reason="bad_role")
+        text = validate_message(content, max_chars=self.settings.max_message_chars)
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        turn = self.store.add_turn(
+            session_id=session_id, role=role, content=text, tokens=self.tokens(role, text), created_at=at,
+            file_ids=[f.id for f in attached],
+        )
+        self.compact(session_id, user_id)
+        return turn
+
+    def edit(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        seq: int,
+        message: str | bytes,
+        attachments: Sequence[str] = (),
+        at: datetime | None = None,
+        reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
+    ) -> TurnResult:
+        """See :meth:`runtime.turn.Engine.edit_turn`."""
+        text = validate_message(message, max_chars=self.settings.max_message_chars)
+        if reply is None and self.replier is None:
+            raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
+        session = self.store.get_session(session_id)
+        if session is None or session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
+            )
+        attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        removed = self.store.truncate_from(session_id, seq=seq)
+        log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
+        try:
+            return self.run(
+                user_id=user_id, session_id=session_id, message=text, at=at, reply=reply, on_delta=on_delta,
+                attachments=[f.id for f in attached],
+            )
+        finally:
+            if self.files is not None and removed["file_ids"]:
+                gone = self.files.delete_unreferenced(removed["file_ids"])
+                log.info("turn.edit_files_cleaned", session_id=session_id, files_deleted=len(gone))
+
+    # -- the reply ---------------------------------------------------------------------------
+    def _prepare(
+        self, user_id: str, session_id: str, budgets: Budgets, window: int
+    ) -> tuple[AssembledContext, Tools | None]:
+        """One attempt's request: the context within ``budgets`` and ``window`` (tokens), and the
+        tools the extensions offer a reply to it."""
+        context = self.gatherer.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
+        tools: Tools | None = None
+        for extension in self.extensions:
+            tools = extension.tools(tools, context, user_id=user_id, session_id=session_id, window=window)
+        return context, tools
+
+    def _ask(
+        self, session_id: str, context: AssembledContext, tools: Tools | None, on_delta: Callable[[str], None] | None
+    ) -> tuple[Reply, AssembledContext, int]:
+        """The replier's answer to one attempt, with the tool-schema tokens the request carried."""
+        assert self.replier is not None
+        kwargs: dict[str, Any] = {}
+        if on_delta is not None:
+            kwargs["on_delta"] = on_delta
+        if tools is not None:
+            kwargs["tools"] = tools
+        answer = self.replier.reply(context.messages, session_id=session_id, **kwargs)
+        return answer, context, sum(e.request_tokens(context) for e in self.extensions)
+
+    def _model_reply(
+        self, user_id: str, session_id: str, on_delta: Callable[[str], None] | None
+    ) -> tuple[Reply, AssembledContext, int, CompactionOutcome | None]:
+        """The replier's answer. On a provider overflow: compact harder, then the same attempt
+        within smaller budgets and a margin, once.
+
+        Returns the reply, the context it answers, the tool-schema tokens sent, and the harder
+        compaction (if one ran).
+        """
+        context, tools = self._prepare(user_id, session_id, self.budgets, self.window)
+        try:
+            return (*self._ask(session_id, context, tools, on_delta), None)
+        except ContextOverflowError as first:
+            overflow = first
+        budgets = replace(
+            self.budgets,
+            recent=max(1, int(self.budgets.recent * OVERFLOW_SHRINK)),
+            memory=int(self.budgets.memory * OVERFLOW_SHRINK),
+        )
+        window = (
+            self.window
+            - (self.budgets.recent - budgets.recent)
+            - (self.budgets.memory - budgets.memory)
+            - int(self.window * OVERFLOW_MARGIN)
+        )
+        log.warning(
+            "turn.context_overflow",
+            session_id=session_id,
+            total_tokens=context.total_tokens,
+            window=self.window,
+            provider_limit=overflow.provider_limit,
+            retry_window=window,
+            retry_cap_recent=budgets.recent,
+            retry_cap_memory=budgets.memory,
+        )
+        compaction = self.compact(session_id, user_id, recent_cap=budgets.recent)
+        harder, tools = self._prepare(user_id, session_id, budgets, window)
+        try:
+            return (*self._ask(session_id, harder, tools, on_delta), compaction)
+        except ContextOverflowError as second:
+            limit = second.provider_limit or overflow.provider_limit
+            raise ContextOverflowError(
+                f"The model {second.model!r} rejected the context as too long twice for session {session_id!r}: "
+                f"{context.total_tokens} tokens (estimated) of a {self.window}-token window, then "
+                f"{harder.total_tokens} after compacting harder (recent cap {budgets.recent}, memory cap "
+                f"{budgets.memory}, window {window})"
+                + (f"; the provider's limit is {limit} tokens" if limit else "")
+                + ". Set COMPANION_CONTEXT_WINDOW to the model's real window. The history is intact.",
+                session_id=session_id,
+                model=second.model,
+                status=second.status,
+                sent_tokens=(context.total_tokens, harder.total_tokens),
+                window=self.window,
+                provider_limit=limit,
+            ) from second
+
+    # -- compaction -----------------------------------------------------------------------------
+    def tokens(self, role: str, content: str) -> int:
+        """Estimated tokens of one stored message, framing included."""
+        return self.counter.count_message({"role": role, "content": content})
+
+    def compact(self, session_id: str, user_id: str, *, recent_cap: int | None = None) -> CompactionOutcome | None:
+        """Compact the session if its recent window is over ``recent_cap`` (default: the ``recent``
+        budget), then learn the user's profile from the new summary."""
+        outcome = self.compactor.maybe_compact(
+            session_id=session_id,
+            user_id=user_id,
+            recent_cap=self.budgets.recent if recent_cap is None else recent_cap,
+            summary_cap=self.budgets.summary,
+            assistant_name=self.persona_name,
+        )
+        return self._learn_profile(user_id, session_id, outcome)
+
+    def _learn_profile(self, user_id: str, session_id: str, outcome: CompactionOutcome | None) -> CompactionOutcome | None:
+        """After a compaction that wrote a summary, merge its profile section into the user's
+        pinned profile (learned facts only; user-set facts are never touched). A separate
+        transaction: if it fails the next compaction merges again, as the summary carries
+        its profile forward."""
+        if outcome is not None and outcome.ok and outcome.summarized:
+            summary = self.store.summary(session_id)
+            facts = summary_profile_facts(summary.items if summary else [])
+            if facts and self.profiles.learn(user_id, facts) is not None:
+                log.info("profile.learned", session_id=session_id, facts=len(facts))
+        return outcome

@@ -1,0 +1,55 @@
+"""Session operations beside the turn loop: the greeting, and deleting files and sessions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import structlog
+
+from errors import SessionOwnershipError
+from memory.files import FileStore
+from memory.profiles import Profiles
+from memory.store import Store
+from memory.tables import Turn
+from persona import Persona, apply_macros
+from runtime.turn._gather import user_name
+from runtime.turn._runner import TurnRunner
+
+log = structlog.get_logger("companion.engine")
+
+
+def greet(
+    runner: TurnRunner, store: Store, profiles: Profiles, persona: Persona, *, user_id: str, session_id: str,
+    at: datetime | None = None,
+) -> Turn | None:
+    """See :meth:`runtime.turn.Engine.greet`."""
+    if not persona.first_message:
+        return None
+    if store.get_session(session_id) is not None and store.turns(session_id):
+        return None
+    text = apply_macros(persona.first_message, char=persona.name, user=user_name(profiles.get(user_id)))
+    turn = runner.add_turn(user_id=user_id, session_id=session_id, role="assistant", content=text, at=at)
+    log.info("session.greeted", session_id=session_id, seq=turn.seq, tokens=turn.tokens)
+    return turn
+
+
+def delete_file(files: FileStore | None, *, user_id: str, file_id: str) -> bool:
+    """See :meth:`runtime.turn.Engine.delete_file`."""
+    if files is None:
+        return False
+    deleted = bool(files.delete(file_id, user_id=user_id))
+    log.info("file.deleted", file_id=file_id, deleted=deleted)
+    return deleted
+
+
+def delete_session(store: Store, files: FileStore | None, *, user_id: str, session_id: str) -> dict[str, int]:
+    """See :meth:`runtime.turn.Engine.delete_session`."""
+    session = store.get_session(session_id)
+    if session is not None and session.user_id != user_id:
+        raise SessionOwnershipError(
+            f"Session {session_id!r} belongs to another user, not {user_id!r}; nothing was deleted.",
+            session_id=session_id,
+        )
+    counts = store.delete_session(session_id, files=files)
+    log.info("session.deleted", session_id=session_id, **counts)
+    return counts

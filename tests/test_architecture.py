@@ -1,0 +1,88 @@
+"""The package layering holds: pure packages import no storage, storage imports no runtime,
+and only the top (service, cli) imports the top. Checked both ways: every import statement in
+the source (direct), and what importing the package actually loads (transitive)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def imported_modules(package: str) -> dict[str, set[str]]:
+    """File -> the absolute module names its import statements name (at any depth of the file)."""
+    out: dict[str, set[str]] = {}
+    base = REPO / package.replace(".", "/")
+    paths = sorted(base.rglob("*.py")) if base.is_dir() else [base.with_suffix(".py")]
+    for path in paths:
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module)
+        out[str(path.relative_to(REPO))] = names
+    return out
+
+
+def offending(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(
+        f"{file}: {name}"
+        for file, names in imported_modules(package).items()
+        for name in names
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    )
+
+
+RULES = [
+    pytest.param("runtime.accounting", ("memory", "runtime.turn", "runtime.service", "runtime.cli", "runtime.llm", "runtime.context"), id="accounting-pure"),
+    pytest.param("runtime.context", ("memory", "runtime.turn", "runtime.service", "runtime.cli", "runtime.files", "runtime.compaction"), id="context-pure"),
+    pytest.param("persona", ("memory", "runtime"), id="persona-pure"),
+    pytest.param("runtime.parsing", ("runtime.turn", "runtime.service", "runtime.cli"), id="parsing-below-turn"),
+    pytest.param("memory", ("runtime", "persona"), id="memory-below-runtime"),
+    pytest.param("errors", ("memory", "runtime", "persona", "prompts"), id="errors-at-the-bottom"),
+    pytest.param("runtime.messages", ("memory", "runtime.accounting", "runtime.context", "runtime.llm", "runtime.turn"), id="messages-at-the-bottom"),
+    pytest.param("runtime.llm", ("memory", "runtime.turn", "runtime.service", "runtime.cli"), id="llm-boundary"),
+    pytest.param("runtime.compaction", ("runtime.turn", "runtime.service", "runtime.cli"), id="compaction-below-turn"),
+    pytest.param("runtime.files", ("runtime.turn", "runtime.service", "runtime.cli"), id="files-below-turn"),
+    pytest.param("runtime.turn", ("runtime.service", "runtime.cli"), id="turn-below-service"),
+]
+
+
+@pytest.mark.parametrize(("package", "forbidden"), RULES)
+def test_package_imports_nothing_from_the_layers_it_must_not_know(package, forbidden):
+    assert offending(package, forbidden) == []
+
+
+@pytest.mark.parametrize(
+    ("package", "forbidden"),
+    [
+        pytest.param("runtime.accounting", "memory", id="accounting"),
+        pytest.param("runtime.context", "memory", id="context"),
+        pytest.param("persona", "memory", id="persona"),
+        pytest.param("memory", "runtime", id="memory"),
+    ],
+)
+def test_importing_a_pure_package_loads_no_storage(package, forbidden):
+    code = (
+        f"import sys, {package}; "
+        f"bad = sorted(m for m in sys.modules if m == {forbidden!r} or m.startswith({forbidden!r} + '.')); "
+        "print(','.join(bad))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
+
+def test_every_package_exports_its_public_names():
+    for init in sorted(REPO.glob("runtime/*/__init__.py")) + [REPO / "persona/__init__.py", REPO / "memory/__init__.py"]:
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        exported = [n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)]
+        if init.parent.name in ("memory",):
+            continue  # storage modules are imported by module (memory.store, memory.recall, ...)
+        assert exported, f"{init.relative_to(REPO)} has no __all__"
