@@ -23,6 +23,7 @@ place each: litellm in :mod:`runtime.llm`, psycopg/SQLAlchemy in :mod:`memory.da
     │   ├── AuthenticationError     no API key, or one no app has (HTTP 401)
     │   ├── NotFoundError           no such user or session for this app (HTTP 404)
     │   ├── SessionClosedError      the session was closed; it takes no new turns
+    │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
     │   └── FileError               a stored-file operation cannot be done as asked (issue 9)
     │       ├── FileInputError      an upload or a file_read argument is bad (name, size, page, limit)
     │       ├── FileNotFound        no such file id for this user (unknown and foreign ids alike)
@@ -192,6 +193,22 @@ class SessionClosedError(UsageError):
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
+
+
+class TurnInProgressError(UsageError):
+    """Another turn of the session is running (or an edit-and-resend, a greeting, a close).
+    One session runs one turn at a time; nothing of this request was stored: send it again
+    when the running turn has ended (HTTP 409 ``turn_in_progress``).
+
+    Attributes:
+        session_id: the busy session.
+    """
+
+    def __init__(self, message: str, *, session_id: str) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
 # -- files (issue 9) ------------------------------------------------------------
 class FileError(UsageError):
     """A stored-file operation cannot be done as asked. Nothing was stored or changed.

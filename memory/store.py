@@ -131,6 +131,55 @@ class Store:
                 )
             return session
 
+    # -- one turn at a time ------------------------------------------------------
+    def claim_turn(self, session_id: str, *, owner: str, lease_seconds: float) -> None:
+        """Claim the session for one turn (or an edit, a greeting): no other claim succeeds until
+        :meth:`release_turn`, or until ``lease_seconds`` have passed (a claim whose process died).
+        One ``UPDATE`` on the session row: atomic across threads and processes.
+
+        Raises:
+            TurnInProgressError: another claim holds the session; nothing changed.
+            SessionClosedError: the session was closed; nothing changed.
+            NotFoundError: no such session.
+        """
+        from errors import NotFoundError, SessionClosedError, TurnInProgressError
+
+        with storage_errors(session_id), Session(self.engine) as db:
+            claimed = db.exec(
+                text(
+                    "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
+                    "WHERE id = :s AND closed_at IS NULL AND (turn_owner IS NULL "
+                    "OR turn_claimed_at < now() - make_interval(secs => :lease)) RETURNING id"
+                ).bindparams(o=owner, s=session_id, lease=float(lease_seconds))
+            ).first()
+            if claimed is not None:
+                db.commit()
+                return
+            row = db.exec(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
+        if row is None:
+            raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
+        if row[0] is not None:
+            raise SessionClosedError(
+                f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
+                "(it begins from this one's summary).",
+                session_id=session_id,
+            )
+        raise TurnInProgressError(
+            f"Session {session_id!r} is running another turn; nothing was stored. Send this one again "
+            "when that turn has ended.",
+            session_id=session_id,
+        )
+
+    def release_turn(self, session_id: str, *, owner: str) -> None:
+        """End ``owner``'s claim on the session (nothing happens if it no longer holds it)."""
+        with storage_errors(session_id), Session(self.engine) as db:
+            db.exec(
+                text(
+                    "UPDATE sessions SET turn_owner = NULL, turn_claimed_at = NULL WHERE id = :s AND turn_owner = :o"
+                ).bindparams(s=session_id, o=owner)
+            )
+            db.commit()
+
     def get_session(self, session_id: str) -> ChatSession | None:
         with storage_errors(session_id), Session(self.engine) as db:
             return db.get(ChatSession, session_id)

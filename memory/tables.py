@@ -70,6 +70,10 @@ class ChatSession(SQLModel, table=True):
     """When the session was closed (it takes no new turns); ``None`` while open."""
     closed_by: Optional[str] = Field(default=None, max_length=200)
     """Who closed it: a close-job worker id, or ``api``."""
+    turn_owner: Optional[str] = Field(default=None, max_length=64)
+    """The running turn's claim (:meth:`memory.store.Store.claim_turn`); ``None`` when no turn runs."""
+    turn_claimed_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    """When that claim was taken (it lapses after the lease, in case its process died)."""
     last_activity_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     """Wall-clock time of the newest stored turn (or of creation): the close job's idleness test."""
     carried_from: Optional[str] = Field(default=None, max_length=200)

@@ -112,6 +112,10 @@ class Settings:
     file_read_wait: float = 3.0
     """``COMPANION_FILE_READ_WAIT``: seconds ``file_read`` waits for a parse in progress before it
     answers "still processing"."""
+    turn_lease_seconds: float = 900.0
+    """``COMPANION_TURN_LEASE_SECONDS``: a running turn's claim on its session lapses after this many
+    seconds, so a process that died mid-turn blocks its session no longer (longer than any turn:
+    the model timeout times its retries and tool rounds)."""
     zip_depth: int = 2
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns (issue 9, turns) --
@@ -304,6 +308,7 @@ _NUMBERS: tuple[tuple[str, str, float, float], ...] = (
     ("compaction_target", "COMPANION_COMPACTION_TARGET", 0.1, 1.0),
     ("summary_timeout", "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0),
     ("file_read_wait", "COMPANION_FILE_READ_WAIT", 0.0, 60.0),
+    ("turn_lease_seconds", "COMPANION_TURN_LEASE_SECONDS", 1.0, 86400.0),
     ("close_idle_hours", "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0),
     ("vision_timeout", "COMPANION_VISION_TIMEOUT", 0.1, 3600.0),
     ("vision_timeout_per_image", "COMPANION_VISION_TIMEOUT_PER_IMAGE", 0.0, 3600.0),

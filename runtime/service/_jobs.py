@@ -39,7 +39,7 @@ import structlog
 from sqlalchemy import text
 
 from memory.database import storage_errors
-from errors import CompanionError, NotFoundError, SessionClosedError
+from errors import CompanionError, NotFoundError, SessionClosedError, TurnInProgressError
 from memory.tables import utcnow
 from runtime.compaction import CompactionOutcome
 from runtime.turn import Engine
@@ -49,9 +49,14 @@ log = structlog.get_logger("companion.jobs")
 _CLAIM = text(
     "SELECT id, user_id, persona FROM sessions "
     "WHERE closed_at IS NULL AND last_activity_at < :cutoff AND NOT (id = ANY(:skip)) "
+    "AND (turn_owner IS NULL OR turn_claimed_at < now() - make_interval(secs => :lease)) "
     "ORDER BY last_activity_at, id LIMIT :n FOR NO KEY UPDATE SKIP LOCKED"
 )
-_LOCK_ONE = text("SELECT id, user_id, persona, closed_at FROM sessions WHERE id = :s FOR NO KEY UPDATE")
+_LOCK_ONE = text(
+    "SELECT id, user_id, persona, closed_at, "
+    "(turn_owner IS NOT NULL AND turn_claimed_at >= now() - make_interval(secs => :lease)) AS busy "
+    "FROM sessions WHERE id = :s FOR NO KEY UPDATE"
+)
 _MARK_CLOSED = text("UPDATE sessions SET closed_at = :at, closed_by = :by WHERE id = :s")
 
 
@@ -137,7 +142,10 @@ def close_idle_sessions(
     while limit is None or report.claimed < limit:
         size = batch if limit is None else min(batch, limit - report.claimed)
         with storage_errors(), engine.store.engine.connect() as conn:
-            rows = conn.execute(_CLAIM, {"cutoff": cutoff, "skip": list(report.failed), "n": size}).all()
+            rows = conn.execute(
+                _CLAIM,
+                {"cutoff": cutoff, "skip": list(report.failed), "n": size, "lease": engine.settings.turn_lease_seconds},
+            ).all()
             if not rows:
                 conn.rollback()
                 break
@@ -176,6 +184,7 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
     Raises:
         NotFoundError: no such session.
         SessionClosedError: it was closed already.
+        TurnInProgressError: a turn of the session is running; nothing changed.
         TurnError: the roll-out could not run (a compaction of the session holds its lock);
             the session stays open.
         StorageError: the database failed; the session stays open.
@@ -183,12 +192,17 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
     from errors import TurnError
 
     with storage_errors(session_id), engine.store.engine.connect() as conn:
-        row = conn.execute(_LOCK_ONE, {"s": session_id}).first()
+        row = conn.execute(_LOCK_ONE, {"s": session_id, "lease": engine.settings.turn_lease_seconds}).first()
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
         if row.closed_at is not None:
             raise SessionClosedError(
                 f"Session {session_id!r} was closed already at {row.closed_at.isoformat()}.", session_id=session_id
+            )
+        if row.busy:  # a turn in flight: its user turn and reply are stored whole before any close
+            raise TurnInProgressError(
+                f"Session {session_id!r} is running a turn; close it when the turn has ended. Nothing was changed.",
+                session_id=session_id,
             )
         outcome = _roll_out(engine, session_id, row.user_id, row.persona)
         if outcome is not None and not outcome.ok:

@@ -10,7 +10,7 @@ from runtime.turn._engine import Engine
 from runtime.turn._extensions import Gathered, TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
-from runtime.turn._runner import TurnResult, TurnRunner
+from runtime.turn._runner import TurnClaim, TurnResult, TurnRunner
 from runtime.turn._validate import validate_message
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ContextGatherer",
     "Engine",
     "Gathered",
+    "TurnClaim",
     "TurnExtension",
     "TurnImages",
     "TurnResult",

@@ -26,7 +26,7 @@ from runtime.llm import Replier, Transcriber
 from runtime.turn._attachments import AttachmentsExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
-from runtime.turn._runner import TurnResult, TurnRunner
+from runtime.turn._runner import TurnClaim, TurnResult, TurnRunner
 from runtime.turn._sessions import delete_file, delete_session, greet
 
 class Engine:
@@ -105,8 +105,12 @@ class Engine:
     def turn(
         self, *, user_id: str, session_id: str, message: str | bytes, at: datetime | None = None,
         reply: str | None = None, on_delta: Callable[[str], None] | None = None, attachments: Sequence[str] = (),
+        claim: TurnClaim | None = None,
     ) -> TurnResult:
         """Run one turn: store the user message, assemble the context, reply, store the reply.
+
+        One session runs one turn at a time: the turn claims its session (:meth:`claim`) before it
+        stores anything, unless the caller passes the ``claim`` it holds (and releases).
 
         Args:
             message: the user's message, ``str`` or UTF-8 ``bytes``.
@@ -120,6 +124,7 @@ class Engine:
 
         Raises:
             InvalidMessageError: the message is invalid; nothing was stored.
+            TurnInProgressError: another turn of the session is running; nothing was stored.
             FileNotFound: an attachment id is unknown, another user's, or another session's
                 ephemeral id; nothing was stored.
             ConfigurationError: attachments given to an engine without a file store.
@@ -130,8 +135,17 @@ class Engine:
         """
         return self.runner.run(
             user_id=user_id, session_id=session_id, message=message, at=at, reply=reply, on_delta=on_delta,
-            attachments=attachments,
+            attachments=attachments, claim=claim,
         )
+
+    def claim(self, session_id: str) -> TurnClaim:
+        """Claim an existing session for one turn or edit; release it when done.
+
+        Raises:
+            TurnInProgressError: another turn, edit or greeting of the session is running.
+            SessionClosedError: the session was closed. NotFoundError: no such session.
+        """
+        return self.runner.claim(session_id)
 
     def add_turn(
         self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None,
@@ -180,6 +194,7 @@ class Engine:
     def edit_turn(
         self, *, user_id: str, session_id: str, seq: int, message: str | bytes, attachments: Sequence[str] = (),
         at: datetime | None = None, reply: str | None = None, on_delta: Callable[[str], None] | None = None,
+        claim: TurnClaim | None = None,
     ) -> TurnResult:
         """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then the
         edited message runs as a new turn with ``attachments``. Files of earlier turns are kept; the
@@ -193,7 +208,7 @@ class Engine:
         """
         return self.runner.edit(
             user_id=user_id, session_id=session_id, seq=seq, message=message, attachments=attachments, at=at,
-            reply=reply, on_delta=on_delta,
+            reply=reply, on_delta=on_delta, claim=claim,
         )
 
     def delete_file(self, *, user_id: str, file_id: str) -> bool:

@@ -19,6 +19,8 @@ whose stream broke off is stored as far as it arrived, marked ``interrupted``.
 
 from __future__ import annotations
 
+import contextlib
+import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Callable, Sequence
@@ -26,7 +28,7 @@ from typing import Any, Callable, Sequence
 import structlog
 
 from errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError
-from memory.files import FileStore
+from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
 from memory.store import Store
 from memory.tables import Turn
@@ -61,6 +63,25 @@ class TurnResult:
     """The context the reply was made from."""
     compactions: list[CompactionOutcome]
     """Compaction attempts during the turn (before assembly and after the reply)."""
+
+
+class TurnClaim:
+    """One claim on a session: while it is held no other turn, edit or greeting of the session
+    runs (:meth:`memory.store.Store.claim_turn`). Release it once, when the work has ended."""
+
+    def __init__(self, store: Store, session_id: str, *, lease_seconds: float) -> None:
+        self.store, self.session_id = store, session_id
+        self.owner = uuid.uuid4().hex
+        store.claim_turn(session_id, owner=self.owner, lease_seconds=lease_seconds)
+
+    def release(self) -> None:
+        self.store.release_turn(self.session_id, owner=self.owner)
+
+    def __enter__(self) -> TurnClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class TurnRunner:
@@ -103,6 +124,7 @@ class TurnRunner:
         reply: str | None = None,
         on_delta: Callable[[str], None] | None = None,
         attachments: Sequence[str] = (),
+        claim: TurnClaim | None = None,
     ) -> TurnResult:
         """See :meth:`runtime.turn.Engine.turn`."""
         text = validate_message(message, max_chars=self.settings.max_message_chars)
@@ -112,6 +134,22 @@ class TurnRunner:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        if claim is None:
+            with self.claim(session_id):
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached)
+        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached)
+
+    def _claimed_turn(
+        self,
+        user_id: str,
+        session_id: str,
+        text: str,
+        at: datetime | None,
+        reply: str | None,
+        on_delta: Callable[[str], None] | None,
+        attached: Sequence[StoredFile],
+    ) -> TurnResult:
+        """The turn, once its session is claimed: from storing the user turn on."""
         user_turn = self.store.add_turn(
             session_id=session_id,
             role="user",
@@ -186,6 +224,7 @@ class TurnRunner:
     def add_turn(
         self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None,
         attachments: Sequence[str] = (),
+        claim: TurnClaim | None = None,
     ) -> Turn:
         """See :meth:`runtime.turn.Engine.add_turn`."""
         if role not in ROLES:
@@ -193,11 +232,12 @@ class TurnRunner:
         text = validate_message(content, max_chars=self.settings.max_message_chars)
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
-        turn = self.store.add_turn(
-            session_id=session_id, role=role, content=text, tokens=self.tokens(role, text), created_at=at,
-            file_ids=[f.id for f in attached],
-        )
-        self.compact(session_id, user_id)
+        with self.claim(session_id) if claim is None else contextlib.nullcontext():
+            turn = self.store.add_turn(
+                session_id=session_id, role=role, content=text, tokens=self.tokens(role, text), created_at=at,
+                file_ids=[f.id for f in attached],
+            )
+            self.compact(session_id, user_id)
         return turn
 
     def edit(
@@ -211,6 +251,7 @@ class TurnRunner:
         at: datetime | None = None,
         reply: str | None = None,
         on_delta: Callable[[str], None] | None = None,
+        claim: TurnClaim | None = None,
     ) -> TurnResult:
         """See :meth:`runtime.turn.Engine.edit_turn`."""
         text = validate_message(message, max_chars=self.settings.max_message_chars)
@@ -222,17 +263,25 @@ class TurnRunner:
                 f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
             )
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
-        removed = self.store.truncate_from(session_id, seq=seq)
-        log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
-        try:
-            return self.run(
-                user_id=user_id, session_id=session_id, message=text, at=at, reply=reply, on_delta=on_delta,
-                attachments=[f.id for f in attached],
-            )
-        finally:
-            if self.files is not None and removed["file_ids"]:
-                gone = self.files.delete_unreferenced(removed["file_ids"])
-                log.info("turn.edit_files_cleaned", session_id=session_id, files_deleted=len(gone))
+        # the truncation and the new turn run under one claim: no other turn comes between them
+        with self.claim(session_id) if claim is None else contextlib.nullcontext():
+            removed = self.store.truncate_from(session_id, seq=seq)
+            log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
+            try:
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached)
+            finally:
+                if self.files is not None and removed["file_ids"]:
+                    gone = self.files.delete_unreferenced(removed["file_ids"])
+                    log.info("turn.edit_files_cleaned", session_id=session_id, files_deleted=len(gone))
+
+    def claim(self, session_id: str) -> TurnClaim:
+        """Claim the session for one turn.
+
+        Raises:
+            TurnInProgressError: another turn, edit or greeting of the session is running.
+            SessionClosedError: the session was closed. NotFoundError: no such session.
+        """
+        return TurnClaim(self.store, session_id, lease_seconds=self.settings.turn_lease_seconds)
 
     # -- the reply ---------------------------------------------------------------------------
     def _prepare(

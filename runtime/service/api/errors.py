@@ -45,6 +45,7 @@ ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {
     E.AuthenticationError: (401, "unauthorized"),
     E.NotFoundError: (404, "not_found"),
     E.SessionClosedError: (409, "session_closed"),
+    E.TurnInProgressError: (409, "turn_in_progress"),
     E.TurnError: (500, "turn_failed"),
     E.ModelCallError: (502, "model_error"),
     E.ModelAuthError: (502, "model_auth_failed"),

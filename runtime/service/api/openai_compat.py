@@ -29,13 +29,14 @@ from fastapi import APIRouter, Depends, Header, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 
 from errors import InvalidRequestError, SessionClosedError
 from memory.tables import App
 from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.errors import error_body
 from runtime.service.api.schemas import ErrorBody
-from runtime.service.api.streaming import turn_events
+from runtime.service.api.streaming import ClaimedRun, turn_events
 from runtime.turn import TurnResult
 from runtime.turn import validate_message
 
@@ -128,9 +129,10 @@ async def chat_completions(
     created = int(time.time())
     model = body.model or svc.engine.settings.model
 
-    def run(on_delta=None):
-        return svc.engine.turn(user_id=user.id, session_id=session.id, message=text, on_delta=on_delta)
+    def work(claim, on_delta=None):
+        return svc.engine.turn(user_id=user.id, session_id=session.id, message=text, on_delta=on_delta, claim=claim)
 
+    run = ClaimedRun(await run_in_threadpool(svc.engine.claim, session.id), work)
     headers = {"X-Session-Id": session.id}
     if not body.stream:
         result = await run_in_threadpool(run)
@@ -151,7 +153,9 @@ async def chat_completions(
         }
     include_usage = bool((body.stream_options or {}).get("include_usage"))
     base = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model}
-    return EventSourceResponse(_chunks(run, base, include_usage), headers=headers)
+    return EventSourceResponse(
+        _chunks(run, base, include_usage), headers=headers, background=BackgroundTask(run.abandon)
+    )
 
 
 async def _chunks(run, base: dict[str, Any], include_usage: bool) -> AsyncIterator[dict[str, str]]:

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Depends, Response, status
 from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
+from starlette.background import BackgroundTask
 
 from errors import InvalidMessageError, SessionClosedError
 from memory.tables import App, TurnState
@@ -33,7 +34,7 @@ from runtime.service.api.schemas import (
     UserIn,
     UserOut,
 )
-from runtime.service.api.streaming import turn_events
+from runtime.service.api.streaming import ClaimedRun, turn_events
 from runtime.compaction import reset_breaker
 from runtime.turn import validate_message
 from runtime.turn import check_attachments
@@ -102,7 +103,8 @@ def get_session(session_id: str, app: App = Depends(current_app), svc: Services 
             "(`{\"text\"}`), then `done` (a TurnDone) or `error` (an ErrorBody).",
             "content": {"text/event-stream": {}},
         },
-        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`)."},
+        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`), or another turn of it "
+                                                 "is running (`turn_in_progress`): nothing was stored."},
         422: {"model": ErrorBody, "description": "The message is invalid (`invalid_message`) or the body is."},
     },
 )
@@ -117,12 +119,14 @@ async def post_message(
     session, user = await _open_session(svc, app, session_id)
     text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
 
-    def run(on_delta=None):
+    def work(claim, on_delta=None):
         return svc.engine.turn(
-            user_id=user.id, session_id=session.id, message=text, on_delta=on_delta, attachments=attachments
+            user_id=user.id, session_id=session.id, message=text, on_delta=on_delta, attachments=attachments,
+            claim=claim,
         )
 
-    return await _reply(run, stream=body.stream)
+    claim = await run_in_threadpool(svc.engine.claim, session.id)
+    return await _reply(ClaimedRun(claim, work), stream=body.stream)
 
 
 @router.post(
@@ -145,18 +149,26 @@ async def resend(
     deleted. Bad input (message, seq, attachments) changes nothing."""
     session, user = await _open_session(svc, app, session_id)
     text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
-    turns = await run_in_threadpool(svc.engine.store.turns, session.id, state=TurnState.context)
-    if not any(t.seq == seq and t.role == "user" for t in turns):
-        raise InvalidMessageError(
-            f"Turn {seq} of session {session_id!r} is not a user turn in the recent window; only those can be "
-            "edited (GET /v1/sessions/{id}/turns lists them with their state).",
-            reason="bad_edit",
+    claim = await run_in_threadpool(svc.engine.claim, session.id)
+    try:  # checked under the claim: no turn can change the recent window meanwhile
+        turns = await run_in_threadpool(svc.engine.store.turns, session.id, state=TurnState.context)
+        if not any(t.seq == seq and t.role == "user" for t in turns):
+            raise InvalidMessageError(
+                f"Turn {seq} of session {session_id!r} is not a user turn in the recent window; only those can be "
+                "edited (GET /v1/sessions/{id}/turns lists them with their state).",
+                reason="bad_edit",
+            )
+    except BaseException:
+        await run_in_threadpool(claim.release)
+        raise
+
+    def work(claim, on_delta=None):
+        return svc.engine.edit_turn(
+            user_id=user.id, session_id=session.id, seq=seq, message=text, attachments=attachments, on_delta=on_delta,
+            claim=claim,
         )
 
-    def run(on_delta=None):
-        return svc.engine.edit_turn(
-            user_id=user.id, session_id=session.id, seq=seq, message=text, attachments=attachments, on_delta=on_delta
-        )
+    run = ClaimedRun(claim, work)
 
     return await _reply(run, stream=body.stream)
 
@@ -194,11 +206,11 @@ async def _checked_message(svc: Services, body: MessageIn, *, user_id: str, sess
     return text, attachments
 
 
-async def _reply(run, *, stream: bool):
+async def _reply(run: ClaimedRun, *, stream: bool):
     """The turn answered whole (a TurnDone) or streamed as server-sent events."""
     if not stream:
         return turn_done(await run_in_threadpool(run))
-    return EventSourceResponse(_sse(run))
+    return EventSourceResponse(_sse(run), background=BackgroundTask(run.abandon))
 
 
 async def _sse(run) -> AsyncIterator[dict[str, str]]:

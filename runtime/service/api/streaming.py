@@ -17,9 +17,32 @@ import asyncio
 import threading
 from typing import Any, AsyncIterator, Callable
 
-from runtime.turn import TurnResult
+from runtime.turn import TurnClaim, TurnResult
 
 Run = Callable[[Callable[[str], None]], TurnResult]
+
+
+class ClaimedRun:
+    """A turn the request claimed its session for before answering (so a busy session is a plain
+    409 ``turn_in_progress``, never an event in a stream). The claim is released when the turn
+    ends, or, if the turn never started (the client left before the stream began), when the
+    response is done (:meth:`abandon`)."""
+
+    def __init__(self, claim: TurnClaim, work: Callable[[TurnClaim, Callable[[str], None] | None], TurnResult]) -> None:
+        self.claim = claim
+        self.work = work
+        self.started = False
+
+    def __call__(self, on_delta: Callable[[str], None] | None = None) -> TurnResult:
+        self.started = True
+        try:
+            return self.work(self.claim, on_delta)
+        finally:
+            self.claim.release()
+
+    def abandon(self) -> None:
+        if not self.started:
+            self.claim.release()
 
 
 async def turn_events(run: Run) -> AsyncIterator[tuple[str, Any]]:

@@ -1,0 +1,147 @@
+"""One turn at a time per session: concurrent turns, edits, greetings and closes never cross
+or lose a stored turn. A turn that finds its session busy stores nothing and says so
+(``TurnInProgressError``, HTTP 409 ``turn_in_progress``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from errors import SessionClosedError, TurnInProgressError
+from memory.tables import TurnState
+from runtime.config import Settings
+from runtime.llm import Reply
+from runtime.service import close_idle_sessions
+from runtime.service._jobs import close_session
+from runtime.turn import Engine
+from tests.conftest import PERSONA
+
+
+class SlowEcho:
+    """A replier that answers the newest user message of what it is sent, after a pause:
+    a turn that answers another turn's message shows up as a crossed reply."""
+
+    model = "openai/fake-model"
+
+    def __init__(self, seconds: float = 0.3) -> None:
+        self.seconds = seconds
+        self.started = threading.Event()
+
+    def reply(self, messages, *, session_id, on_delta=None, tools=None, **_: Any) -> Reply:
+        self.started.set()
+        newest = [m for m in messages if m["role"] == "user"][-1]["content"]
+        time.sleep(self.seconds)
+        return Reply(content=f"echo: {newest}")
+
+
+@pytest.fixture
+def slow_engine(store, embedder):
+    def build(seconds: float = 0.3, **overrides: Any) -> Engine:
+        settings = Settings(context_window=4096, database_url="unused", **overrides)
+        return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=SlowEcho(seconds))
+
+    return build
+
+
+def transcript(engine: Engine, session_id: str) -> list[tuple[str, str]]:
+    return [(t.role, t.content) for t in engine.store.turns(session_id)]
+
+
+def test_concurrent_turns_on_one_session_never_cross(slow_engine):
+    engine = slow_engine(0.2)
+    engine.add_turn(user_id="u", session_id="s", role="assistant", content="Hello!")
+    messages = [f"message {i}" for i in range(12)]
+
+    def send(message: str) -> str:
+        try:
+            return engine.turn(user_id="u", session_id="s", message=message).assistant_turn.content
+        except TurnInProgressError:
+            return "busy"
+
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        answers = list(pool.map(send, messages))
+
+    done = [(m, a) for m, a in zip(messages, answers, strict=True) if a != "busy"]
+    assert done, "at least one turn ran"
+    assert all(a == f"echo: {m}" for m, a in done), "every reply answers its own message"
+    rows = transcript(engine, "s")[1:]
+    assert [r for r, _ in rows] == ["user", "assistant"] * len(done), "user and reply alternate"
+    for (_, user), (_, reply) in zip(rows[::2], rows[1::2], strict=True):
+        assert reply == f"echo: {user}"
+    refused = [m for m, a in zip(messages, answers, strict=True) if a == "busy"]
+    assert not {m for m in refused} & {c for _, c in rows}, "a refused message stored nothing"
+
+
+def test_a_turn_while_another_runs_is_refused_and_stores_nothing(slow_engine):
+    engine = slow_engine(1.0)
+    engine.add_turn(user_id="u", session_id="s", role="assistant", content="Hello!")
+    replier = engine.replier
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        first = pool.submit(engine.turn, user_id="u", session_id="s", message="first")
+        assert replier.started.wait(30)
+        with pytest.raises(TurnInProgressError):
+            engine.turn(user_id="u", session_id="s", message="second")
+        with pytest.raises(TurnInProgressError):
+            engine.edit_turn(user_id="u", session_id="s", seq=2, message="edited")
+        with pytest.raises(TurnInProgressError):
+            close_session(engine, "s", closed_by="test")
+        assert first.result(timeout=60).assistant_turn.content == "echo: first"
+    assert transcript(engine, "s") == [("assistant", "Hello!"), ("user", "first"), ("assistant", "echo: first")]
+    assert engine.store.get_session("s").closed_at is None
+
+
+def test_edit_and_resend_is_one_step_for_other_turns(slow_engine):
+    engine = slow_engine(0.3)
+    engine.turn(user_id="u", session_id="s", message="one")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        edit = pool.submit(engine.edit_turn, user_id="u", session_id="s", seq=1, message="one, edited")
+        time.sleep(0.05)
+        other = pool.submit(engine.turn, user_id="u", session_id="s", message="two")
+        outcomes = []
+        for future in (edit, other):
+            try:
+                outcomes.append(future.result(timeout=60).assistant_turn.content)
+            except TurnInProgressError:
+                outcomes.append("busy")
+    rows = transcript(engine, "s")
+    assert [r for r, _ in rows] == ["user", "assistant"] * (len(rows) // 2)
+    for (_, user), (_, reply) in zip(rows[::2], rows[1::2], strict=True):
+        assert reply == f"echo: {user}"
+
+
+def test_the_close_job_skips_a_session_whose_turn_is_running(slow_engine):
+    engine = slow_engine(1.0)
+    engine.add_turn(user_id="u", session_id="s", role="assistant", content="Hello!")
+    with engine.store.engine.begin() as conn:  # idle for a day
+        conn.execute(text("UPDATE sessions SET last_activity_at = now() - interval '1 day' WHERE id = 's'"))
+    claim = engine.claim("s")
+    try:
+        report = close_idle_sessions(engine, idle_seconds=3600, batch=10, worker_id="w1")
+        assert report.closed == []
+        assert engine.store.get_session("s").closed_at is None
+    finally:
+        claim.release()
+    report = close_idle_sessions(engine, idle_seconds=3600, batch=10, worker_id="w1")
+    assert report.closed == ["s"]
+    with pytest.raises(SessionClosedError):
+        engine.turn(user_id="u", session_id="s", message="too late")
+    assert [t.content for t in engine.store.turns("s")] == ["Hello!"]
+
+
+def test_a_claim_whose_process_died_lapses(slow_engine):
+    engine = slow_engine(0.0, turn_lease_seconds=5)
+    engine.add_turn(user_id="u", session_id="s", role="assistant", content="Hello!")
+    engine.store.claim_turn("s", owner="dead-process", lease_seconds=5)
+    with pytest.raises(TurnInProgressError):
+        engine.turn(user_id="u", session_id="s", message="hi")
+    stale = datetime.now(timezone.utc) - timedelta(seconds=6)
+    with engine.store.engine.begin() as conn:
+        conn.execute(text("UPDATE sessions SET turn_claimed_at = :t WHERE id = 's'"), {"t": stale})
+    assert engine.turn(user_id="u", session_id="s", message="hi").assistant_turn.content == "echo: hi"
+    assert engine.store.turns("s", state=TurnState.context)[-1].content == "echo: hi"
