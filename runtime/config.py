@@ -1,7 +1,7 @@
 """Settings, read from the environment in this one place.
 
 Every ``COMPANION_*`` variable (plus ``DATABASE_URL``) is read here and nowhere
-else; the README's settings table lists the same names. :func:`prepare_environment`
+else; the settings table in ``docs/settings.md`` lists the same names. :func:`prepare_environment`
 sets the offline defaults that litellm, tiktoken and Hugging Face need on a
 machine with no internet; it only fills variables the caller has not set.
 """
