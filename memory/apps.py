@@ -93,7 +93,7 @@ class Directory:
         """The app's user ``external_id``, created if missing; and whether it was created."""
         external_id = check_name(external_id, field="user_id")
         with storage_errors(), Session(self.engine) as db:
-            inserted = db.exec(
+            inserted = db.execute(
                 text(
                     "INSERT INTO users (id, app_id, external_id) VALUES (:id, :a, :e) "
                     "ON CONFLICT (app_id, external_id) DO NOTHING RETURNING id"
@@ -174,7 +174,7 @@ class Directory:
         :meth:`start_session`). The user row is locked meanwhile, so two requests at once
         for a user with no open session get the same new session."""
         with storage_errors(), Session(self.engine) as db:
-            db.exec(text("SELECT id FROM users WHERE id = :u FOR NO KEY UPDATE").bindparams(u=user_id))
+            db.execute(text("SELECT id FROM users WHERE id = :u FOR NO KEY UPDATE").bindparams(u=user_id))
             current = db.exec(
                 select(ChatSession)
                 .where(ChatSession.user_id == user_id, ChatSession.persona == persona, ChatSession.closed_at.is_(None))
@@ -190,7 +190,7 @@ class Directory:
         session_id = "s_" + uuid.uuid4().hex
         db.add(ChatSession(id=session_id, user_id=user_id, persona=persona))
         db.flush()
-        db.exec(text("INSERT INTO compaction_state (session_id) VALUES (:s)").bindparams(s=session_id))
+        db.execute(text("INSERT INTO compaction_state (session_id) VALUES (:s)").bindparams(s=session_id))
         carry_over(db, session_id=session_id, user_id=user_id, persona=persona)
         return session_id
 
@@ -214,7 +214,7 @@ def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> s
     old = db.get(Summary, previous.id) if previous is not None else None
     if old is None or not old.items:
         return None
-    db.exec(text("UPDATE sessions SET carried_from = :o WHERE id = :s").bindparams(o=old.session_id, s=session_id))
+    db.execute(text("UPDATE sessions SET carried_from = :o WHERE id = :s").bindparams(o=old.session_id, s=session_id))
     db.add(
         Summary(
             session_id=session_id,

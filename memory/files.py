@@ -257,7 +257,7 @@ class FileStore:
         blob_path = f"{sha[:2]}/{sha}"
         self._write_blob(blob_path, data)
         with storage_errors(session_id), Session(self.engine) as db:
-            db.exec(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             row = FileRow(
                 id=new_file_id(),
                 user_id=user_id,

@@ -49,7 +49,7 @@ class Profiles:
         replaces the user-set facts (blank ones dropped, duplicates merged).
         """
         with storage_errors(), Session(self.engine) as db:
-            db.exec(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             profile = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()
             profile = profile or UserProfile(user_id=user_id)
             if name is not None:
@@ -75,7 +75,7 @@ class Profiles:
         if not clean:
             return None
         with storage_errors(), Session(self.engine) as db:
-            db.exec(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             existing = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()
             profile = existing or UserProfile(user_id=user_id)
             known = {_norm(f) for f in [*profile.facts, *profile.learned]}

@@ -14,10 +14,10 @@ import contextlib
 import hashlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 
-from sqlalchemy import Engine, func, text, update
-from sqlmodel import Session, select
+from sqlalchemy import CursorResult, Engine, func, text, update
+from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
 
@@ -104,15 +104,18 @@ class Store:
                         session_id=session_id,
                     )
                 return session
-            db.exec(
+            db.execute(
                 text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id)
             )
-            created = db.exec(
-                text(
-                    "INSERT INTO sessions (id, user_id, persona) VALUES (:s, :u, :p) ON CONFLICT DO NOTHING"
-                ).bindparams(s=session_id, u=user_id, p=persona)
+            created = cast(
+                "CursorResult[Any]",
+                db.execute(
+                    text(
+                        "INSERT INTO sessions (id, user_id, persona) VALUES (:s, :u, :p) ON CONFLICT DO NOTHING"
+                    ).bindparams(s=session_id, u=user_id, p=persona)
+                ),
             ).rowcount
-            db.exec(
+            db.execute(
                 text("INSERT INTO compaction_state (session_id) VALUES (:s) ON CONFLICT DO NOTHING").bindparams(
                     s=session_id
                 )
@@ -218,14 +221,14 @@ class Store:
         from errors import SessionClosedError
 
         with storage_errors(session_id), Session(self.engine) as db:
-            row = db.exec(text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
+            row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
             if row is not None and row[0] is not None:  # issue 8: a closed session takes no new turns
                 raise SessionClosedError(
                     f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
                     "(it begins from this one's summary).",
                     session_id=session_id,
                 )
-            db.exec(text("UPDATE sessions SET last_activity_at = now() WHERE id = :s").bindparams(s=session_id))
+            db.execute(text("UPDATE sessions SET last_activity_at = now() WHERE id = :s").bindparams(s=session_id))
             last = db.exec(select(func.max(Turn.seq)).where(Turn.session_id == session_id)).one()
             turn = Turn(
                 session_id=session_id,
@@ -245,7 +248,7 @@ class Store:
             if file_ids:
                 db.flush()
                 for position, file_id in enumerate(dict.fromkeys(file_ids)):
-                    db.exec(
+                    db.execute(
                         text(
                             "INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)"
                         ).bindparams(t=turn.id, f=file_id, p=position)
@@ -260,7 +263,7 @@ class Store:
             query = select(Turn).where(Turn.session_id == session_id)
             if state is not None:
                 query = query.where(Turn.state == state)
-            return list(db.exec(query.order_by(Turn.seq)).all())
+            return list(db.exec(query.order_by(col(Turn.seq))).all())
 
     def usage_turns(self, session_id: str, *, limit: int) -> list[Turn]:
         """The newest ``limit`` turns that carry the provider's reported usage, newest first."""
@@ -268,8 +271,8 @@ class Store:
             return list(
                 db.exec(
                     select(Turn)
-                    .where(Turn.session_id == session_id, Turn.usage_prompt_tokens.is_not(None))
-                    .order_by(Turn.seq.desc())
+                    .where(Turn.session_id == session_id, col(Turn.usage_prompt_tokens).is_not(None))
+                    .order_by(col(Turn.seq).desc())
                     .limit(limit)
                 ).all()
             )
@@ -294,7 +297,7 @@ class Store:
         with storage_errors(session_id), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(Turn.seq).where(Turn.session_id == session_id, Turn.state != TurnState.context).order_by(Turn.seq)
+                    select(Turn.seq).where(Turn.session_id == session_id, Turn.state != TurnState.context).order_by(col(Turn.seq))
                 ).all()
             )
 
@@ -406,7 +409,7 @@ class Store:
                 summary.updated_at = utcnow()
             db.add(summary)
             self._roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.summarized)
-            db.exec(
+            db.execute(
                 text(
                     "UPDATE compaction_state SET consecutive_failures = 0, last_error = NULL, "
                     "recent_errors = '[]'::jsonb, breaker_opened_at = NULL, "
@@ -456,7 +459,7 @@ class Store:
             return
         result = db.exec(
             update(Turn)
-            .where(Turn.session_id == session_id, Turn.id.in_(list(turn_ids)), Turn.state == TurnState.context)
+            .where(col(Turn.session_id) == session_id, col(Turn.id).in_(list(turn_ids)), col(Turn.state) == TurnState.context)
             .values(state=to)
         )
         if result.rowcount != len(turn_ids):
@@ -486,7 +489,7 @@ class Store:
         order, each with the first ``head_chars`` characters of its extract. A read: nothing changes.
         """
         with storage_errors(session_id), Session(self.engine) as db:
-            rows = db.exec(
+            rows = db.execute(
                 text(
                     "SELECT tf.turn_id, tf.position, f.id AS file_id, f.name, f.mime, f.size_bytes, f.durability, "
                     "f.parse_state, f.parse_error, f.page_count, f.body_start_page, "
@@ -507,7 +510,7 @@ class Store:
         if not ids:
             return set()
         with storage_errors(), Session(self.engine) as db:
-            rows = db.exec(
+            rows = db.execute(
                 text("SELECT id FROM files WHERE user_id = :u AND id = ANY(:ids)").bindparams(u=user_id, ids=ids)
             ).all()
         return {r[0] for r in rows}
@@ -527,7 +530,7 @@ class Store:
         from errors import InvalidMessageError
 
         with storage_errors(session_id), Session(self.engine) as db:
-            db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
+            db.execute(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
             target = db.exec(select(Turn).where(Turn.session_id == session_id, Turn.seq == seq)).first()
             if target is None or target.role != "user":
                 raise InvalidMessageError(
@@ -547,20 +550,21 @@ class Store:
                 )
             file_ids = [
                 r[0]
-                for r in db.exec(
+                for r in db.execute(
                     text(
                         "SELECT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
                         "WHERE t.session_id = :s AND t.seq >= :q ORDER BY t.seq, tf.position"
                     ).bindparams(s=session_id, q=seq)
                 ).all()
             ]
-            db.exec(
+            db.execute(
                 text(
                     "DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s AND seq >= :q)"
                 ).bindparams(s=session_id, q=seq)
             )
-            deleted = db.exec(
-                text("DELETE FROM turns WHERE session_id = :s AND seq >= :q").bindparams(s=session_id, q=seq)
+            deleted = cast(
+                "CursorResult[Any]",
+                db.execute(text("DELETE FROM turns WHERE session_id = :s AND seq >= :q").bindparams(s=session_id, q=seq)),
             ).rowcount
             db.commit()
         return {"turns": int(deleted), "file_ids": list(dict.fromkeys(file_ids))}
@@ -582,10 +586,10 @@ class Store:
         """
         with storage_errors(session_id), Session(self.engine) as db:
             params = {"s": session_id}
-            db.exec(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(**params))
+            db.execute(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(**params))
             candidates = [
                 r[0]
-                for r in db.exec(
+                for r in db.execute(
                     text(
                         "SELECT DISTINCT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
                         "WHERE t.session_id = :s UNION SELECT id FROM files WHERE session_id = :s"
@@ -593,10 +597,13 @@ class Store:
                 ).all()
             ]
             counts = {
-                "turn_files": db.exec(
-                    text(
-                        "DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s)"
-                    ).bindparams(**params)
+                "turn_files": cast(
+                    "CursorResult[Any]",
+                    db.execute(
+                        text(
+                            "DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s)"
+                        ).bindparams(**params)
+                    ),
                 ).rowcount,
             }
             for name, table in (
@@ -605,8 +612,10 @@ class Store:
                 ("compaction_state", "compaction_state"),
                 ("turns", "turns"),
             ):
-                counts[name] = db.exec(text(f"DELETE FROM {table} WHERE session_id = :s").bindparams(**params)).rowcount
-            counts["sessions"] = db.exec(text("DELETE FROM sessions WHERE id = :s").bindparams(**params)).rowcount
+                deleted_rows = db.execute(text(f"DELETE FROM {table} WHERE session_id = :s").bindparams(**params))
+                counts[name] = cast("CursorResult[Any]", deleted_rows).rowcount
+            deleted_rows = db.execute(text("DELETE FROM sessions WHERE id = :s").bindparams(**params))
+            counts["sessions"] = cast("CursorResult[Any]", deleted_rows).rowcount
             db.commit()
         counts["files"] = len(files.delete_unreferenced(candidates)) if files is not None and candidates else 0
         return {k: int(v) for k, v in counts.items()}
@@ -621,6 +630,6 @@ class Store:
         with storage_errors(session_id), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(ArchivedSegment).where(ArchivedSegment.session_id == session_id).order_by(ArchivedSegment.first_seq)
+                    select(ArchivedSegment).where(ArchivedSegment.session_id == session_id).order_by(col(ArchivedSegment.first_seq))
                 ).all()
             )
