@@ -12,7 +12,7 @@ numbers of SillyTavern's ``world_info_logic``). Matching lives in
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, overload
 
 from errors import PersonaError
 
@@ -69,6 +69,10 @@ def _str_list(value: Any, *, field: str, path: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
+@overload
+def _int(value: Any, *, field: str, path: str, default: int) -> int: ...
+@overload
+def _int(value: Any, *, field: str, path: str, default: None) -> int | None: ...
 def _int(value: Any, *, field: str, path: str, default: int | None) -> int | None:
     if value is None:
         return default
@@ -78,7 +82,8 @@ def _int(value: Any, *, field: str, path: str, default: int | None) -> int | Non
 
 
 def _logic(entry: Mapping[str, Any], *, field: str, path: str) -> str:
-    ext = entry.get("extensions") if isinstance(entry.get("extensions"), Mapping) else {}
+    extensions = entry.get("extensions")
+    ext: Mapping[str, Any] = extensions if isinstance(extensions, Mapping) else {}
     raw = entry.get("selectiveLogic", ext.get("selectiveLogic", ext.get("selective_logic")))
     if raw is None:
         return "AND_ANY"

@@ -48,8 +48,9 @@ class Calibration:
     """Tokens the provider adds per request beyond our scaled estimate, >= 0."""
 
 
-def correction(samples: Sequence[tuple[int, int]]) -> Calibration:
-    """The calibration from ``(reported, estimated)`` prompt-token pairs, newest first."""
+def correction(samples: Sequence[tuple[int | None, int | None]]) -> Calibration:
+    """The calibration from ``(reported, estimated)`` prompt-token pairs, newest first; a pair
+    with a missing or non-positive count is left out."""
     valid = [(r, e) for r, e in samples if r and e and r > 0 and e > 0]
     factor = max([1.0, *[r / e for r, e in valid if e >= MIN_CALIBRATION_TOKENS]])
     overhead = max([0, *[r - math.ceil(e * factor) for r, e in valid]])

@@ -218,7 +218,7 @@ def _part_dimensions(part: Mapping[str, Any]) -> tuple[int, int] | None:
 def _image_detail(part: Mapping[str, Any]) -> str | None:
     image_url = part.get("image_url")
     if isinstance(image_url, Mapping) and isinstance(image_url.get("detail"), str):
-        return image_url["detail"]
+        return str(image_url["detail"])
     detail = part.get("detail")
     return detail if isinstance(detail, str) else None
 
@@ -236,7 +236,7 @@ def _document_tokens(part: Mapping[str, Any], count_text: Callable[[str], int]) 
                 total += count_text(holder[key])
     for holder in holders:
         if isinstance(holder.get("pages"), int):
-            return total + max(1, holder["pages"]) * DOCUMENT_PAGE_TOKENS
+            return total + max(1, int(holder["pages"])) * DOCUMENT_PAGE_TOKENS
         if holder.get("type") == "text" and isinstance(holder.get("data"), str):
             return total + count_text(holder["data"])
         if isinstance(holder.get("text"), str) and holder is not part:
@@ -600,7 +600,7 @@ class ConservativeEstimator(_MessageCounter):
         """Estimated tokens of ``text`` (an upper bound by design, see :data:`ESTIMATOR_PRICES`)."""
         if not text:
             return 0
-        return math.ceil(sum(map(operator.mul, self._prices, text_features(text))))
+        return int(math.ceil(sum(map(operator.mul, self._prices, text_features(text)))))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -765,6 +765,7 @@ def tokenizer_kind(model: str | None) -> str | None:
             provider = None
     if provider == "deepseek":
         return DEEPSEEK
+    huggingface_tokenizer_kind: Callable[[str], str | None] | None
     try:
         from litellm.utils import huggingface_tokenizer_kind
     except ImportError:  # older litellm: only the deepseek provider above

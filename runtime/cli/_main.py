@@ -32,6 +32,7 @@ Errors of the runtime print one line to stderr and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -82,7 +83,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     ) as progress:
         for conv in conversations:
             task = progress.add_task(f"replay {conv.id}", total=len(conv.turns))
-            reports.append(replay_conversation(engine, conv, on_turn=lambda t=task: progress.advance(t)))
+            reports.append(replay_conversation(engine, conv, on_turn=functools.partial(progress.advance, task)))
 
     console.print(_replay_tables(reports, title=f"companion replay {args.path} (window {engine.window} tokens)"))
     total = time.perf_counter() - started

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Callable, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import structlog
 
@@ -206,7 +206,7 @@ class Compactor:
         logged and returned as ``ok=False``; they never raise. Storage errors raise
         :class:`~errors.StorageError`.
         """
-        plan_args = dict(cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges)
+        plan_args: dict[str, Any] = dict(cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges)
         if not plan_rollout(self.store.turns(session_id, state=TurnState.context), **plan_args):
             return None  # the common case, decided without taking the lock
         with self.store.compaction_lock(session_id) as held:

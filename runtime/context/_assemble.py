@@ -162,7 +162,7 @@ def assemble_context(
     user_name = (profile.name if profile is not None and profile.name else None) or DEFAULT_USER_NAME
     rendered = render_persona(persona, cap=budgets.persona, counter=counter, user_name=user_name, calibration=calibration)
     persona_msg = rendered.system
-    post_history = [rendered.post_history] if rendered.post_history else []
+    post_history: list[Mapping[str, Any]] = [rendered.post_history] if rendered.post_history else []
     sources["persona"] = SourceReport(
         source="persona", tokens=rendered.tokens, cap=budgets.persona, items=1 + rendered.examples_kept + len(post_history),
         cut=rendered.cut,
@@ -213,7 +213,7 @@ def assemble_context(
     if earlier_text:
         blocks.append(earlier_text)
 
-    head = [persona_msg]
+    head: list[Mapping[str, Any]] = [persona_msg]
     retrieval_framing = 0
     if blocks:
         context_msg = Message(role="system", content="\n\n".join(blocks))
@@ -235,7 +235,7 @@ def assemble_context(
         sources["retrieval"] = replace(
             sources["retrieval"],
             tokens=shown_fold + earlier_cost + found.tokens + retrieval_framing,
-            items=sum(len(attachments[q].file_ids) for q in folded if q in kept) + len(earlier_listed) + len(found.shown),
+            items=sum(len((attachments or {})[q].file_ids) for q in folded if q in kept) + len(earlier_listed) + len(found.shown),
         )
         return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
 
@@ -335,7 +335,7 @@ def _memory_block(
             chosen.append((seg, entry))
             used += cost
     if not chosen:
-        cut = f"{len(candidates)} recalled segments did not fit the memory budget"
+        cut: str | None = f"{len(candidates)} recalled segments did not fit the memory budget"
         return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0, cut=cut)
     chosen.sort(key=lambda pair: (pair[0].session_date, pair[0].first_seq))  # chronological reads best
     text = render("memory_block", body="\n".join(entry for _, entry in chosen))
@@ -421,7 +421,7 @@ def _recent(
         seqs.append(None)
         messages.append(Message(role="user", content=pending))
     fit = fit_messages(messages, limit=max(room, 0) + REPLY_PRIMING, counter=counter)
-    shown = [seqs[i] for i in fit.kept if seqs[i] is not None]
+    shown = [seq for i in fit.kept if (seq := seqs[i]) is not None]
     report = SourceReport(
         source="recent",
         tokens=fit.tokens - REPLY_PRIMING if fit.messages else 0,

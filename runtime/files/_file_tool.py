@@ -12,7 +12,7 @@ follow-up request still fits the window.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from prompts import render
 from runtime.files._file_read import FileReader
@@ -89,8 +89,9 @@ def file_tools(
 
     def run(name: str, arguments: dict[str, Any]) -> str:
         # the reader checks the arguments (FileInputError) before any wait
+        file_id: Any = arguments.get("file_id")  # the model's JSON value; the reader checks it
         return reader.file_read(
-            arguments.get("file_id"),
+            file_id,
             user_id,
             start_page=arguments.get("start_page"),
             max_pages=arguments.get("max_pages"),
@@ -100,7 +101,7 @@ def file_tools(
 
     cap = max(MIN_RESULT_TOKENS, result_cap)
 
-    def fit(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def fit(messages: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
         return list(
             fit_messages(messages, limit=limit, counter=counter, tool_result_cap=cap, tool_results_cap=cap).messages
         )

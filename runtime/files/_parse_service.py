@@ -149,7 +149,7 @@ class ParseService:
             self.parses_started += 1
             future = self._executor.submit(self._run, file_id)
             self._futures[file_id] = future
-        future.add_done_callback(lambda f, fid=file_id: self._finished(fid, f))
+        future.add_done_callback(lambda f: self._finished(file_id, f))
         return future
 
     def submit_pending(self) -> int:

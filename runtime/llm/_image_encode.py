@@ -65,7 +65,7 @@ def open_image(data: bytes, *, name: str = "image"):
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     try:
-        image = Image.open(io.BytesIO(data))
+        image: Image.Image = Image.open(io.BytesIO(data))
         image.load()
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise FileParseError(f"{name!r} is not an image that can be decoded: {exc}", reason="corrupt") from None

@@ -116,7 +116,7 @@ class Tools:
     text, so the model can correct itself; any other exception fails the reply."""
     max_rounds: int = 4
     """Most follow-up requests after tool results; the last one forbids further calls."""
-    fit: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    fit: Callable[[list[Mapping[str, Any]]], list[Mapping[str, Any]]] | None = None
     """Refits the message list after results were appended (caps, window); ``None``: as is."""
 
 
@@ -637,14 +637,14 @@ def _tool_calls(raw: Any) -> tuple[ToolCall, ...]:
 def _add_fragment(fragments: dict[int, dict[str, str]], piece: Any) -> None:
     """Merge one streamed tool-call delta: the first fragment of a call (by ``index``) brings
     its id and name, later ones append to its arguments (the OpenAI streaming form)."""
-    get = piece.get if isinstance(piece, dict) else lambda k: getattr(piece, k, None)
+    get: Callable[[str], Any] = piece.get if isinstance(piece, dict) else lambda k: getattr(piece, k, None)
     index = get("index") or 0
     entry = fragments.setdefault(index, {"id": "", "name": "", "arguments": ""})
     if get("id"):
         entry["id"] = get("id")
     function = get("function")
     if function is not None:
-        fget = function.get if isinstance(function, dict) else lambda k: getattr(function, k, None)
+        fget: Callable[[str], Any] = function.get if isinstance(function, dict) else lambda k: getattr(function, k, None)
         if fget("name"):
             entry["name"] = fget("name")
         entry["arguments"] += fget("arguments") or ""

@@ -55,7 +55,8 @@ def pages_of(text: str | None) -> list[str]:
     if not text:
         return []
     lines = text.split("\n")
-    if not lines or not _MARKER_RE.match(lines[0]) or int(_MARKER_RE.match(lines[0]).group(1)) != 1:
+    first = _MARKER_RE.match(lines[0]) if lines else None
+    if first is None or int(first.group(1)) != 1:
         return [text.strip("\n")]
     pages: list[list[str]] = []
     expected = 1

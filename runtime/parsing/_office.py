@@ -36,7 +36,7 @@ def library_errors(kind: str) -> tuple[type[BaseException], ...]:
     return (InvalidFileException, *_MALFORMED)
 
 
-def _corrupt(name: str, kind: str, exc: Exception) -> FileParseError:
+def _corrupt(name: str, kind: str, exc: BaseException) -> FileParseError:
     if isinstance(exc, zipfile.BadZipFile) or "encrypt" in str(exc).lower():
         hint = "it is not a valid Office file (encrypted or damaged)"
         reason = "encrypted" if "encrypt" in str(exc).lower() else "corrupt"

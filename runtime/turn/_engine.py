@@ -24,6 +24,7 @@ from runtime.context import AssembledContext
 from runtime.files import FileServices
 from runtime.llm import Replier, Transcriber
 from runtime.turn._attachments import AttachmentsExtension
+from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
 from runtime.turn._runner import TurnClaim, TurnResult, TurnRunner
@@ -70,7 +71,7 @@ class Engine:
             settings=settings, store=store, files=self.files, counter=self.counter,
             model=getattr(replier, "model", None) or settings.model, transcriber=transcriber,
         )
-        self.extensions = [attachments, self.images]
+        self.extensions: list[TurnExtension] = [attachments, self.images]
         """The turn extensions, called in this order (documents, then images)."""
         self.compactor = Compactor(
             store=store,

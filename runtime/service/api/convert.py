@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal, cast
+
 from memory.files import StoredFile
 from memory.tables import ChatSession, Turn, User, UserProfile
 from runtime.service.api.schemas import FileOut, ProfileOut, SessionOut, TokenReport, TurnDone, TurnOut, UserOut
@@ -66,7 +68,7 @@ def file_out(stored: StoredFile, user: User) -> FileOut:
         mime=stored.mime,
         size_bytes=stored.size_bytes,
         sha256=stored.sha256,
-        durability=stored.durability,
+        durability=cast(Literal["durable", "ephemeral"], stored.durability),  # the store writes only these
         session_id=stored.session_id,
         parse_state=stored.parse_state,
         parse_error=stored.parse_error,

@@ -122,7 +122,8 @@ def install_error_handlers(app: FastAPI) -> None:
         log.error("api.unexpected_error", path=request.url.path, error=type(exc).__name__, exc_info=exc)
         return JSONResponse(INTERNAL_ERROR, status_code=500)
 
-    app.add_exception_handler(E.CompanionError, companion_error)
-    app.add_exception_handler(RequestValidationError, validation_error)
-    app.add_exception_handler(StarletteHTTPException, http_error)
+    # Starlette types every handler as taking Exception; it calls each one with the class it is registered for.
+    app.add_exception_handler(E.CompanionError, companion_error)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, http_error)  # type: ignore[arg-type]
     app.add_exception_handler(Exception, unexpected)

@@ -10,7 +10,7 @@ metadata route shows its state, and the read route waits for it at most
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
@@ -23,7 +23,7 @@ from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.schemas import ErrorBody, FileDeleteOut, FileOut, FileReadOut
 from runtime.files import FileServices
 
-ERROR_RESPONSES = {
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "No or invalid API key (`unauthorized`)."},
     404: {"model": ErrorBody, "description": "No such user, session or file for this app (`not_found`, `file_not_found`)."},
 }
