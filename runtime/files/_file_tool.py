@@ -12,7 +12,8 @@ follow-up request still fits the window.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from prompts import render
 from runtime.files._file_read import FileReader
