@@ -148,7 +148,7 @@ class Store:
         from errors import NotFoundError, SessionClosedError, TurnInProgressError
 
         with storage_errors(session_id), Session(self.engine) as db:
-            claimed = db.exec(
+            claimed = db.execute(
                 text(
                     "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
                     "WHERE id = :s AND closed_at IS NULL AND (turn_owner IS NULL "
@@ -158,7 +158,7 @@ class Store:
             if claimed is not None:
                 db.commit()
                 return
-            row = db.exec(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
+            row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
         if row[0] is not None:
@@ -176,7 +176,7 @@ class Store:
     def release_turn(self, session_id: str, *, owner: str) -> None:
         """End ``owner``'s claim on the session (nothing happens if it no longer holds it)."""
         with storage_errors(session_id), Session(self.engine) as db:
-            db.exec(
+            db.execute(
                 text(
                     "UPDATE sessions SET turn_owner = NULL, turn_claimed_at = NULL WHERE id = :s AND turn_owner = :o"
                 ).bindparams(s=session_id, o=owner)
