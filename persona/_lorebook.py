@@ -262,11 +262,12 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
             try:
                 entry_keys(entry, (key,))
             except InvalidKeyError as exc:
-                label = f"lorebook entry {entry.name!r} ({where})" if entry.name else f"lorebook entry {where}"
+                label = f"lorebook entry {entry.name!r}" if entry.name else "a lorebook entry"
+                at = f"{where}.{kind.lstrip('@')}[{j}]"
                 raise PersonaError(
-                    f"Persona file {path!r}: {label} has a key that cannot be used, {kind}[{j}] {key!r}: {exc}.",
+                    f"Persona file {path!r}: {label} has a key that cannot be used, {at} = {key!r}: {exc}.",
                     path=path,
-                    field=f"{where}.{kind.lstrip('@')}[{j}]",
+                    field=at,
                 ) from exc
     return entry, deco.ignored
 

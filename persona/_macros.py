@@ -104,7 +104,7 @@ def apply_macros(text: str, *, char: str, user: str, **context) -> str:
 
 def expand(text: str, ctx: MacroContext, *, field: str = "", depth: int = 0) -> str:
     """``text`` with its macros replaced under ``ctx``; ``field`` as in :func:`apply_macros`."""
-    if "{{" not in text and "<" not in text:
+    if "{{" not in text and "<" not in text and "\\{" not in text:
         return text
     text = text.replace("\\{\\{", _LBRACE + _LBRACE).replace("\\}\\}", _RBRACE + _RBRACE)
     text = _BLOCK_COMMENT.sub("", text)
