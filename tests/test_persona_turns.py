@@ -60,7 +60,7 @@ def test_first_message_opens_a_new_session_once_with_macros(make_engine_for, sto
 
 
 def test_an_alternate_greeting_opens_the_session_when_chosen(make_engine_for, store, tmp_path):
-    from memory.errors import InvalidRequestError
+    from errors import InvalidRequestError
 
     card = v3_card(alternate_greetings=["A storm, {{user}}. {{char}} lit the lamp.{{// secret}}", "Quiet."])
     card["data"]["nickname"] = "Ari"
