@@ -1,6 +1,6 @@
 """Lorebook keys compiled to patterns: literal keys, ``/pattern/flags`` regex keys, Unicode rules.
 
-Rules (checked at load time by :func:`compile_key`, applied by ``runtime/lorebook.py``):
+Rules (checked at load time by :func:`compile_key`, applied by ``runtime/context/_lorebook.py``):
 
 - **Normalization.** Keys and the scanned text are both put in Unicode NFKC before
   matching (:func:`normalize`), and only for matching: the prompt gets the text as

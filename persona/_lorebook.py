@@ -6,7 +6,7 @@ Field names follow the Character Card V2 spec (``character_book.entries[]``:
 ``constant``) and its V3 successor. ``selectiveLogic`` is SillyTavern's extension
 (``extensions.selectiveLogic``: 0 AND_ANY, 1 NOT_ALL, 2 NOT_ANY, 3 AND_ALL, the
 numbers of SillyTavern's ``world_info_logic``). Matching lives in
-``runtime/lorebook.py``; this module only reads and checks.
+``runtime/context/_lorebook.py``; this module only reads and checks.
 
 Matching options and placement, from the entry's fields, SillyTavern's entry
 ``extensions`` or V3 decorators in the content (a decorator wins over a field):
@@ -34,7 +34,7 @@ import structlog
 
 from errors import PersonaError
 from persona._decorators import ROLES, parse_decorators
-from persona._keys import InvalidKeyError, compiled
+from persona._keys import CompiledKey, InvalidKeyError, compiled
 
 log = structlog.get_logger("companion.persona")
 
@@ -162,9 +162,9 @@ def parse_lorebook(book: Any, *, field: str, path: str) -> Lorebook | None:
     entries = []
     ignored: Counter[str] = Counter()
     for i, raw in enumerate(raw_entries):
-        entry = _entry(raw, where=f"{field}.entries[{i}]", path=path)
-        entries.append(entry[0])
-        ignored.update(entry[1])
+        entry, ignored_here = _entry(raw, where=f"{field}.entries[{i}]", path=path)
+        entries.append(entry)
+        ignored.update(ignored_here)
     for name, count in sorted(ignored.items()):
         log.warning("lorebook.decorator_ignored", decorator=name, entries=count, book=str(book.get("name") or ""))
     return Lorebook(
@@ -272,7 +272,7 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
     return entry, deco.ignored
 
 
-def entry_keys(entry: LoreEntry, keys: tuple[str, ...]):
+def entry_keys(entry: LoreEntry, keys: tuple[str, ...]) -> list[CompiledKey]:
     """``keys`` compiled under ``entry``'s options (see ``persona/_keys.py``).
 
     Raises:

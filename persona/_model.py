@@ -13,7 +13,7 @@ __all__ = ["Persona", "apply_macros"]
 @dataclass(frozen=True, kw_only=True)
 class Persona:
     """The character: its card fields. Text fields may hold ``{{char}}``/``{{user}}`` macros,
-    replaced when the prompt is rendered (``runtime/persona_render.py``)."""
+    replaced when the prompt is rendered (``runtime/context/_persona.py``)."""
 
     name: str
     """Display name, e.g. ``Mira``; at most 200 characters. Scopes the knowledge base."""
