@@ -46,7 +46,7 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 _INNER = re.compile(r"\{\{((?:(?!\{\{|\}\}).)*)\}\}", re.DOTALL)
 """A macro with no macro inside it."""
@@ -70,6 +70,11 @@ MAX_DICE = 1000
 """Most dice and sides one ``{{roll}}`` takes; larger rolls are left as written."""
 
 
+class _Rng(Protocol):
+    def choice(self, seq: Sequence[str]) -> str: ...
+    def randint(self, a: int, b: int) -> int: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class MacroContext:
     """What the macros of one card resolve to."""
@@ -90,7 +95,7 @@ class MacroContext:
     """For ``{{random}}`` and ``{{roll}}``; ``None``: the module's shared generator."""
 
 
-def apply_macros(text: str, *, char: str, user: str, **context) -> str:
+def apply_macros(text: str, *, char: str, user: str, **context: Any) -> str:
     """``text`` with its macros replaced (see the module docstring for the set).
 
     ``{{char}}`` becomes ``char`` and ``{{user}}`` becomes ``user``; the other
@@ -111,7 +116,7 @@ def expand(text: str, ctx: MacroContext, *, field: str = "", depth: int = 0) -> 
     text = _LEGACY_CHAR.sub(lambda _: ctx.char, text)
     text = _LEGACY_USER.sub(lambda _: ctx.user, text)
     kept: list[str] = []
-    rng = ctx.rng or random
+    rng: _Rng = ctx.rng or random  # type: ignore[assignment]
     seen = [0]  # macros met so far: a place in the field that random values before it do not move
 
     def one(found: re.Match[str]) -> str:
@@ -152,7 +157,7 @@ def _commas(body: str) -> list[str]:
     return [p.replace("\\,", ",").strip() for p in parts]
 
 
-def _resolve(inner: str, ctx: MacroContext, *, field: str, depth: int, at: int, rng) -> str | None:
+def _resolve(inner: str, ctx: MacroContext, *, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     """The value of one macro (``inner`` is the text between the braces), ``None`` to leave it."""
     stripped = inner.strip()
     if stripped.startswith("//"):
@@ -167,15 +172,18 @@ def _resolve(inner: str, ctx: MacroContext, *, field: str, depth: int, at: int, 
     return handler(_args(rest), rest, ctx, field, depth, at, rng)
 
 
-def _simple(value: Callable[[MacroContext, str], str]) -> Callable[..., str | None]:
-    def handle(args, rest, ctx, field, depth, at, rng):
+_Handler = Callable[[list[str], str, MacroContext, str, int, int, _Rng], "str | None"]
+
+
+def _simple(value: Callable[[MacroContext, str], str]) -> _Handler:
+    def handle(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
         return value(ctx, field) if not args else None
 
     return handle
 
 
-def _card_field(key: str) -> Callable[..., str | None]:
-    def handle(args, rest, ctx, field, depth, at, rng):
+def _card_field(key: str) -> _Handler:
+    def handle(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
         if args or depth >= MAX_DEPTH:
             return None
         return expand(ctx.fields.get(key, ""), ctx, field=key, depth=depth + 1)
@@ -183,18 +191,18 @@ def _card_field(key: str) -> Callable[..., str | None]:
     return handle
 
 
-def _random(args, rest, ctx, field, depth, at, rng):
+def _random(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     return rng.choice(args) if args else None
 
 
-def _pick(args, rest, ctx, field, depth, at, rng):
+def _pick(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     if not args:
         return None
     digest = hashlib.sha256(f"{ctx.session}\x00{field}\x00{at}\x00{rest}".encode("utf-8")).digest()
     return args[int.from_bytes(digest[:8], "big") % len(args)]
 
 
-def _roll(args, rest, ctx, field, depth, at, rng):
+def _roll(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     if len(args) != 1:
         return None
     found = _DICE.match(args[0])
@@ -213,8 +221,8 @@ def _roll(args, rest, ctx, field, depth, at, rng):
     return str(total)
 
 
-def _repeat(char: str) -> Callable[..., str | None]:
-    def handle(args, rest, ctx, field, depth, at, rng):
+def _repeat(char: str) -> _Handler:
+    def handle(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
         if not args:
             return char
         if len(args) == 1 and args[0].isdigit() and int(args[0]) <= MAX_REPEAT:
@@ -224,11 +232,11 @@ def _repeat(char: str) -> Callable[..., str | None]:
     return handle
 
 
-def _reverse(args, rest, ctx, field, depth, at, rng):
+def _reverse(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     return args[0][::-1] if len(args) == 1 else None
 
 
-def _first_message(args, rest, ctx, field, depth, at, rng):
+def _first_message(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     if depth >= MAX_DEPTH:
         return None
     index = 0
@@ -240,11 +248,11 @@ def _first_message(args, rest, ctx, field, depth, at, rng):
     return expand(text, ctx, field="first_mes" if index == 0 else f"alternate_greetings[{index - 1}]", depth=depth + 1)
 
 
-def _empty(args, rest, ctx, field, depth, at, rng):
+def _empty(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     return ""
 
 
-_HANDLERS: dict[str, Callable[..., str | None]] = {
+_HANDLERS: dict[str, _Handler] = {
     "char": _simple(lambda ctx, field: ctx.char),
     "user": _simple(lambda ctx, field: ctx.user),
     "group": _simple(lambda ctx, field: ctx.char),
