@@ -3,21 +3,31 @@
 A persona is read by :func:`load_persona` from a Character Card V1/V2/V3 (JSON, or a
 PNG with the card in a ``chara``/``ccv3`` text chunk) or from our own TOML/YAML file.
 Its lorebook (``character_book``) comes as typed :class:`LoreEntry` values.
-``persona`` imports only ``errors`` (for the shared exception hierarchy).
+``persona`` imports only ``errors`` (for the shared exception hierarchy) and
+third-party packages (``regex`` for lorebook keys).
 """
 
-from persona._lorebook import SELECTIVE_LOGICS, LoreEntry, Lorebook
+from persona._keys import CompiledKey, normalize, search
+from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, LoreEntry, Lorebook, entry_keys
 from persona._load import SUFFIXES, load_persona
-from persona._model import Persona, apply_macros
+from persona._macros import MacroContext, apply_macros, expand
+from persona._model import Persona
 from persona._plain import DEFAULT_PERSONA_FILE
 
 __all__ = [
     "DEFAULT_PERSONA_FILE",
+    "PLACEMENTS",
     "SELECTIVE_LOGICS",
+    "CompiledKey",
+    "MacroContext",
     "SUFFIXES",
     "LoreEntry",
     "Lorebook",
     "Persona",
     "apply_macros",
+    "entry_keys",
+    "expand",
     "load_persona",
+    "normalize",
+    "search",
 ]

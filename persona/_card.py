@@ -3,14 +3,16 @@
 - V2: ``{"spec": "chara_card_v2", "spec_version": "2.0", "data": {...}}``
   (github.com/malfoyslastname/character-card-spec-v2).
 - V3: ``{"spec": "chara_card_v3", "spec_version": "3.0", "data": {...}}``
-  (github.com/kwaroran/character-card-spec-v3); the fields we use are V2's.
+  (github.com/kwaroran/character-card-spec-v3); the fields we use are V2's plus
+  ``nickname``, the lorebook's ``use_regex`` and its entries' decorators.
 - V1 (a flat object with ``name``, ``description``, ``first_mes`` ... and no ``spec``)
   is read too, since it is the same fields one level up.
 
 ``data`` fields read: ``name``, ``description``, ``personality``, ``scenario``,
 ``first_mes``, ``mes_example``, ``system_prompt``, ``post_history_instructions``,
-``creator_notes``, ``tags``, ``character_book``. Others (``alternate_greetings``,
-``assets``, ``extensions`` ...) are ignored.
+``creator_notes``, ``tags``, ``character_version``, ``alternate_greetings``,
+``nickname``, ``character_book``. Others (``assets``, ``group_only_greetings``,
+``extensions`` ...) are ignored.
 """
 
 from __future__ import annotations

@@ -80,12 +80,22 @@ def build_persona(
         examples = tuple(e.strip() for e in raw_examples if e.strip())
     else:
         raise PersonaError(f"Persona file {path!r}: {where} must be a string or a list of strings.", path=path, field=where)
+    nickname = _text(data, "nickname", where=prefix + "nickname", path=path)
+    version = data.get("character_version")
+    version = str(version).strip() if isinstance(version, (str, int, float)) and not isinstance(version, bool) else ""
+    raw_greetings = data.get("alternate_greetings") or []
+    where = prefix + "alternate_greetings"
+    if not isinstance(raw_greetings, list) or not all(isinstance(g, str) for g in raw_greetings):
+        raise PersonaError(f"Persona file {path!r}: {where} must be a list of strings.", path=path, field=where)
     tags = data.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise PersonaError(f"Persona file {path!r}: {prefix}tags must be a list of strings.", path=path, field=prefix + "tags")
     return Persona(
         name=name.strip(),
+        nickname=nickname,
         first_message=first,
+        alternate_greetings=tuple(g.strip() for g in raw_greetings),
+        character_version=version,
         example_dialogues=examples,
         tags=tuple(tags),
         character_book=parse_lorebook(data.get("character_book"), field=prefix + "character_book", path=path),

@@ -8,6 +8,8 @@
     personality = "..."
     scenario = "..."
     first_message = "..."
+    alternate_greetings = ["...", "..."]  # greetings 1, 2, ... (0 is first_message)
+    nickname = "..."                    # what {{char}} becomes, if not the name
     example_dialogues = ["{{user}}: hi\\n{{char}}: hello!", "..."]   # or one string split on <START>
     post_history_instructions = "..."
     creator_notes = "..."

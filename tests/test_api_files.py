@@ -268,7 +268,11 @@ def test_profile_of_an_unknown_or_foreign_user_is_404_and_bad_bodies_422(app_a, 
 @pytest.fixture(scope="module")
 def greeting_server(api_engine):
     """A second server on the API database whose persona has a first message."""
-    persona = replace(PERSONA, first_message="Hi {{user}}, I'm {{char}}. How was your day?")
+    persona = replace(
+        PERSONA,
+        first_message="Hi {{user}}, I'm {{char}}. How was your day?",
+        alternate_greetings=("Storm tonight, {{user}}.{{// author note}}", "Quiet morning."),
+    )
     with serve(api_engine.derive(persona=persona)) as base:
         yield base
 
@@ -286,6 +290,33 @@ def test_a_new_session_stores_and_returns_the_persona_greeting(greeting_server, 
             (1, "assistant", "Hi Ana, I'm Mira. How was your day?")
         ]
         assert "How was your day?" in http.get(f"/v1/sessions/{session['id']}/context").json()["sources"]["recent"]["text"]
+
+
+def test_an_alternate_greeting_is_chosen_at_session_creation(greeting_server, new_app):
+    _, key = new_app()
+    with client(greeting_server, key) as http:
+        persona = http.get("/v1/persona").json()
+        assert persona["greetings"] == ["Hi {{user}}, I'm Mira. How was your day?", "Storm tonight, {{user}}.", "Quiet morning."]
+        http.post("/v1/users", json={"id": "ana"})
+        http.put("/v1/users/ana/profile", json={"name": "Ana"})
+        session = http.post("/v1/sessions", json={"user_id": "ana", "greeting": 1}).json()
+        assert session["greeting"]["content"] == "Storm tonight, Ana."
+        turns = http.get(f"/v1/sessions/{session['id']}/turns").json()
+        assert [(t["role"], t["content"]) for t in turns] == [("assistant", "Storm tonight, Ana.")]
+
+
+@pytest.mark.parametrize(
+    "greeting, status",
+    [pytest.param(3, 400, id="past-the-last"), pytest.param(-1, 422, id="negative"), pytest.param("one", 422, id="not-a-number")],
+)
+def test_a_greeting_the_persona_lacks_is_refused_before_anything_is_stored(greeting_server, new_app, greeting, status):
+    _, key = new_app()
+    with client(greeting_server, key) as http:
+        answer = http.post("/v1/sessions", json={"user_id": "bo", "greeting": greeting})
+        assert answer.status_code == status
+        error = answer.json()["error"]
+        assert error["code"] == "invalid_request" and "greeting" in json.dumps(error)
+        assert http.get("/v1/users/bo/sessions").status_code == 404  # not even the user was created
 
 
 def test_a_persona_without_a_first_message_greets_with_null(app_a):

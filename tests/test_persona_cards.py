@@ -143,7 +143,7 @@ def test_missing_file_and_unknown_kind_are_clear(tmp_path):
         pytest.param("{{char}} greets {{user}}.", "Aria greets Ana.", id="plain"),
         pytest.param("{{Char}} and {{ USER }}", "Aria and Ana", id="case-and-spaces"),
         pytest.param("<BOT>: hi <USER>", "Aria: hi Ana", id="legacy"),
-        pytest.param("{{random:a,b}} stays", "{{random:a,b}} stays", id="other-macros-untouched"),
+        pytest.param("{{getvar::mood}} stays", "{{getvar::mood}} stays", id="unknown-macros-untouched"),
         pytest.param("{{user}} costs $5 {{char}}", "Ana costs $5 Aria", id="dollar-sign"),
     ],
 )
@@ -194,3 +194,105 @@ def test_persona_whose_fixed_parts_exceed_the_cap_is_a_configuration_error():
     with pytest.raises(ConfigurationError) as info:
         render_persona(_aria(), cap=fixed_only.tokens - 1, counter=COUNTER)
     assert info.value.setting == "COMPANION_BUDGET_PERSONA"
+
+
+# -- macros in a card's own fields ----------------------------------------------------------
+@pytest.mark.parametrize(
+    "text, allowed",
+    [
+        pytest.param("{{random:red,green,blue}}", {"red", "green", "blue"}, id="random-legacy-commas"),
+        pytest.param("{{random::red::green}}", {"red", "green"}, id="random-double-colon"),
+        pytest.param("{{random: a\\, b , c}}", {"a, b", "c"}, id="random-escaped-comma"),
+        pytest.param("{{ RANDOM :: x :: y }}", {"x", "y"}, id="random-case-and-spaces"),
+        pytest.param("{{random::{{user}}::{{char}}}}", {"Ana", "Aria"}, id="random-nested"),
+        pytest.param("{{pick::one::two}}", {"one", "two"}, id="pick"),
+        pytest.param("{{roll:d6}}", {str(n) for n in range(1, 7)}, id="roll-d6"),
+        pytest.param("{{roll:6}}", {str(n) for n in range(1, 7)}, id="roll-6"),
+        pytest.param("{{roll::2d6+3}}", {str(n) for n in range(5, 16)}, id="roll-2d6-plus-3"),
+        pytest.param("{{roll 1d4-1}}", {str(n) for n in range(0, 4)}, id="roll-space"),
+    ],
+)
+def test_random_pick_and_roll_macros(text, allowed):
+    seen = {apply_macros(text, char="Aria", user="Ana", session=f"s{i}") for i in range(40)}
+    assert seen <= allowed and len(seen) > 1
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        pytest.param("Hi{{// the author's hidden note}} there", "Hi there", id="comment"),
+        pytest.param("A{{//}}\nsecret\n{{///}}B", "AB", id="block-comment"),
+        pytest.param("A{{comment: shown to users only}}B{{hidden_key: x}}C", "ABC", id="v3-comments"),
+        pytest.param("line one\n\n{{trim}}\n\nline two", "line oneline two", id="trim"),
+        pytest.param("a{{newline}}b{{newline::2}}c", "a\nb\n\nc", id="newline"),
+        pytest.param("a{{space::3}}b{{noop}}", "a   b", id="space-noop"),
+        pytest.param("{{reverse:abc}}", "cba", id="reverse"),
+        pytest.param("{{original}}", "", id="original-outside-system-prompt-is-empty"),
+        pytest.param("<CHAR> and <bot>", "Aria and Aria", id="legacy-char"),
+        pytest.param("{{getvar::mood}} and {{time}}", "{{getvar::mood}} and {{time}}", id="unknown-left-as-is"),
+        pytest.param("{{random::{{mystery}}}}", "{{mystery}}", id="unknown-inside-known"),
+        pytest.param("\\{\\{user\\}\\}", "{{user}}", id="escaped-braces"),
+        pytest.param("{{roll:d0}} {{random}}", "{{roll:d0}} {{random}}", id="bad-arguments-left-as-is"),
+    ],
+)
+def test_text_macros(text, expected):
+    assert apply_macros(text, char="Aria", user="Ana") == expected
+
+
+def test_pick_is_stable_within_a_session_and_differs_across_sessions():
+    text = "{{pick::a::b::c::d::e::f}} and {{pick::a::b::c::d::e::f}}"
+    one = apply_macros(text, char="A", user="U", session="s1", field="system_prompt")
+    assert all(apply_macros(text, char="A", user="U", session="s1", field="system_prompt") == one for _ in range(20))
+    assert len({apply_macros(text, char="A", user="U", session=f"s{i}", field="system_prompt") for i in range(30)}) > 1
+
+
+def test_original_is_the_default_framing_in_the_system_prompt_and_nothing_after_history():
+    persona = replace(_aria(), system_prompt="{{original}} Never break character.", post_history_instructions="{{original}}Be brief.")
+    rendered = render_persona(persona, cap=4000, counter=COUNTER, user_name="Ana")
+    default = render_persona(replace(persona, system_prompt=""), cap=4000, counter=COUNTER, user_name="Ana")
+    framing = default.system["content"].split("\n\n")[0]
+    assert rendered.system["content"].startswith(framing + " Never break character.")
+    assert rendered.post_history == {"role": "system", "content": "Be brief."}
+    assert "{{" not in rendered.system["content"]
+
+
+def test_card_field_macros_and_comments_never_reach_the_model():
+    persona = replace(
+        _aria(),
+        system_prompt="You are {{char}}. {{// TODO: tune for model X}}Scenario: {{scenario}}",
+        scenario="{{user}} visits {{char}}.{{// spoiler}}",
+        description="{{char}} keeps a lighthouse.\n\n{{trim}}\n\nShe is {{random::calm::calm}}.",
+        first_message="Hello {{user}}",
+    )
+    rendered = render_persona(persona, cap=4000, counter=COUNTER, user_name="Ana")
+    text = rendered.system["content"]
+    assert "You are Aria. Scenario: Ana visits Aria." in text
+    assert "Aria keeps a lighthouse.She is calm." in text
+    assert "TODO" not in text and "spoiler" not in text and "{{" not in text
+
+
+def test_v3_nickname_replaces_char(tmp_path):
+    path = tmp_path / "aria.json"
+    card = v3_card()
+    card["data"]["nickname"] = "Ari"
+    path.write_text(json.dumps(card, ensure_ascii=False), encoding="utf-8")
+    persona = load_persona(path)
+    assert persona.name == "Aria" and persona.nickname == "Ari" and persona.char_name == "Ari"
+    rendered = render_persona(persona, cap=4000, counter=COUNTER, user_name="Ana")
+    text = rendered.system["content"]
+    assert "You are Ari. Stay in character." in text and "Ari is a lighthouse keeper" in text
+    assert "Aria" not in text
+    assert rendered.post_history["content"] == "POST-HISTORY: reply in under 80 words as Ari."
+    empty = replace(persona, nickname="")
+    assert "You are Aria." in render_persona(empty, cap=4000, counter=COUNTER).system["content"]
+
+
+def test_alternate_greetings_are_read_in_order(tmp_path):
+    path = tmp_path / "aria.json"
+    path.write_text(json.dumps(v2_card(alternate_greetings=["Storm night, {{user}}.", "Quiet morning."])), encoding="utf-8")
+    persona = load_persona(path)
+    assert persona.greetings == ("Welcome, {{user}}. Mind the stairs; {{char}} just waxed them.", "Storm night, {{user}}.", "Quiet morning.")
+    path.write_text(json.dumps(v2_card(alternate_greetings="x")), encoding="utf-8")
+    with pytest.raises(PersonaError) as info:
+        load_persona(path)
+    assert info.value.field == "data.alternate_greetings"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from persona import load_persona
 from tests.cards import v2_card, v3_card
 
@@ -55,6 +57,20 @@ def test_first_message_opens_a_new_session_once_with_macros(make_engine_for, sto
     assert "You are Aria. Stay in character." in sent[0]["content"]
     assert "Ana visits the lighthouse in autumn." in sent[0]["content"]  # {{user}} from the pinned profile
     assert "Ana: Is it cold up there?" in sent[0]["content"]
+
+
+def test_an_alternate_greeting_opens_the_session_when_chosen(make_engine_for, store, tmp_path):
+    from errors import InvalidRequestError
+
+    card = v3_card(alternate_greetings=["A storm, {{user}}. {{char}} lit the lamp.{{// secret}}", "Quiet."])
+    card["data"]["nickname"] = "Ari"
+    engine = _engine(make_engine_for, tmp_path, card=card)
+    engine.set_profile(user_id="u1", name="Ana")
+    with pytest.raises(InvalidRequestError) as info:
+        engine.greet(user_id="u1", session_id="s1", greeting=3)
+    assert info.value.field == "greeting" and store.turns("s1") == []
+    greeting = engine.greet(user_id="u1", session_id="s1", greeting=1)
+    assert greeting is not None and greeting.content == "A storm, Ana. Ari lit the lamp."
 
 
 def test_a_persona_without_first_message_greets_nothing(make_engine_for, store, tmp_path):

@@ -228,7 +228,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     )
     attach: list[str] = []  # file ids for the next line (issue 9)
     if existing is None:  # a new session opens with the character's first message, if it has one
-        greeting = engine.greet(user_id=args.user, session_id=args.session)
+        greeting = engine.greet(user_id=args.user, session_id=args.session, greeting=args.greeting)
         if greeting is not None:
             print(f"{name}> {greeting.content}", flush=True)
     while True:
@@ -858,6 +858,10 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--user", required=True, type=_id_arg, help="the user id")
     chat.add_argument("--session", required=True, type=_id_arg, help="the session id (new or existing)")
     chat.add_argument("--persona", help="a persona file: card .json/.png, .toml, .yaml (default: COMPANION_PERSONA or the bundled one)")
+    chat.add_argument(
+        "--greeting", type=int, default=0,
+        help="which greeting opens a new session: 0 the card's first message (default), N its N-th alternate greeting",
+    )
     chat.set_defaults(func=cmd_chat)
 
     db = sub.add_parser("db", help="database commands")

@@ -8,6 +8,8 @@ The message list is::
     system   summary block, memory block (pinned profile, recalled segments), retrieval block
              (lorebook entries, knowledge chunks), when there are any
     user / assistant ...  the recent turns, oldest first, ending with the current user message
+                          (lorebook entries placed at a depth are inserted among them, charged
+                          to ``retrieval``)
     system   the persona's post-history instructions, if it has any (counted to ``persona``)
 
 A user turn that carried files gets its attachment block under its text (see
@@ -34,7 +36,7 @@ from runtime.accounting import SOURCES, Budgets
 from runtime.accounting import Baseline, baseline_total
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
 from runtime.context._profile import render_profile
-from runtime.context._retrieval import RetrievalItem, fit_retrieval
+from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth
 from runtime.accounting import REPLY_PRIMING, TokenCounter
 from runtime.context._trim import fit_messages
 from runtime.messages import Message, Role
@@ -94,6 +96,8 @@ class AssembledContext:
     post_history_messages: int = 0
     """Trailing messages that are the persona's post-history instructions (0 or 1); the
     engine's calibration baseline fingerprints the request without them."""
+    lore_messages: list[int] = field(default_factory=list)
+    """Indexes in ``messages`` of lorebook entries inserted at a depth among the recent turns."""
     calibration: float = 1.0
     """The session's correction factor applied to every estimate (>= 1.0)."""
     overhead_tokens: int = 0
@@ -160,7 +164,9 @@ def assemble_context(
     texts: dict[str, str] = {}
 
     user_name = (profile.name if profile is not None and profile.name else None) or DEFAULT_USER_NAME
-    rendered = render_persona(persona, cap=budgets.persona, counter=counter, user_name=user_name, calibration=calibration)
+    rendered = render_persona(
+        persona, cap=budgets.persona, counter=counter, user_name=user_name, calibration=calibration, session_id=session_id
+    )
     persona_msg = rendered.system
     post_history: list[Mapping[str, Any]] = [rendered.post_history] if rendered.post_history else []
     sources["persona"] = SourceReport(
@@ -197,7 +203,13 @@ def assemble_context(
     fold_total = sum(fold_costs.values())
     earlier_text, earlier_listed = _earlier(earlier_files, budgets.retrieval - fold_total, counter)
     earlier_cost = counter.count_text(earlier_text) if earlier_text else 0
-    found = fit_retrieval(retrieval, cap=max(budgets.retrieval - fold_total - earlier_cost, 0), counter=counter)
+    book = persona.character_book
+    found = fit_retrieval(
+        retrieval,
+        cap=max(budgets.retrieval - fold_total - earlier_cost, 0),
+        counter=counter,
+        lore_cap=book.token_budget if book is not None else None,
+    )
     cuts = [c for c in (fold_cut, found.cut) if c]
     if len(earlier_listed) < len(earlier_files):
         cuts.append(f"{len(earlier_files) - len(earlier_listed)} files of rolled-out turns not listed")
@@ -240,22 +252,29 @@ def assemble_context(
         return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
 
     recent_msgs, shown, recent_report = recent(room)
-    messages = head + recent_msgs + post_history
+    # lorebook entries placed at a depth go among the recent turns (their tokens are retrieval's)
+    with_lore, lore_at = insert_at_depth(recent_msgs, found.inserted)
+    messages = head + with_lore + post_history
     total = counter.count_messages(messages)
     # the provider's baseline covers the previous request without its post-history message
     # (the engine fingerprints it so), whose tokens its reported usage already holds
-    by_baseline = baseline_total(baseline, head + recent_msgs, counter)
+    by_baseline = baseline_total(baseline, messages[: len(messages) - len(post_history)], counter)
     if by_baseline is not None and by_baseline > total:
         # the provider counts this prefix higher than we do: shrink recent by the difference
         recent_msgs, shown, recent_report = recent(room - (by_baseline - total))
-        messages = head + recent_msgs + post_history
+        with_lore, lore_at = insert_at_depth(recent_msgs, found.inserted)
+        messages = head + with_lore + post_history
         total = counter.count_messages(messages)
-        refit = baseline_total(baseline, head + recent_msgs, counter)
+        refit = baseline_total(baseline, messages[: len(messages) - len(post_history)], counter)
         by_baseline = refit
         total = max(total, refit or 0)
     sources["recent"] = recent_report
     texts["recent"] = "\n".join(_text(m) for m in recent_msgs)
-    retrieval_texts = [t for t in (found.text, earlier_text) if t] + [folded[q] for q in sorted(folded) if q in shown]
+    retrieval_texts = (
+        [t for t in (found.text, earlier_text) if t]
+        + [folded[q] for q in sorted(folded) if q in shown]
+        + [i.text for i in found.inserted]
+    )
     if retrieval_texts:
         texts["retrieval"] = "\n\n".join(retrieval_texts)
     total += overhead
@@ -270,6 +289,7 @@ def assemble_context(
         recent_seqs=shown,
         source_text=texts,
         post_history_messages=len(post_history),
+        lore_messages=[len(head) + i for i in lore_at],
         calibration=calibration,
         overhead_tokens=overhead,
         baseline_tokens=by_baseline,

@@ -8,7 +8,9 @@ in one notice line (``prompts/notice_examples_cut.txt``). The post-history
 instructions become a second system message placed after the recent turns; their
 tokens count to ``persona`` too. Creator notes are never rendered.
 
-``{{char}}`` and ``{{user}}`` are replaced in every field (see :func:`persona.apply_macros`).
+Macros are replaced in every field (see ``persona/_macros.py``): ``{{char}}`` is the
+card's nickname when it has one, ``{{original}}`` in the card's system prompt is the
+default framing, and ``{{pick}}`` is stable within a session (:func:`macro_context`).
 """
 
 from __future__ import annotations
@@ -18,13 +20,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from errors import ConfigurationError
-from persona import Persona, apply_macros
+from persona import MacroContext, Persona, expand
 from prompts import render
 from runtime.accounting import TokenCounter
 from runtime.messages import Message
 
 DEFAULT_USER_NAME = "User"
 """What ``{{user}}`` becomes when the user's pinned profile has no name."""
+
+
+def macro_context(persona: Persona, *, user_name: str = DEFAULT_USER_NAME, session_id: str = "") -> MacroContext:
+    """What ``persona``'s macros resolve to for ``user_name`` in session ``session_id``."""
+    examples = "".join(f"<START>\n{e}\n" for e in persona.example_dialogues).rstrip("\n")
+    return MacroContext(
+        char=persona.char_name,
+        user=user_name,
+        session=session_id,
+        original=render("persona_default_system", char=persona.char_name, user=user_name),
+        fields={
+            "description": persona.description,
+            "personality": persona.personality,
+            "scenario": persona.scenario,
+            "charprompt": persona.system_prompt,
+            "charinstruction": persona.post_history_instructions,
+            "charcreatornotes": persona.creator_notes,
+            "charversion": persona.character_version,
+            "mesexamples": examples,
+            "mesexamplesraw": examples,
+        },
+        greetings=persona.greetings,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +78,13 @@ class RenderedPersona:
 
 
 def render_persona(
-    persona: Persona, *, cap: int, counter: TokenCounter, user_name: str = DEFAULT_USER_NAME, calibration: float = 1.0
+    persona: Persona,
+    *,
+    cap: int,
+    counter: TokenCounter,
+    user_name: str = DEFAULT_USER_NAME,
+    calibration: float = 1.0,
+    session_id: str = "",
 ) -> RenderedPersona:
     """Render ``persona`` within ``cap`` tokens.
 
@@ -62,27 +93,32 @@ def render_persona(
             calibration``), so that calibration never turns a valid persona into an error.
         counter: the session's (possibly calibrated) counter.
         user_name: what ``{{user}}`` becomes.
+        session_id: seeds ``{{pick}}`` (the same choice every turn of one session).
 
     Raises:
         ConfigurationError: the parts that are never cut (system prompt, description,
             personality, scenario, post-history instructions) alone exceed ``cap``.
     """
 
-    def macro(text: str) -> str:
-        return apply_macros(text, char=persona.name, user=user_name)
+    ctx = macro_context(persona, user_name=user_name, session_id=session_id)
+
+    def macro(text: str, field: str) -> str:
+        return expand(text, ctx, field=field)
 
     def raw(tokens: int) -> int:
         return math.ceil(tokens / calibration)
 
-    system_prompt = macro(persona.system_prompt) or render("persona_default_system", char=persona.name, user=user_name)
+    system_prompt = macro(persona.system_prompt, "system_prompt").strip() or ctx.original
     fixed = [system_prompt]
     parts = {"system_prompt": counter.count_text(system_prompt)}
     for name, text in (("description", persona.description), ("personality", persona.personality), ("scenario", persona.scenario)):
+        text = macro(text, name).strip() if text else ""
         if text:
-            block = render(f"persona_{name}", char=persona.name, text=macro(text))
+            block = render(f"persona_{name}", char=persona.char_name, text=text)
             fixed.append(block)
             parts[name] = counter.count_text(block)
-    post = Message(role="system", content=macro(persona.post_history_instructions)) if persona.post_history_instructions else None
+    post_text = macro(persona.post_history_instructions, "post_history_instructions").strip()
+    post = Message(role="system", content=post_text) if post_text else None
     post_tokens = counter.count_message(post) if post else 0
     if post:
         parts["post_history_instructions"] = post_tokens
@@ -91,7 +127,7 @@ def render_persona(
         blocks = list(fixed)
         if examples:
             body = "\n".join(render("persona_example", text=e) for e in examples)
-            blocks.append(render("persona_examples", char=persona.name, body=body))
+            blocks.append(render("persona_examples", char=persona.char_name, body=body))
         if dropped:
             blocks.append(render("notice_examples_cut", count=dropped))
         return Message(role="system", content="\n\n".join(blocks))
@@ -104,7 +140,7 @@ def render_persona(
             f"its budget is {cap}. Shorten the card or raise COMPANION_BUDGET_PERSONA.",
             setting="COMPANION_BUDGET_PERSONA",
         )
-    examples = [macro(e) for e in persona.example_dialogues]
+    examples = [m for i, e in enumerate(persona.example_dialogues) if (m := macro(e, f"mes_example[{i}]")).strip()]
     kept: list[str] = []
     for i, example in enumerate(examples):
         trial = system_with([*kept, example], len(examples) - len(kept) - 1)

@@ -163,14 +163,21 @@ class Engine:
             user_id=user_id, session_id=session_id, role=role, content=content, at=at, attachments=attachments
         )
 
-    def greet(self, *, user_id: str, session_id: str, at: datetime | None = None) -> Turn | None:
-        """Store the persona's first message as the opening assistant turn of a new session.
+    def greet(self, *, user_id: str, session_id: str, at: datetime | None = None, greeting: int = 0) -> Turn | None:
+        """Store one of the persona's greetings as the opening assistant turn of a new session.
 
-        ``{{char}}``/``{{user}}`` are replaced (the user's name from the pinned profile, else
-        ``User``). Returns the stored turn, or ``None`` when the persona has no first message or
-        the session already has turns (nothing is stored then).
+        ``greeting`` 0 is the card's first message, ``i`` >= 1 its ``i``-th alternate greeting
+        (the V3 spec's greeting index). Macros are replaced (``{{user}}`` is the user's name from
+        the pinned profile, else ``User``). Returns the stored turn, or ``None`` when that greeting
+        is empty or the session already has turns (nothing is stored then).
+
+        Raises:
+            InvalidRequestError: ``greeting`` is not an index of the persona's greetings (field ``greeting``).
         """
-        return greet(self.runner, self.store, self.profiles, self.persona, user_id=user_id, session_id=session_id, at=at)
+        return greet(
+            self.runner, self.store, self.profiles, self.persona, user_id=user_id, session_id=session_id, at=at,
+            greeting=greeting,
+        )
 
     def set_profile(
         self, *, user_id: str, name: str | None = None, pronouns: str | None = None, facts: list[str] | None = None

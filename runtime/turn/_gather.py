@@ -31,10 +31,11 @@ from runtime.context import (
     RecentTurn,
     RetrievalItem,
     SummaryText,
+    Scan,
     assemble_context,
+    macro_context,
     match_entries,
     retrieval_items,
-    scan_text,
 )
 from runtime.turn._extensions import Gathered, TurnExtension
 
@@ -144,7 +145,7 @@ class ContextGatherer:
             calibration=calibration.factor,
             overhead=calibration.overhead + gathered.reserved_tokens,
             profile=pinned(profile),
-            retrieval=self.retrieval(turns, pending, query, vector, profile),
+            retrieval=self.retrieval(turns, pending, query, vector, profile, session_id),
             attachments=gathered.blocks,
             earlier_files=gathered.earlier,
         )
@@ -159,23 +160,26 @@ class ContextGatherer:
         query: str | None,
         vector: list[float] | None,
         profile: UserProfile | None,
+        session_id: str = "",
     ) -> list[RetrievalItem]:
         """Lorebook entries fired by the current message and the turns before it, then the
         persona's nearest knowledge chunks."""
         book = self.persona.character_book
         name = user_name(profile)
+        char = self.persona.char_name
+        macros = macro_context(self.persona, user_name=name, session_id=session_id)
         if not query:  # nothing to match yet (e.g. after the greeting): constant entries only
-            return retrieval_items(match_entries(book, ""), [], char=self.persona.name, user=name)
+            return retrieval_items(match_entries(book, ""), [], char=char, user=name, macros=macros)
         if pending is not None:
             previous = [t.content for t in turns]
         else:
             last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
             previous = [t.content for t in turns[:last_user]]
         depth = book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
-        fired = match_entries(book, scan_text(query, previous, depth))
+        fired = match_entries(book, Scan(current=query, previous=previous, depth=depth))
         hits = (
             search_chunks(self.store.engine, persona=self.persona.name, query_embedding=vector, limit=self.settings.knowledge_chunks)
             if vector is not None and self.settings.knowledge_chunks > 0
             else []
         )
-        return retrieval_items(fired, [_knowledge(h) for h in hits], char=self.persona.name, user=name)
+        return retrieval_items(fired, [_knowledge(h) for h in hits], char=char, user=name, macros=macros)

@@ -341,7 +341,10 @@ class TurnImages:
         if not plan.pixels or plan.newest is None or plan.newest not in context.recent_seqs:
             return context
         end = len(context.messages) - context.post_history_messages
-        index = next((i for i in range(end - 1, -1, -1) if context.messages[i]["role"] == "user"), None)
+        index = next(
+            (i for i in range(end - 1, -1, -1) if context.messages[i]["role"] == "user" and i not in context.lore_messages),
+            None,
+        )
         if index is None:
             return context
         message = context.messages[index]

@@ -6,12 +6,13 @@ from datetime import datetime
 
 import structlog
 
-from errors import SessionOwnershipError
+from errors import InvalidRequestError, SessionOwnershipError
 from memory.files import FileStore
 from memory.profiles import Profiles
 from memory.store import Store
 from memory.tables import Turn
-from persona import Persona, apply_macros
+from persona import Persona, expand
+from runtime.context import macro_context
 from runtime.turn._gather import user_name
 from runtime.turn._runner import TurnRunner
 
@@ -20,14 +21,24 @@ log = structlog.get_logger("companion.engine")
 
 def greet(
     runner: TurnRunner, store: Store, profiles: Profiles, persona: Persona, *, user_id: str, session_id: str,
-    at: datetime | None = None,
+    at: datetime | None = None, greeting: int = 0,
 ) -> Turn | None:
     """See :meth:`runtime.turn.Engine.greet`."""
-    if not persona.first_message:
+    greetings = persona.greetings
+    if not 0 <= greeting < len(greetings):
+        raise InvalidRequestError(
+            f"greeting must be 0 (the first message) to {len(greetings) - 1} (alternate greetings), got {greeting}.",
+            field="greeting",
+        )
+    if not greetings[greeting]:
         return None
     if store.get_session(session_id) is not None and store.turns(session_id):
         return None
-    text = apply_macros(persona.first_message, char=persona.name, user=user_name(profiles.get(user_id)))
+    where = "first_mes" if greeting == 0 else f"alternate_greetings[{greeting - 1}]"
+    ctx = macro_context(persona, user_name=user_name(profiles.get(user_id)), session_id=session_id)
+    text = expand(greetings[greeting], ctx, field=where).strip()
+    if not text:
+        return None
     turn = runner.add_turn(user_id=user_id, session_id=session_id, role="assistant", content=text, at=at)
     log.info("session.greeted", session_id=session_id, seq=turn.seq, tokens=turn.tokens)
     return turn

@@ -34,6 +34,21 @@ class UserOut(BaseModel):
 
 class SessionIn(BaseModel):
     user_id: str = Field(description="Your id for the user; created if new.")
+    greeting: int = Field(
+        default=0,
+        ge=0,
+        description="Which of the persona's greetings opens the session: 0 the first message (default), "
+        "i >= 1 the i-th alternate greeting (the card's alternate_greetings). GET /v1/persona lists them.",
+    )
+
+
+class PersonaOut(BaseModel):
+    name: str = Field(description="The persona's name.")
+    nickname: str | None = Field(default=None, description="What the persona is called in the prompt, when the card sets a nickname.")
+    greetings: list[str] = Field(
+        description="The persona's greetings, by the number POST /v1/sessions takes as `greeting`: 0 the first "
+        "message, then the alternate greetings. Macros are replaced, except `{{user}}`, which depends on the user."
+    )
 
 
 class SessionOut(BaseModel):

@@ -12,7 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from errors import InvalidMessageError, SessionClosedError
+from errors import InvalidMessageError, InvalidRequestError, SessionClosedError
 from memory.tables import App, TurnState
 from runtime.service.api.convert import session_out, turn_done, turn_out, user_out
 from runtime.service.api.deps import Services, current_app, services
@@ -25,6 +25,7 @@ from runtime.service.api.schemas import (
     ErrorBody,
     MessageIn,
     NewSessionOut,
+    PersonaOut,
     SessionIn,
     SessionOut,
     SourceOut,
@@ -36,6 +37,8 @@ from runtime.service.api.schemas import (
 )
 from runtime.service.api.streaming import ClaimedRun, turn_events
 from runtime.compaction import reset_breaker
+from persona import expand
+from runtime.context import macro_context
 from runtime.turn import validate_message
 from runtime.turn import check_attachments
 
@@ -75,16 +78,45 @@ def list_sessions(user_id: str, app: App = Depends(current_app), svc: Services =
     return [session_out(s, user) for s in svc.directory.sessions(app.id, user_id)]
 
 
+# -- persona -----------------------------------------------------------------
+@router.get("/persona", response_model=PersonaOut, tags=["sessions"])
+def get_persona(app: App = Depends(current_app), svc: Services = Depends(services)):
+    """This server's persona: its name and the greetings a new session can open with."""
+    persona = svc.engine.persona
+    ctx = macro_context(persona, user_name="{{user}}")
+    greetings = [
+        expand(text, ctx, field="first_mes" if i == 0 else f"alternate_greetings[{i - 1}]").strip()
+        for i, text in enumerate(persona.greetings)
+    ]
+    return PersonaOut(name=persona.name, nickname=persona.nickname or None, greetings=greetings)
+
+
 # -- sessions ----------------------------------------------------------------
-@router.post("/sessions", response_model=NewSessionOut, status_code=status.HTTP_201_CREATED, tags=["sessions"])
+@router.post(
+    "/sessions",
+    response_model=NewSessionOut,
+    status_code=status.HTTP_201_CREATED,
+    tags=["sessions"],
+    responses={400: {"model": ErrorBody, "description": "`greeting` is not one of the persona's greetings (`invalid_request`)."}},
+)
 def create_session(body: SessionIn, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Start a session for the user (created if new). It begins from the summary of the
-    user's newest closed session with this server's persona (``carried_from``). When the
-    persona has a first message, it is stored as the opening assistant turn (``{{user}}``
-    is the pinned profile's name, else ``User``) and returned as ``greeting``."""
+    user's newest closed session with this server's persona (``carried_from``). The
+    persona's greeting number ``greeting`` (0: its first message, the default; i >= 1:
+    its i-th alternate greeting), when not empty, is stored as the opening assistant
+    turn (macros replaced; ``{{user}}`` is the pinned profile's name, else ``User``) and
+    returned as ``greeting``. A ``greeting`` the persona does not have is refused before
+    anything is stored."""
+    greetings = svc.engine.persona.greetings
+    if body.greeting >= len(greetings):
+        raise InvalidRequestError(
+            f"greeting must be 0 (the first message) to {len(greetings) - 1} "
+            f"({len(greetings) - 1} alternate greetings), got {body.greeting}.",
+            field="greeting",
+        )
     user, _ = svc.directory.ensure_user(app.id, body.user_id)
     session = svc.directory.start_session(user_id=user.id, persona=svc.engine.persona.name)
-    greeting = svc.engine.greet(user_id=user.id, session_id=session.id)
+    greeting = svc.engine.greet(user_id=user.id, session_id=session.id, greeting=body.greeting)
     return NewSessionOut(**session_out(session, user).model_dump(), greeting=turn_out(greeting) if greeting else None)
 
 
