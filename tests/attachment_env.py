@@ -3,7 +3,7 @@ the test database, files stored and parsed by the real parsers, the model faked 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
@@ -42,7 +42,7 @@ def files_env(store, embedder, fake_llm, tmp_path):
     def build(**overrides: Any) -> Engine:
         replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
         return Engine(
-            settings=replace(settings, **overrides),
+            settings=settings.model_copy(update=overrides),
             store=store,
             embedder=embedder,
             persona=PERSONA,

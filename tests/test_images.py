@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import socket
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import pytest
@@ -87,7 +87,7 @@ def images_env(store, embedder, fake_llm, tmp_path):
     fake_llm.responder = route
 
     def build(*, model: str = "openai/fake-model", ocr=None, **overrides: Any) -> Engine:
-        settings = replace(base, model=model, **overrides)
+        settings = base.model_copy(update={"model": model, **overrides})
         replier = LiteLLMReplier(model=model, api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
         return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier,
                       file_services=services, transcriber=Transcriber(settings, ocr=ocr, api_key="sk-test"))
@@ -271,15 +271,15 @@ def test_chain_backup_after_a_failure_and_after_a_timeout(images_env):
 
 
 def test_chain_direct_bypasses_a_dead_gateway(images_env):
-    settings = replace(_settings(images_env, vision_backup_model=f"openai/{BACKUP}"),
-                       vision_api_base=_dead_base(), vision_direct_api_base=images_env.fake.api_base)
+    settings = _settings(images_env, vision_backup_model=f"openai/{BACKUP}").model_copy(
+        update={"vision_api_base": _dead_base(), "vision_direct_api_base": images_env.fake.api_base})
     images_env.script(VISION, "Direct route.")
     [t] = Transcriber(settings, api_key="sk").transcribe(_inputs(img.small_png()))
     assert (t.method, t.text) == ("direct", "Direct route.")
 
 
 def test_chain_local_ocr_then_ocr_only_prompt(images_env):
-    settings = replace(_settings(images_env), ocr_languages="eng")
+    settings = _settings(images_env).model_copy(update={"ocr_languages": "eng"})
     images_env.script(VISION, DOWN)  # describing fails ...
     [t] = Transcriber(settings, api_key="sk").transcribe(_inputs(img.screenshot()))
     assert t.method == "ocr" and "Invoice 4471" in t.text  # ... local Tesseract reads the text

@@ -3,7 +3,7 @@ embedder, persona."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import structlog
 from sqlalchemy import Engine as SAEngine
@@ -55,7 +55,7 @@ def settings_for_model(settings: Settings) -> Settings:
     if settings.context_window is not None:
         return settings
     window = model_window(settings.model)
-    return replace(settings, context_window=window) if window < settings.budgets.total else settings
+    return settings.model_copy(update={"context_window": window}) if window < settings.budgets.total else settings
 
 
 def open_engine(

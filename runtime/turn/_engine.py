@@ -96,7 +96,7 @@ class Engine:
     def derive(self, *, window: int | None = None, persona: Persona | None = None) -> Engine:
         """A copy of this engine on the same database and models, with budgets scaled to
         ``window`` tokens and/or speaking as ``persona``."""
-        settings = replace(self.settings, context_window=window) if window is not None else self.settings
+        settings = self.settings.model_copy(update={"context_window": window}) if window is not None else self.settings
         return Engine(
             settings=settings, store=self.store, embedder=self.embedder, persona=persona or self.persona,
             replier=self.replier, summarizer=self.compactor.summarizer, counter=self.counter,
