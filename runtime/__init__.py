@@ -1,9 +1,6 @@
 """companion-runtime's engine: context assembly, budgets, tokens, compaction, model calls, CLI.
 
-Importing this package fills offline defaults for litellm and tiktoken (see
-:func:`runtime.config.prepare_environment`) before either is imported.
+Importing this package, or any of its subpackages, leaves ``os.environ`` as it was:
+litellm and tiktoken are imported on first use through :mod:`runtime._offline`, which
+fills their offline defaults then.
 """
-
-from runtime.config import prepare_environment as _prepare_environment
-
-_prepare_environment()

@@ -11,7 +11,6 @@ naming the variable; a variable that is unset, empty or blank keeps the default.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,23 +38,6 @@ from pydantic_settings.sources.utils import parse_env_vars
 
 from errors import ConfigurationError
 from runtime.accounting import Budgets
-
-
-def prepare_environment() -> None:
-    """Fill offline defaults for third-party libraries, never overriding the caller.
-
-    - ``LITELLM_LOCAL_MODEL_COST_MAP=True``: litellm reads its bundled model map
-      instead of fetching one at import (which retries for seconds offline).
-    - ``TIKTOKEN_CACHE_DIR``: the tiktoken files litellm bundles (cl100k_base, o200k_base).
-    """
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    spec = importlib.util.find_spec("litellm")
-    if spec is not None and spec.submodule_search_locations:
-        tokenizers = Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
-        if tokenizers.is_dir():
-            os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
-
-
 
 
 BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"

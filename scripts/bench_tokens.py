@@ -49,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-import runtime  # noqa: E402,F401  (fills LITELLM_LOCAL_MODEL_COST_MAP / TIKTOKEN_CACHE_DIR first)
+from runtime._offline import load_litellm, load_tiktoken  # noqa: E402
 from runtime.accounting import FirstEstimator, counter_for  # noqa: E402
 
 DEFAULT_SEED = 20240601
@@ -343,7 +343,7 @@ def reference_counters() -> dict[str, Callable[[Sequence[str]], list[int]]]:
     """Batch counters giving the actual tokens per text for each tokenizer family."""
     import os
 
-    import tiktoken
+    tiktoken = load_tiktoken()
     from tokenizers import Tokenizer
 
     folder = Path(os.environ["TIKTOKEN_CACHE_DIR"])
@@ -452,7 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     console.print(table)
 
     # Throughput on all texts of all corpora, in the same run.
-    import litellm
+    litellm = load_litellm()
 
     all_texts = [t for texts in corpora.values() for t in texts]
     speed = Table(title=f"Throughput, MB/s of UTF-8 text ({len(all_texts)} texts, {sum(len(t.encode()) for t in all_texts) / 1e6:.2f} MB, best of {args.repeat})")

@@ -13,17 +13,19 @@ from pathlib import Path
 
 import pytest
 
-import runtime  # noqa: F401  (fills offline defaults for litellm before it is imported)
 from memory.database import make_engine, upgrade
 from memory.embeddings import SentenceTransformerEmbedder
 from memory.store import Store
 from persona import Persona
 from runtime.config import Settings
 from runtime.turn import Engine
+from runtime._offline import load_litellm
 from runtime.llm import LiteLLMReplier
 from tests.fake_llm import FakeLLM
 
 REPO = Path(__file__).resolve().parent.parent
+
+load_litellm()  # offline defaults before any test module imports litellm itself
 SAMPLE = REPO / "scripts" / "data" / "sample_conversation.json"
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import runtime  # noqa: F401  (offline defaults for litellm / tiktoken before they are imported)
 from errors import ConfigurationError
+from runtime._offline import load_litellm, load_tiktoken
 from runtime.accounting import (
     MESSAGE_FRAMING,
     REPLY_PRIMING,
@@ -43,7 +43,7 @@ WEATHER_RESULT = {
 @pytest.fixture(scope="module")
 def tokenizers_by_name():
     """Reference counts straight from each bundled tokenizer (not through runtime.accounting)."""
-    import tiktoken
+    tiktoken = load_tiktoken()
     from tokenizers import Tokenizer
 
     folder = Path(os.environ["TIKTOKEN_CACHE_DIR"])
@@ -128,7 +128,7 @@ def test_estimator_counts_empty_text_as_zero():
     ],
 )
 def test_exact_counter_equals_tiktoken(model, encoding, text):
-    import tiktoken
+    tiktoken = load_tiktoken()
 
     assert counter_for(model).count_text(text) == len(tiktoken.get_encoding(encoding).encode_ordinary(text))
 
@@ -139,7 +139,7 @@ def test_deepseek_counter_equals_bundled_tokenizer(tokenizers_by_name):
 
 def test_exact_message_count_includes_at_least_cookbook_framing():
     """OpenAI Cookbook: 3 per message + role + content, and 3 to prime the reply."""
-    import tiktoken
+    tiktoken = load_tiktoken()
 
     enc = tiktoken.get_encoding("o200k_base")
     messages = [{"role": "system", "content": "Be kind."}, {"role": "user", "content": "Hi!"}]
@@ -309,7 +309,7 @@ def test_request_count_is_sum_of_messages_plus_reply_priming(model):
 
 @pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k")])
 def test_request_count_is_at_least_litellm_token_counter(model):
-    import litellm
+    litellm = load_litellm()
 
     messages = [
         {"role": "system", "content": "You are a warm companion."},

@@ -6,7 +6,7 @@ Two kinds of :class:`TokenCounter`, both chosen by :func:`counter_for` from a li
 
 - **Exact counters** for the tokenizers that ship with litellm and load offline: OpenAI's
   ``cl100k_base`` and ``o200k_base`` (through ``tiktoken``; litellm bundles the files and
-  :func:`runtime.config.prepare_environment` points ``TIKTOKEN_CACHE_DIR`` at them) and DeepSeek's
+  :func:`runtime._offline.load_tiktoken` points ``TIKTOKEN_CACHE_DIR`` at them) and DeepSeek's
   tokenizer (``deepseek_tokenizer.json``, loaded with the Hugging Face ``tokenizers`` library). They
   count text exactly and add a safe message framing (OpenAI Cookbook, "How to count tokens with
   tiktoken": 3 tokens per message plus the role, 1 per name, 3 to prime the reply; we charge more).
@@ -34,13 +34,13 @@ import functools
 import json
 import math
 import operator
-import os
 import re
 import struct
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from errors import ConfigurationError
+from runtime._offline import litellm_tokenizer_dir, load_litellm, load_tiktoken
 
 MESSAGE_FRAMING = 4
 """Tokens charged per message for its delimiters, on top of the role's own tokens.
@@ -614,22 +614,16 @@ DEEPSEEK = "deepseek"
 
 def _litellm_tokenizer_dir() -> Path:
     """litellm's bundled tokenizer folder (``litellm/litellm_core_utils/tokenizers``), found without importing litellm."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
+    folder = litellm_tokenizer_dir()
+    if folder is None:
         raise ConfigurationError("litellm is not installed; it bundles the tokenizer files.")
-    return Path(list(spec.submodule_search_locations)[0]) / "litellm_core_utils" / "tokenizers"
+    return folder
 
 
 @functools.lru_cache(maxsize=None)
 def _tiktoken_encoding(name: str) -> Any:
     """The tiktoken encoding ``name``, loaded once from litellm's bundled files."""
-    from runtime.config import prepare_environment
-
-    prepare_environment()
-    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(_litellm_tokenizer_dir()))
-    import tiktoken
+    tiktoken = load_tiktoken()
 
     try:
         return tiktoken.get_encoding(name)
@@ -723,7 +717,7 @@ _OPENAI_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "azu
 
 def _quiet(call: Callable[[], Any]) -> Any:
     """Run a litellm lookup with its debug printing off (it prints a provider list on failure)."""
-    import litellm
+    litellm = load_litellm()
 
     previous = litellm.suppress_debug_info
     litellm.suppress_debug_info = True
@@ -747,10 +741,7 @@ def tokenizer_kind(model: str | None) -> str | None:
     """
     if not model:
         return None
-    from runtime.config import prepare_environment
-
-    prepare_environment()
-    import litellm
+    litellm = load_litellm()
 
     provider: str | None = None
     name = model
@@ -773,7 +764,7 @@ def tokenizer_kind(model: str | None) -> str | None:
     if huggingface_tokenizer_kind is not None and huggingface_tokenizer_kind(model) == DEEPSEEK:
         return DEEPSEEK
     if provider in _OPENAI_PROVIDERS:
-        import tiktoken
+        tiktoken = load_tiktoken()
 
         for candidate in (str(name).rsplit("/", 1)[-1], model.rsplit("/", 1)[-1]):
             try:

@@ -207,8 +207,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from persona import load_persona
     from runtime.service import open_engine
 
-    import litellm
+    from runtime._offline import load_litellm
 
+    litellm = load_litellm()
     litellm.suppress_debug_info = True  # its "Give Feedback" banners would land in the conversation on stdout
     settings = _settings()
     persona = load_persona(Path(args.persona)) if args.persona else None

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from errors import SummarizationError
 from prompts import render
+from runtime._offline import load_litellm
 from runtime.messages import Message, to_openai
 from runtime.accounting import TokenCounter
 
@@ -474,7 +475,7 @@ class LiteLLMSummarizer:
     ) -> SummaryDraft:
         if not turns:
             raise SummarizationError("Nothing to summarize: no turns were given.", session_id=session_id)
-        import litellm
+        litellm = load_litellm()
 
         try:
             response = litellm.completion(

@@ -51,6 +51,7 @@ from errors import (
     ModelUnavailableError,
     UnknownModelError,
 )
+from runtime._offline import load_litellm
 
 from runtime.messages import to_openai
 
@@ -196,7 +197,7 @@ def _text(exc: BaseException) -> str:
 
 def is_overflow(exc: BaseException) -> bool:
     """True if ``exc`` says the prompt exceeds the model's context window."""
-    import litellm
+    litellm = load_litellm()
 
     if isinstance(exc, litellm.exceptions.ContextWindowExceededError):
         return True
@@ -235,7 +236,7 @@ def retry_after(exc: BaseException) -> float | None:
 def _litellm(*names: str) -> tuple[type[BaseException], ...]:
     """litellm's exception classes of these names that this litellm version has (the test
     that iterates ``litellm.exceptions`` catches a new class that none of the rules covers)."""
-    import litellm.exceptions as lx
+    lx = load_litellm().exceptions
 
     return tuple(getattr(lx, n) for n in names if isinstance(getattr(lx, n, None), type))
 
@@ -353,7 +354,7 @@ def model_window(model: str) -> int:
     Raises:
         UnknownModelError: litellm does not know the model, or not its window.
     """
-    import litellm
+    litellm = load_litellm()
 
     previous = litellm.suppress_debug_info
     litellm.suppress_debug_info = True
@@ -552,7 +553,7 @@ class LiteLLMReplier:
     ) -> Reply:
         """One request. litellm's exceptions come out wrapped in :class:`_ProviderFailure`;
         ``on_delta``'s own exceptions come out as they are."""
-        import litellm
+        litellm = load_litellm()
 
         kwargs: dict[str, Any] = dict(
             model=self.model,

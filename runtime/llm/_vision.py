@@ -29,6 +29,7 @@ import re
 from typing import Iterable
 
 from runtime.accounting import anthropic_image_tokens, openai_image_tokens
+from runtime._offline import load_litellm
 
 VISION_FAMILIES = (
     r"gpt-4o", r"gpt-4\.1", r"gpt-4\.5", r"gpt-5", r"gpt-4-turbo", r"(?:^|/)o[134](?:-|$)(?!mini)",
@@ -48,7 +49,7 @@ _FAMILY = re.compile("|".join(VISION_FAMILIES))
 
 def catalog_says(model: str) -> bool:
     """Layer 1a: litellm's model map says ``model`` supports vision (False when it does not know it)."""
-    import litellm
+    litellm = load_litellm()
 
     previous = litellm.suppress_debug_info
     litellm.suppress_debug_info = True
