@@ -19,13 +19,14 @@ import structlog
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-from errors import SummarizationError
+from errors import ModelCallError, SummarizationError
 from memory.recall import recall_segments
 from memory.tables import TurnState
 from runtime.compaction import Compactor, plan_rollout
 from runtime.service import user_turn_coverage
 from runtime.compaction import ExtractiveSummarizer, LiteLLMSummarizer, map_summarizer_error
 from runtime.accounting import counter_for
+from runtime.llm import error_class_for
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 SUMMARY_MODEL = "fake-summary"
@@ -286,7 +287,10 @@ def test_every_litellm_error_maps_to_summarization_error():
         exc = cls(**{p.name: fill.get(p.name) for p in params if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD})
         mapped = map_summarizer_error(exc, model="m", session_id="s1")
         assert isinstance(mapped, SummarizationError), cls
-        assert mapped.session_id == "s1" and cls.__name__ in str(mapped)
+        assert mapped.session_id == "s1" and "'m'" in str(mapped)
+        # classified by the replier's mapping, into one of its specific errors, chained to the original
+        assert type(mapped.__cause__) is error_class_for(exc) and type(mapped.__cause__) is not ModelCallError, cls
+        assert mapped.__cause__.__cause__ is exc
 
 
 # -- caps, merging, what never rolls out -------------------------------------------------

@@ -16,8 +16,8 @@ When a merged summary exceeds its token cap, the oldest user quotes leave first
 (:func:`fit_to_cap`); they are archived verbatim, so they can still be recalled.
 
 Every summary is checked by :func:`validate_summary` before it is accepted. Errors
-from litellm are mapped to :class:`~errors.SummarizationError` in one place,
-:func:`map_summarizer_error`.
+from litellm are classified by the replier's mapping (:func:`runtime.llm.map_model_error`)
+and wrapped in a :class:`~errors.SummarizationError` by :func:`map_summarizer_error`.
 
 Item shapes (dicts, stored as JSON in ``summaries.items``):
 
@@ -41,6 +41,7 @@ from prompts import render
 from runtime._offline import load_litellm
 from runtime.messages import Message, to_openai
 from runtime.accounting import TokenCounter
+from runtime.llm import map_model_error
 
 if TYPE_CHECKING:
     from runtime.config import Settings
@@ -327,15 +328,16 @@ def _prefix_that_fits(item: dict[str, Any], room: int, counter: TokenCounter) ->
 def map_summarizer_error(exc: BaseException, *, model: str, session_id: str | None) -> SummarizationError:
     """Turn an exception from litellm (or the network under it) into a :class:`SummarizationError`.
 
-    The one place that does it. The message names the model, the HTTP status when
-    there is one, and the original class; it never carries conversation text.
+    The exception is classified by :func:`runtime.llm.map_model_error`, the same mapping the
+    replier uses; the result is the returned error's ``__cause__`` (and ``exc`` is that one's),
+    so raise it as it is, without ``from``. The message is the mapped error's: it names the
+    model, the HTTP status when there is one, and the original class, never conversation text.
     """
-    status = getattr(exc, "status_code", None)
-    detail = str(exc).splitlines()[0] if str(exc) else ""
-    where = f" (HTTP {status})" if status else ""
-    return SummarizationError(
-        f"The summary model {model!r} failed{where}: {type(exc).__name__}: {detail[:300]}", session_id=session_id
-    )
+    cause = map_model_error(exc, model=model, session_id=session_id)
+    cause.__cause__ = exc
+    error = SummarizationError(f"The summary failed: {cause}", session_id=session_id)
+    error.__cause__ = cause
+    return error
 
 
 def previous_as_json(previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -487,7 +489,7 @@ class LiteLLMSummarizer:
                 **self.extra,
             )
         except Exception as exc:  # every litellm/httpx/openai error becomes one SummarizationError
-            raise map_summarizer_error(exc, model=self.model, session_id=session_id) from exc
+            raise map_summarizer_error(exc, model=self.model, session_id=session_id)  # noqa: B904 (chained inside)
         raw = response.choices[0].message.content or ""
         try:
             items = parse_model_summary(raw, turns=turns, previous=previous)

@@ -3,7 +3,8 @@ vision capability and image transcription.
 """
 
 from runtime.llm._image_encode import EDGES, EncodedImage, QUALITIES, fit_image
-from runtime.llm._replier import LiteLLMReplier, Replier, Reply, RetryPolicy, Tools, error_class_for, map_model_error, model_window, retry_after
+from runtime.llm._errors import error_class_for, map_model_error, retry_after
+from runtime.llm._replier import LiteLLMReplier, Replier, Reply, RetryPolicy, Tools, model_window
 from runtime.llm._transcribe import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
 from runtime.llm._vision import family, image_tokens, sees_images
 

@@ -1,0 +1,215 @@
+"""The one mapping from litellm's exceptions (and the OpenAI client's and httpx's under it) to ours.
+
+:func:`map_model_error` turns any exception a model call raises into the most specific
+:class:`~errors.ModelCallError`, ``raise ... from exc`` at the call site:
+
+- context too long (``ContextWindowExceededError``, or a plain 400 worded as in
+  :data:`OVERFLOW_WORDING`) -> :class:`~errors.ContextOverflowError`;
+- 401, 403, or no API key configured -> :class:`~errors.ModelAuthError`;
+- 429, 5xx, timeout, lost connection -> :class:`~errors.ModelUnavailableError` (retryable);
+- any other 4xx, content policy, guardrail, spend budget -> :class:`~errors.ModelRequestError`.
+
+The replier raises the result; the model summarizer wraps it in a
+:class:`~errors.SummarizationError` (see ``runtime.compaction``). A test iterates every
+class in ``litellm.exceptions`` and checks that each maps to one of the four.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from errors import (
+    ContextOverflowError,
+    ModelAuthError,
+    ModelCallError,
+    ModelRequestError,
+    ModelUnavailableError,
+)
+from runtime._offline import load_litellm
+
+OVERFLOW_WORDING = re.compile(
+    r"maximum context length"  # OpenAI, Azure, vLLM
+    r"|context_length_exceeded"  # OpenAI/Azure error code
+    r"|reduce the length of the (?:input )?messages"  # OpenAI, Azure, vLLM
+    r"|is longer than the (?:model's )?maximum (?:context|model) length"  # vLLM
+    r"|exceeds? the (?:available )?context (?:size|window)"  # llama.cpp, others
+    r"|prompt is too long|input is too long",  # Anthropic, Bedrock
+    re.IGNORECASE,
+)
+"""How providers word a context overflow inside a plain 400 (or 413)."""
+
+_LIMIT = re.compile(r"maximum context length (?:is |of )?(\d+)", re.IGNORECASE)
+
+RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+"""HTTP statuses worth another attempt: timeouts, rate limits, overload and server errors."""
+
+
+
+# -- classification -------------------------------------------------------------
+def _text(exc: BaseException) -> str:
+    """The provider's message: ``message``, else ``str(exc)``, first line."""
+    try:
+        raw = getattr(exc, "message", None) or str(exc)
+    except Exception:  # an exception whose __str__ fails still gets classified
+        raw = ""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):  # the JSON error body, when the client kept it
+        raw = f"{raw} {body.get('message') or ''} {body.get('code') or ''} {body.get('type') or ''}"
+    return str(raw)
+
+
+def is_overflow(exc: BaseException) -> bool:
+    """True if ``exc`` says the prompt exceeds the model's context window."""
+    litellm = load_litellm()
+
+    if isinstance(exc, litellm.exceptions.ContextWindowExceededError):
+        return True
+    status = getattr(exc, "status_code", None)
+    return status in (None, 400, 413) and bool(OVERFLOW_WORDING.search(_text(exc)))
+
+
+def provider_limit(exc: BaseException) -> int | None:
+    """The context limit the provider named in its message, tokens, if it named one."""
+    match = _LIMIT.search(_text(exc))
+    return int(match.group(1)) if match else None
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """The provider's ``Retry-After`` (or ``retry-after-ms``) from the error's response, seconds."""
+    headers: Any = getattr(exc, "litellm_response_headers", None)
+    if not headers:
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms") is not None:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        raw = headers.get("retry-after")
+        if raw is None:
+            return None
+        try:
+            return max(0.0, float(raw))
+        except ValueError:  # an HTTP date
+            return max(0.0, parsedate_to_datetime(raw).timestamp() - time.time())
+    except (TypeError, ValueError, AttributeError):  # an unreadable header is no header
+        return None
+
+
+def _litellm(*names: str) -> tuple[type[BaseException], ...]:
+    """litellm's exception classes of these names that this litellm version has (the test
+    that iterates ``litellm.exceptions`` catches a new class that none of the rules covers)."""
+    lx = load_litellm().exceptions
+
+    return tuple(getattr(lx, n) for n in names if isinstance(getattr(lx, n, None), type))
+
+
+_MISSING_CREDENTIALS = re.compile(
+    r"missing credentials|api_key client option must be set|set the `?[A-Z_]*API_KEY`? environment variable", re.IGNORECASE
+)
+"""How the OpenAI client (inside litellm) says no API key was given at all. litellm reports it
+as an InternalServerError (HTTP 500) before any request is sent; retrying cannot help."""
+
+
+def is_missing_credentials(exc: BaseException) -> bool:
+    """True if ``exc`` says no API key was configured (see :data:`_MISSING_CREDENTIALS`)."""
+    return bool(_MISSING_CREDENTIALS.search(_text(exc)))
+
+
+def error_class_for(exc: BaseException) -> type[ModelCallError]:
+    """Which of our errors ``exc`` (from litellm, the OpenAI client or httpx) becomes."""
+    import httpx
+    import openai
+
+    if is_overflow(exc):
+        return ContextOverflowError
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)) or is_missing_credentials(exc):
+        return ModelAuthError
+    if isinstance(
+        exc,
+        (
+            openai.RateLimitError,
+            openai.InternalServerError,
+            *_litellm("ServiceUnavailableError", "BadGatewayError", "MidStreamFallbackError"),
+            openai.APIConnectionError,  # openai.APITimeoutError and litellm.Timeout are subclasses
+            httpx.TransportError,
+        ),
+    ):
+        return ModelUnavailableError
+    if isinstance(
+        exc,
+        (
+            openai.BadRequestError,  # litellm's policy, unsupported-param, unknown-provider errors are subclasses
+            openai.NotFoundError,
+            openai.UnprocessableEntityError,
+            openai.APIResponseValidationError,
+            *_litellm(
+                "BudgetExceededError",
+                "GuardrailRaisedException",
+                "BlockedPiiEntityError",
+                "ModifyResponseException",
+                "SensitiveDataRouteException",
+                "ModelNotMappedError",
+            ),
+        ),
+    ):
+        return ModelRequestError
+    if isinstance(exc, (openai.OpenAIError, httpx.HTTPError)):  # generic ones: decide by status
+        status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+        if status in (401, 403):
+            return ModelAuthError
+        if status is None or status in RETRYABLE_STATUS or status >= 500:
+            return ModelUnavailableError
+        return ModelRequestError
+    return ModelCallError
+
+
+def map_model_error(exc: BaseException, *, model: str, session_id: str | None) -> ModelCallError:
+    """Turn an exception from litellm (or the network under it) into the most specific
+    :class:`ModelCallError`. The message names the model, the HTTP status and the original
+    class, never conversation text."""
+    cls = error_class_for(exc)
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    detail = _text(exc).strip().splitlines()[0] if _text(exc).strip() else ""
+    where = f" (HTTP {status})" if status else ""
+    kwargs: dict[str, Any] = dict(session_id=session_id, model=model, status=status)
+    if cls is ContextOverflowError:
+        limit = provider_limit(exc)
+        return ContextOverflowError(
+            f"The model {model!r} rejected the prompt as longer than its context window{where}"
+            + (f" of {limit} tokens" if limit else "") + f": {detail[:300]}",
+            provider_limit=limit,
+            **kwargs,
+        )
+    if cls is ModelAuthError and is_missing_credentials(exc):  # no request was sent: no HTTP status to report
+        return ModelAuthError(
+            f"No API key is configured for the model {model!r}: {detail[:300]} "
+            "Set the provider's API key variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) or COMPANION_API_BASE.",
+            **kwargs,
+        )
+    if cls is ModelAuthError:
+        return ModelAuthError(
+            f"The model {model!r} refused the credentials{where}: {type(exc).__name__}: {detail[:300]} "
+            "Check the provider's API key variable (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...) and COMPANION_MODEL.",
+            **kwargs,
+        )
+    if cls is ModelUnavailableError:
+        return ModelUnavailableError(
+            f"The model {model!r} is unavailable{where}: {type(exc).__name__}: {detail[:300]}",
+            retry_after=retry_after(exc),
+            **kwargs,
+        )
+    if cls is ModelRequestError:
+        return ModelRequestError(
+            f"The model {model!r} refused the request{where}: {type(exc).__name__}: {detail[:300]}", **kwargs
+        )
+    return ModelCallError(
+        f"The model call to {model!r} failed unexpectedly: {type(exc).__name__}: {detail[:300]}", **kwargs
+    )
+
+
+# -- the model's window ---------------------------------------------------------
