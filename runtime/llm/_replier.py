@@ -119,7 +119,16 @@ def run_tool_call(tools: Tools, call: ToolCall) -> str:
 
 
 class Replier(Protocol):
-    """Produces the assistant's reply to an assembled message list."""
+    """Produces the assistant's reply to an assembled message list.
+
+    The engine reads ``model`` (whether images go to the model itself, and how its
+    image tokens are priced) and passes ``tools`` whenever a turn has files to read
+    or images to describe, so a replier must accept it (it may ignore the tools and
+    answer in text).
+    """
+
+    model: str
+    """The litellm model string the replies come from, e.g. ``openai/gpt-4o-mini``."""
 
     def reply(
         self,
@@ -127,8 +136,10 @@ class Replier(Protocol):
         *,
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
+        tools: Tools | None = None,
     ) -> Reply:
-        """Reply whole, or streamed to ``on_delta`` piece by piece when it is given.
+        """Reply whole, or streamed to ``on_delta`` piece by piece when it is given;
+        offer ``tools`` to the model when given and run the calls it makes.
 
         Raises:
             ModelCallError: one of its subclasses, when no reply can be had.
