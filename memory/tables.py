@@ -169,29 +169,7 @@ class CompactionState(SQLModel, table=True):
     """Successful compactions so far."""
 
 
-# -- issue 7: knowledge base and pinned user profiles ----------------------------
-class KnowledgeChunk(SQLModel, table=True):
-    """One chunk of a persona's knowledge base, embedded for retrieval (migration 0006)."""
-
-    __tablename__ = "knowledge_chunks"
-
-    id: Optional[int] = Field(default=None, primary_key=True)
-    persona: str = Field(max_length=200)
-    """Name of the persona whose knowledge this is; retrieval filters on it."""
-    source: str = Field(max_length=500)
-    """The file name the chunk came from; adding that file again replaces its chunks."""
-    chunk_index: int
-    """Position of the chunk in its file, from 0."""
-    content: str = Field(sa_column=Column(Text, nullable=False))
-    tokens: int
-    """Estimated tokens of ``content``."""
-    sha256: str = Field(max_length=64)
-    """SHA-256 (hex) of ``content``."""
-    embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
-    """``vector(N)``, N as in ``archived_segments``."""
-    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
-
-
+# -- pinned user profiles (knowledge_chunks has no table class: memory.knowledge reads and writes it) --
 class UserProfile(SQLModel, table=True):
     """A user's pinned facts, rendered first in the ``memory`` source (migration 0006)."""
 

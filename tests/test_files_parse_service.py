@@ -139,3 +139,19 @@ def test_an_edit_during_a_parse_drops_the_stale_result_and_parses_the_new_bytes(
     assert service.wait(stored.id, LONG) == "ready"
     assert "new words" in files.get(stored.id, user_id="u1").extract
     assert parser.calls == 2
+
+
+def test_opening_a_runtime_parses_the_files_a_stopped_process_left_pending(files, db_url, embedder, tmp_path):
+    from runtime.config import Settings
+    from runtime.service import Database, open_engine
+
+    stored = files.add(user_id="u1", name="list.md", data=F.markdown_bytes())  # stored, never submitted
+    assert files.get(stored.id, user_id="u1").parse_state == "pending"
+    settings = Settings(database_url=db_url, files_dir=tmp_path / "files")
+    engine = open_engine(settings, with_model=False, embedder=embedder,
+                         database=Database(db_url, files.engine, embedded=False))
+    try:
+        assert engine.file_services.parses.parses_started == 1  # started by opening, not by a wait
+        assert engine.file_services.parses.wait(stored.id, LONG) == "ready"
+    finally:
+        engine.file_services.close()

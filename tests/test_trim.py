@@ -6,7 +6,7 @@ import pytest
 
 from errors import ConfigurationError
 
-from runtime.accounting import CalibratedCounter, correction, correction_factor
+from runtime.accounting import CalibratedCounter, correction
 from runtime.accounting import counter_for
 from runtime.context import fit_messages
 
@@ -152,7 +152,7 @@ def test_a_message_too_big_for_any_room_is_cut_not_dropped():
     ],
 )
 def test_correction_factor_only_makes_estimates_safer(samples, expected):
-    assert correction_factor(samples) == pytest.approx(expected)
+    assert correction(samples).factor == pytest.approx(expected)
 
 
 def test_correction_keeps_a_fixed_provider_cost_as_overhead():

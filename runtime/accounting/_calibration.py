@@ -57,11 +57,6 @@ def correction(samples: Sequence[tuple[int | None, int | None]]) -> Calibration:
     return Calibration(factor=factor, overhead=overhead)
 
 
-def correction_factor(samples: Sequence[tuple[int, int]]) -> float:
-    """The factor of :func:`correction`."""
-    return correction(samples).factor
-
-
 @dataclass(frozen=True, kw_only=True)
 class Baseline:
     """The last request the provider reported usage for."""

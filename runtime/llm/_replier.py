@@ -66,10 +66,6 @@ class Reply:
     """Requests made for this reply, the first one included (retries and tool rounds too)."""
     tool_calls: tuple["ToolCall", ...] = ()
     """Tool calls the model asked for, all rounds, in order (empty without tools)."""
-    tool_rounds: int = 0
-    """Follow-up requests made after running tool calls."""
-    total_prompt_tokens: int | None = None
-    """Prompt tokens the provider reported over all requests of this reply (``prompt_tokens`` is the first request's)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,7 +259,6 @@ class LiteLLMReplier:
         calls: list[ToolCall] = []
         attempts = 0
         first_prompt: int | None = None
-        total_prompt = 0
         completion = 0
         deltas = _Joiner(on_delta) if on_delta is not None else None
         rounds = 0
@@ -275,7 +270,6 @@ class LiteLLMReplier:
             answer = self._retrying(convo, session_id=session_id, on_delta=deltas, extra=extra)
             attempts += answer.attempts
             first_prompt = answer.prompt_tokens if rounds == 0 else first_prompt
-            total_prompt += answer.prompt_tokens or 0
             completion += answer.completion_tokens or 0
             if answer.content:
                 texts.append(answer.content)
@@ -290,8 +284,6 @@ class LiteLLMReplier:
                     interrupted=answer.interrupted,
                     attempts=attempts,
                     tool_calls=tuple(calls),
-                    tool_rounds=rounds,
-                    total_prompt_tokens=total_prompt or None,
                 )
             calls.extend(answer.tool_calls)
             convo.append({

@@ -44,8 +44,6 @@ log = structlog.get_logger("companion.images")
 
 SECTION = re.compile(r"【\s*图\s*(\d+)\s*】|\[\s*(?:Image|图)\s*(\d+)\s*\]|^\s*\**Image\s+(\d+)\s*\**\s*:", re.IGNORECASE | re.MULTILINE)
 """The numbered per-image markers a batched reply may use: 【图1】, [Image 1], ``Image 1:``."""
-NO_TEXT = "(no text)"
-"""What the OCR-only prompt asks a model to answer for an image without text."""
 
 
 @dataclass(frozen=True, kw_only=True)

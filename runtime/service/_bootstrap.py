@@ -19,6 +19,8 @@ from runtime.logs import configure_logging
 from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, model_window
 from runtime.compaction import Summarizer
 
+log = structlog.get_logger("companion.bootstrap")
+
 
 @dataclass(frozen=True)
 class Database:
@@ -71,7 +73,8 @@ def open_engine(
     """An engine ready for turns.
 
     The embedded database is migrated automatically; a ``DATABASE_URL`` database
-    must already be at head (``companion db upgrade``).
+    must already be at head (``companion db upgrade``). Stored files still ``pending``
+    (their process stopped before parsing them) start parsing in the background.
 
     Args:
         with_model: ``False`` opens an engine that never calls the chat model (replay,
@@ -100,7 +103,10 @@ def open_engine(
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
-    services = open_file_services(settings, database.engine)  # attachments (issue 9)
+    services = open_file_services(settings, database.engine)
+    resumed = services.parses.submit_pending()  # files a stopped process left unparsed
+    if resumed:
+        log.info("file.parse.resumed", files=resumed)
     return Engine(
         settings=settings,
         store=Store(database.engine),
