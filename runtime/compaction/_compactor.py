@@ -46,7 +46,7 @@ from memory.store import NewSegment, Store
 from memory.tables import CompactionState, Turn, TurnState, utcnow
 from prompts import render
 from runtime.compaction._summarizers import RolledTurn, Summarizer, validate_summary
-from runtime.accounting import TokenCounter
+from runtime.accounting import TokenCounter, longest_fitting_prefix
 
 log = structlog.get_logger("companion.compaction")
 
@@ -140,12 +140,12 @@ def cut_for_summarizer(turn: Turn, *, limit: int, counter: TokenCounter) -> Roll
     """
     text = turn.content
     if turn.tokens > limit and counter.count_text(text) > limit:
-        lo, hi = 0, len(text)
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            cost = counter.count_text(text[:mid] + render("notice_turn_cut", shown=mid, total=len(text)))
-            lo, hi = (mid, hi) if cost <= limit else (lo, mid - 1)
-        text = text[:lo]
+        whole = text
+
+        def fits(n: int) -> bool:
+            return counter.count_text(whole[:n] + render("notice_turn_cut", shown=n, total=len(whole))) <= limit
+
+        text = text[: longest_fitting_prefix(len(text), fits)]
     return RolledTurn(
         seq=turn.seq, role=turn.role, date=turn.created_at.date().isoformat(), text=text, chars=len(turn.content)
     )

@@ -39,8 +39,8 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 from errors import SummarizationError
 from prompts import render
 from runtime._offline import load_litellm
+from runtime.accounting import TokenCounter, longest_fitting_prefix
 from runtime.messages import Message, to_openai
-from runtime.accounting import TokenCounter
 from runtime.llm import map_model_error
 
 if TYPE_CHECKING:
@@ -316,12 +316,11 @@ def _prefix_that_fits(item: dict[str, Any], room: int, counter: TokenCounter) ->
     """The longest prefix of a user line (an exact substring) whose line fits ``room`` tokens."""
     text = item["text"]
     total = item.get("cut_of") or len(text)
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        cost = counter.count_text(render_line({**item, "text": text[:mid], "cut_of": total})) + 1
-        lo, hi = (mid, hi) if cost <= room else (lo, mid - 1)
-    return {**item, "text": text[:lo], "cut_of": total} if lo >= MIN_QUOTE_PREFIX_CHARS else None
+    def fits(n: int) -> bool:
+        return counter.count_text(render_line({**item, "text": text[:n], "cut_of": total})) + 1 <= room
+
+    cut = longest_fitting_prefix(len(text), fits)
+    return {**item, "text": text[:cut], "cut_of": total} if cut >= MIN_QUOTE_PREFIX_CHARS else None
 
 
 # -- the model summarizer -----------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from errors import ConfigurationError
 from prompts import render
-from runtime.accounting import REPLY_PRIMING, TokenCounter
+from runtime.accounting import REPLY_PRIMING, TokenCounter, longest_fitting_prefix
 from runtime.messages import with_text
 
 Message = Mapping[str, Any]
@@ -82,11 +82,7 @@ def cut_text_to(msg: Message, room: int, counter: TokenCounter, notice: str, *, 
 
     if counter.count_message(build(0)) > room:
         return None
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if counter.count_message(build(mid)) <= room else (lo, mid - 1)
-    return build(lo)
+    return build(longest_fitting_prefix(len(text), lambda n: counter.count_message(build(n)) <= room))
 
 
 def _cap_tool_results(

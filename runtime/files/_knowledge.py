@@ -22,7 +22,7 @@ import structlog
 from memory.embeddings import Embedder
 from errors import KnowledgeFileError
 from memory.knowledge import NewChunk, replace_sources
-from runtime.accounting import TokenCounter
+from runtime.accounting import TokenCounter, longest_fitting_prefix
 
 log = structlog.get_logger("companion.knowledge")
 
@@ -172,12 +172,9 @@ def _pieces(paragraph: str, limit: int, counter: TokenCounter) -> list[str]:
         if current:
             pieces.append(current)
         while counter.count_text(sentence) > limit:  # one sentence longer than the cap: cut it
-            lo, hi = 1, len(sentence)
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                lo, hi = (mid, hi) if counter.count_text(sentence[:mid]) <= limit else (lo, mid - 1)
-            pieces.append(sentence[:lo])
-            sentence = sentence[lo:].lstrip()
+            cut = longest_fitting_prefix(len(sentence), lambda n, s=sentence: counter.count_text(s[:n]) <= limit, least=1)
+            pieces.append(sentence[:cut])
+            sentence = sentence[cut:].lstrip()
         current = sentence
     if current:
         pieces.append(current)
