@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Mapping, Sequence
 
-from sqlalchemy import Engine, text
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Engine, bindparam, text
 
 from memory.database import storage_errors
 
@@ -51,8 +52,8 @@ class KnowledgeSource:
     added_at: datetime
 
 
-def _vector(values: Sequence[float]) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in values) + "]"
+_EMBEDDING = Vector()
+"""pgvector's SQLAlchemy type: it writes a Python sequence of floats as a vector literal."""
 
 
 def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
@@ -65,7 +66,7 @@ def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Seque
                     text(
                         "INSERT INTO knowledge_chunks (persona, source, chunk_index, content, tokens, sha256, embedding) "
                         "VALUES (:p, :s, :i, :c, :t, :h, CAST(:e AS vector))"
-                    ),
+                    ).bindparams(bindparam("e", type_=_EMBEDDING)),
                     [
                         {
                             "p": persona,
@@ -74,7 +75,7 @@ def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Seque
                             "c": chunk.content,
                             "t": chunk.tokens,
                             "h": hashlib.sha256(chunk.content.encode("utf-8")).hexdigest(),
-                            "e": _vector(chunk.embedding),
+                            "e": list(chunk.embedding),
                         }
                         for i, chunk in enumerate(chunks)
                     ],
@@ -112,8 +113,8 @@ def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[flo
             text(
                 "SELECT id, source, chunk_index, content, tokens, embedding <=> CAST(:q AS vector) AS distance "
                 "FROM knowledge_chunks WHERE persona = :p ORDER BY distance, id LIMIT :n"
-            ),
-            {"p": persona, "q": _vector(query_embedding), "n": int(limit)},
+            ).bindparams(bindparam("q", type_=_EMBEDDING)),
+            {"p": persona, "q": list(query_embedding), "n": int(limit)},
         ).fetchall()
     return [
         KnowledgeHit(

@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, Row, text
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import Engine, Row, bindparam, text
 
 from memory.database import storage_errors
 
@@ -117,6 +118,9 @@ ORDER BY score DESC, m.distance, m.id
 LIMIT :limit
 """
 
+_QUERY_VECTOR = bindparam("q", type_=Vector())
+"""``:q``, the query embedding: pgvector's SQLAlchemy type writes the vector literal."""
+
 _NEIGHBOURS = """
 SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
        s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
@@ -162,9 +166,8 @@ def recall_segments(
         exclude_session_id, exclude_from_seq: leave out segments of that session whose
             last turn is at or after that seq (turns still in the recent window).
     """
-    vector = "[" + ",".join(f"{float(x):.7g}" for x in query_embedding) + "]"
     exclude = ""
-    params: dict[str, Any] = {"user_id": user_id, "q": vector, "limit": int(limit), "k": int(rrf_k)}
+    params: dict[str, Any] = {"user_id": user_id, "q": list(query_embedding), "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
     params["qt"] = query_text or ""
     exclude_near = ""
@@ -173,12 +176,12 @@ def recall_segments(
         exclude_near = " AND NOT (s.session_id = :xs AND s.last_seq >= :xseq)"
         params.update(xs=exclude_session_id, xseq=int(exclude_from_seq))
     with storage_errors(exclude_session_id), engine.connect() as conn:
-        hits = [_segment(r) for r in conn.execute(text(_RANKED.format(exclude=exclude)), params).fetchall()]
+        hits = [_segment(r) for r in conn.execute(text(_RANKED.format(exclude=exclude)).bindparams(_QUERY_VECTOR), params).fetchall()]
         near: Sequence[Row[Any]] = []
         expanded = hits[: max(int(expand), 0)]
         if neighbours > 0 and expanded:
             near = conn.execute(
-                text(_NEIGHBOURS.format(exclude=exclude_near)),
+                text(_NEIGHBOURS.format(exclude=exclude_near)).bindparams(_QUERY_VECTOR),
                 {
                     **params,
                     "span": int(neighbours),

@@ -198,10 +198,6 @@ def _pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def _vec(v) -> str:
-    return "[" + ",".join(f"{float(x):.7g}" for x in v) + "]"
-
-
 def measure(conn, sa_engine, *, users: int, queries: int, seed: int, words, weights, hnsw: bool, ef_values) -> dict:
     """Latencies (ms) and recall@10 per method over ``queries`` random users."""
     from pgvector.psycopg import register_vector
@@ -252,7 +248,7 @@ def measure(conn, sa_engine, *, users: int, queries: int, seed: int, words, weig
             with conn.transaction():
                 for s in settings:
                     conn.execute(s)
-                rows = conn.execute(("EXPLAIN (COSTS OFF) " if explain else "") + sql, {"q": _vec(q), "u": u}).fetchall()
+                rows = conn.execute(("EXPLAIN (COSTS OFF) " if explain else "") + sql, {"q": q, "u": u}).fetchall()
             return [r[0] for r in rows]
         return run
 
@@ -282,7 +278,7 @@ def measure(conn, sa_engine, *, users: int, queries: int, seed: int, words, weig
             print(f"  {'':<44} recall@10 {results[name]['recall_at_10']:.3f} (mean rows returned {results[name]['mean_rows']:.1f})", flush=True)
     with conn.transaction():
         plan = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + exact_sql, {"q": _vec(cases[0][1]), "u": cases[0][0]}
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + exact_sql, {"q": cases[0][1], "u": cases[0][0]}
         ).fetchall()
     results["exact_plan"] = [r[0] for r in plan]
     return results
