@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
-import struct
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -63,10 +62,12 @@ TOKENIZER_NAMES = ["cl100k_base", "o200k_base", "deepseek", "anthropic"]
 
 
 def _png(width: int, height: int) -> str:
-    """A data URL of a tiny valid PNG header declaring ``width`` x ``height`` pixels."""
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    chunk = struct.pack(">I", len(ihdr)) + b"IHDR" + ihdr + struct.pack(">I", zlib.crc32(b"IHDR" + ihdr))
-    return "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + chunk).decode()
+    """A data URL of a real (blank, 1-bit) PNG of ``width`` x ``height`` pixels."""
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("1", (width, height)).save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
 
 
 # --- the estimator never undercounts ---------------------------------------------------------
@@ -319,3 +320,14 @@ def test_request_count_is_at_least_litellm_token_counter(model):
     ]
     reference = litellm.token_counter(model=model or "gpt-4o", messages=messages, tools=[TOOL])
     assert counter_for(model).count_messages(messages, tools=[TOOL]) >= reference
+
+
+@pytest.mark.parametrize("fmt", [pytest.param(f, id=f.lower()) for f in ("PNG", "JPEG", "GIF", "WEBP")])
+def test_inline_image_size_is_read_from_each_format_providers_accept(fmt):
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (1000, 500)).save(out, format=fmt)
+    url = f"data:image/{fmt.lower()};base64," + base64.b64encode(out.getvalue()).decode()
+    part = {"type": "image_url", "image_url": {"url": url}}
+    assert _image_cost(counter_for(None), part) == max(openai_image_tokens(1000, 500), anthropic_image_tokens(1000, 500))

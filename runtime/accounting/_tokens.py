@@ -31,13 +31,15 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import io
 import json
 import math
 import operator
 import re
-import struct
 from pathlib import Path
 from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from PIL import Image, UnidentifiedImageError
 
 from errors import ConfigurationError
 from runtime._offline import litellm_tokenizer_dir, load_litellm, load_tiktoken
@@ -143,39 +145,20 @@ def anthropic_image_tokens(width: int, height: int) -> int:
     return math.ceil(w * scale * h * scale / 750)
 
 
+_SIZED_FORMATS = ("PNG", "GIF", "JPEG", "WEBP")
+"""Formats whose size :func:`_image_size` reads: the ones chat providers accept inline."""
+
+
 def _image_size(data: bytes) -> tuple[int, int] | None:
-    """(width, height) in pixels from the header of PNG, GIF, JPEG or WebP bytes, else ``None``."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
-        return struct.unpack(">II", data[16:24])
-    if data[:6] in (b"GIF87a", b"GIF89a") and len(data) >= 10:
-        return struct.unpack("<HH", data[6:10])
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP" and len(data) >= 30:
-        chunk = data[12:16]
-        if chunk == b"VP8X":
-            return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
-        if chunk == b"VP8 ":
-            w, h = struct.unpack("<HH", data[26:30])
-            return w & 0x3FFF, h & 0x3FFF
-        if chunk == b"VP8L":
-            bits = int.from_bytes(data[21:25], "little")
-            return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    """(width, height) in pixels of PNG, GIF, JPEG or WebP bytes, else ``None``.
+
+    Pillow reads the header only (``Image.open`` is lazy), so this costs no decoding.
+    """
+    try:
+        with Image.open(io.BytesIO(data), formats=_SIZED_FORMATS) as image:
+            return image.size
+    except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError):
         return None
-    if data[:2] == b"\xff\xd8":
-        i = 2
-        while i + 9 < len(data):
-            if data[i] != 0xFF:
-                i += 1
-                continue
-            marker = data[i + 1]
-            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
-                i += 1 if marker == 0xFF else 2
-                continue
-            length = int.from_bytes(data[i + 2 : i + 4], "big")
-            if marker in (0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF):
-                h, w = struct.unpack(">HH", data[i + 5 : i + 9])
-                return w, h
-            i += 2 + length
-    return None
 
 
 def _decode_data(data: str) -> bytes | None:
