@@ -24,7 +24,7 @@ place each: litellm in :mod:`runtime.llm`, psycopg/SQLAlchemy in :mod:`memory.da
     │   ├── NotFoundError           no such user or session for this app (HTTP 404)
     │   ├── SessionClosedError      the session was closed; it takes no new turns
     │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
-    │   └── FileError               a stored-file operation cannot be done as asked (issue 9)
+    │   └── FileError               a stored-file operation cannot be done as asked
     │       ├── FileInputError      an upload or a file_read argument is bad (name, size, page, limit)
     │       ├── FileNotFound        no such file id for this user (unknown and foreign ids alike)
     │       └── FileParseError      the bytes are corrupt, encrypted or of no supported format
@@ -139,7 +139,7 @@ class InvalidMessageError(UsageError):
 
     Attributes:
         reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_large``, ``empty``, ``bad_role``;
-            for attachments and edits (issue 9): ``bad_attachments`` (not a list of file ids),
+            for attachments and edits: ``bad_attachments`` (not a list of file ids),
             ``bad_edit`` (no such user turn, or it has left the recent window), ``no_replier``.
         position: character (or byte, for ``invalid_utf8`` bytes input) offset of the problem, if any.
     """
@@ -150,7 +150,7 @@ class InvalidMessageError(UsageError):
         self.position = position
 
 
-# -- issue 8: the HTTP API and the session life cycle ---------------------------------
+# -- the HTTP API and the session life cycle ------------------------------------------
 class InvalidRequestError(UsageError):
     """An HTTP API request is missing a field or uses one wrongly. Nothing was stored.
 
@@ -209,7 +209,7 @@ class TurnInProgressError(UsageError):
         self.session_id = session_id
 
 
-# -- files (issue 9) ------------------------------------------------------------
+# -- stored files ---------------------------------------------------------------
 class FileError(UsageError):
     """A stored-file operation cannot be done as asked. Nothing was stored or changed.
 

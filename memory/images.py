@@ -1,4 +1,4 @@
-"""The transcript cache of image files (``image_transcripts``, issue 10).
+"""The transcript cache of image files (``image_transcripts``).
 
 One row per image file: the description the vision model (or OCR) wrote the first time a
 text-only model needed it. Writing is idempotent (the first transcript of a file wins, as

@@ -222,7 +222,7 @@ class Store:
 
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
-            if row is not None and row[0] is not None:  # issue 8: a closed session takes no new turns
+            if row is not None and row[0] is not None:  # a closed session takes no new turns
                 raise SessionClosedError(
                     f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
                     "(it begins from this one's summary).",
@@ -470,7 +470,7 @@ class Store:
                 session_id=session_id,
             )
 
-    # -- issue 8: carried-over summaries ---------------------
+    # -- carried-over summaries ------------------------------
     def carried_quotes(self, session_id: str) -> dict[int, str]:
         """User quotes the session's summary carried over from its previous session:
         their (non-positive) ``seq`` → text. They were validated against that session's
@@ -483,7 +483,7 @@ class Store:
             if i.get("carried_from") and i.get("role") == "user" and isinstance(i.get("seq"), int) and i["seq"] <= 0
         }
 
-    # -- attachments and deletion (issue 9) ---------------------------------------
+    # -- attachments and deletion -----------------------------------------------
     def turn_attachments(self, session_id: str, *, head_chars: int) -> dict[int, list[TurnFile]]:
         """The files carried by the session's turns: turn id -> :class:`TurnFile` rows in attachment
         order, each with the first ``head_chars`` characters of its extract. A read: nothing changes.

@@ -32,7 +32,7 @@ class TurnState(str, Enum):
 
 
 class App(SQLModel, table=True):
-    """A client application of the HTTP API, with one API key (issue 8)."""
+    """A client application of the HTTP API, with one API key."""
 
     __tablename__ = "apps"
 
@@ -48,7 +48,7 @@ class User(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
-    # -- issue 8: app scoping ------------------------------------------------------
+    # -- app scoping ---------------------------------------------------------------
     app_id: Optional[str] = Field(default=None, foreign_key="apps.id", max_length=200)
     """The app that owns this user (HTTP API); ``None`` for CLI and replay users."""
     external_id: Optional[str] = Field(default=None, max_length=200)
@@ -65,7 +65,7 @@ class ChatSession(SQLModel, table=True):
     persona: str = Field(default="", max_length=200)
     """Name of the persona this session talks as."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
-    # -- issue 8: session life cycle -------------------------------------------------
+    # -- session life cycle ----------------------------------------------------------
     closed_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
     """When the session was closed (it takes no new turns); ``None`` while open."""
     closed_by: Optional[str] = Field(default=None, max_length=200)
@@ -184,7 +184,7 @@ class UserProfile(SQLModel, table=True):
     learned: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Facts merged from the profile section of summaries, oldest first."""
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
-# -- files (issue 9) ------------------------------------------------------------
+# -- stored files ---------------------------------------------------------------
 class ParseState(str, Enum):
     """Where a stored file's parse stands. ``ready``, ``empty``, ``needs_ocr`` and ``failed`` are final."""
 
@@ -261,7 +261,7 @@ class TurnFile(SQLModel, table=True):
 
 
 class ImageTranscript(SQLModel, table=True):
-    """The cached description of one image file (issue 10): written once, read by every later request.
+    """The cached description of one image file: written once, read by every later request.
 
     The file id is the anchor (``turn_files``); this row is only a cache and goes with its file."""
 

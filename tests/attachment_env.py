@@ -1,4 +1,4 @@
-"""Fixtures for the attachment tests (issue 9, turns): an engine with the file services on
+"""Fixtures for the attachment tests: an engine with the file services on
 the test database, files stored and parsed by the real parsers, the model faked at HTTP."""
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def make_engine_for(store, embedder, fake_llm):
     return build
 
 
-# -- issue 8: the HTTP API on a real uvicorn server on loopback -----------------------
+# -- the HTTP API on a real uvicorn server on loopback --------------------------------
 API_WINDOW = 4096
 """The context window of the API tests' engine, tokens."""
 

@@ -1,4 +1,4 @@
-"""Images (issue 10): vision routing, the transcript cache and its markers, batching, the
+"""Images: vision routing, the transcript cache and its markers, batching, the
 fallback chain, OCR, the re-encoding matrix, token cost, the generated-image relay.
 
 Real database and real litellm client; the models are the loopback fake server, answering

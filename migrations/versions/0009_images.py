@@ -1,4 +1,4 @@
-"""Images (issue 10): the transcript cache of image files.
+"""Images: the transcript cache of image files.
 
 ``image_transcripts`` holds one description per image file, written by the vision model
 (or OCR) the first time a text-only model needed it. The file id stays the anchor in

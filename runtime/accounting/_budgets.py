@@ -2,7 +2,7 @@
 
 All numbers are tokens. The defaults (persona 4000, memory 2000, retrieval 3000,
 summary 2000, recent 12000, reply reserve 1000) are this project's design
-figures (issue #2), not borrowed from elsewhere.
+figures, not borrowed from elsewhere.
 """
 
 from __future__ import annotations

@@ -354,12 +354,12 @@ class _MessageCounter:
 
 
 # ---------------------------------------------------------------------------------------------
-# The first estimator (baseline, issue #2)
+# The first estimator (a comparison baseline)
 # ---------------------------------------------------------------------------------------------
 
 
 class FirstEstimator(_MessageCounter):
-    """The first estimator, kept as a comparison baseline (issue #2).
+    """The first estimator, kept as a comparison baseline for the benchmark.
 
     Each Han, Kana or Hangul character counts as one token and all other text as ``ceil(chars / 4)``
     tokens (the common "4 characters per token" rule of thumb for English, OpenAI's tokenizer guide).

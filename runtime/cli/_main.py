@@ -227,7 +227,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         "your next line; /quit or Ctrl-D ends.",
         flush=True,
     )
-    attach: list[str] = []  # file ids for the next line (issue 9)
+    attach: list[str] = []  # file ids for the next line
     if existing is None:  # a new session opens with the character's first message, if it has one
         greeting = engine.greet(user_id=args.user, session_id=args.session, greeting=args.greeting)
         if greeting is not None:
@@ -367,7 +367,7 @@ def cmd_breaker_reset(args: argparse.Namespace) -> int:
     return 0
 
 
-# -- issue 7: personas, knowledge base, pinned profiles ---------------------------
+# -- personas, knowledge base, pinned profiles ----------------------------------
 def cmd_persona_show(args: argparse.Namespace) -> int:
     """Print the persona as the model sees it, with tokens per part and the budget."""
     from persona import load_persona
@@ -479,7 +479,7 @@ def cmd_profile_set(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_issue7_commands(sub) -> None:
+def _add_persona_commands(sub) -> None:
     persona = sub.add_parser("persona", help="persona files")
     p_sub = persona.add_subparsers(dest="persona_command", required=True)
     show = p_sub.add_parser("show", help="print a persona as the model sees it, with tokens per part")
@@ -513,7 +513,7 @@ def _add_issue7_commands(sub) -> None:
     pset.add_argument("--fact", action="append", help="add a fact (repeatable)")
     pset.add_argument("--clear-facts", action="store_true", help="remove the user-set facts first")
     pset.set_defaults(func=cmd_profile_set)
-# -- issue 8: the HTTP service, apps and the close job -----------------------------
+# -- the HTTP service, apps and the close job --------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     """Open the engine once and serve the HTTP API under uvicorn until Ctrl-C."""
     import uvicorn
@@ -630,7 +630,7 @@ def _add_service_commands(sub) -> None:
     once.set_defaults(func=cmd_jobs_close_idle)
 
 
-# -- files (issue 9) --------------------------------------------------------------
+# -- files ----------------------------------------------------------------------
 FILES_ADD_WAIT_SECONDS = 600.0
 """``files add`` waits this long at most for each parse before it reports the state it has."""
 
@@ -879,15 +879,15 @@ def build_parser() -> argparse.ArgumentParser:
     reset = b_sub.add_parser("reset", help="close a session's breaker")
     reset.add_argument("session", type=_id_arg)
     reset.set_defaults(func=cmd_breaker_reset)
-    _add_files_parser(sub)  # issue 9
-    session = sub.add_parser("session", help="session commands")  # issue 9 (turns)
+    _add_files_parser(sub)
+    session = sub.add_parser("session", help="session commands")
     s_sub = session.add_subparsers(dest="session_command", required=True)
     s_delete = s_sub.add_parser("delete", help="delete a session and the files no other session references")
     s_delete.add_argument("session", type=_id_arg)
     s_delete.add_argument("--user", required=True, type=_id_arg, help="the session's owner (checked)")
     s_delete.set_defaults(func=cmd_session_delete)
-    _add_issue7_commands(sub)
-    _add_service_commands(sub)  # issue 8
+    _add_persona_commands(sub)
+    _add_service_commands(sub)
     return parser
 
 

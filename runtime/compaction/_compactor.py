@@ -234,7 +234,7 @@ class Compactor:
                 recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
             )
 
-    # -- issue 8: closing a session ----------------------------------------------
+    # -- closing a session ------------------------------------------------------
     def roll_out_all(
         self, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
     ) -> CompactionOutcome | None:
@@ -333,7 +333,7 @@ class Compactor:
                 cap=summary_cap,
                 counter=self.counter,
                 boundary_seq=boundary,
-                user_turns={  # quotes carried over from the previous session (issue 8) count as the user's
+                user_turns={  # quotes carried over from the previous session count as the user's
                     **self.store.carried_quotes(session_id),
                     **self.store.user_turn_texts(session_id, through_seq=boundary),
                 },
