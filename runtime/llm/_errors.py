@@ -47,7 +47,6 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 """HTTP statuses worth another attempt: timeouts, rate limits, overload and server errors."""
 
 
-
 # -- classification -------------------------------------------------------------
 def _text(exc: BaseException) -> str:
     """The provider's message: ``message``, else ``str(exc)``, first line."""
@@ -108,7 +107,8 @@ def _litellm(*names: str) -> tuple[type[BaseException], ...]:
 
 
 _MISSING_CREDENTIALS = re.compile(
-    r"missing credentials|api_key client option must be set|set the `?[A-Z_]*API_KEY`? environment variable", re.IGNORECASE
+    r"missing credentials|api_key client option must be set|set the `?[A-Z_]*API_KEY`? environment variable",
+    re.IGNORECASE,
 )
 """How the OpenAI client (inside litellm) says no API key was given at all. litellm reports it
 as an InternalServerError (HTTP 500) before any request is sent; retrying cannot help."""
@@ -181,7 +181,8 @@ def map_model_error(exc: BaseException, *, model: str, session_id: str | None) -
         limit = provider_limit(exc)
         return ContextOverflowError(
             f"The model {model!r} rejected the prompt as longer than its context window{where}"
-            + (f" of {limit} tokens" if limit else "") + f": {detail[:300]}",
+            + (f" of {limit} tokens" if limit else "")
+            + f": {detail[:300]}",
             provider_limit=limit,
             **kwargs,
         )
