@@ -47,11 +47,12 @@ from __future__ import annotations
 
 import functools
 import unicodedata
+from typing import Final
 from dataclasses import dataclass
 
 import regex
 
-NORMAL_FORM = "NFKC"
+NORMAL_FORM: Final = "NFKC"
 """The Unicode normal form keys and scanned text are matched in."""
 
 REGEX_TIMEOUT_S = 0.02

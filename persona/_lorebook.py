@@ -197,7 +197,8 @@ def _placement(raw: Mapping[str, Any], ext: Mapping[str, Any], *, where: str, pa
     """``(placement, depth, role)`` from the V2 ``position`` field and SillyTavern's extensions."""
     st_position = ext.get("position")
     depth = _int(ext.get("depth"), field=f"{where}.extensions.depth", path=path, default=4)
-    role = _ST_ROLES.get(ext.get("role"), "system") if not isinstance(ext.get("role"), str) else ext["role"].lower()
+    raw_role = ext.get("role")
+    role = raw_role.lower() if isinstance(raw_role, str) else _ST_ROLES.get(raw_role if isinstance(raw_role, int) else -1, "system")
     if role not in ROLES:
         role = "system"
     if isinstance(st_position, int) and not isinstance(st_position, bool):
@@ -214,7 +215,8 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
     content = raw.get("content")
     if not isinstance(content, str):
         raise PersonaError(f"Persona file {path!r}: {where}.content must be a string.", path=path, field=f"{where}.content")
-    ext = raw.get("extensions") if isinstance(raw.get("extensions"), Mapping) else {}
+    found = raw.get("extensions")
+    ext: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     content, deco = parse_decorators(content)
     keys = _str_list(raw.get("keys", raw.get("key")), field=f"{where}.keys", path=path)
     constant = bool(raw.get("constant", False))

@@ -116,7 +116,7 @@ def expand(text: str, ctx: MacroContext, *, field: str = "", depth: int = 0) -> 
     text = _LEGACY_CHAR.sub(lambda _: ctx.char, text)
     text = _LEGACY_USER.sub(lambda _: ctx.user, text)
     kept: list[str] = []
-    rng: _Rng = ctx.rng or random  # type: ignore[assignment]
+    rng: _Rng = ctx.rng or random
     seen = [0]  # macros met so far: a place in the field that random values before it do not move
 
     def one(found: re.Match[str]) -> str:

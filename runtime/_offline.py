@@ -16,7 +16,7 @@ import functools
 import importlib.util
 import os
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 
 @functools.cache
@@ -36,7 +36,7 @@ def litellm_tokenizer_dir() -> Path | None:
     return folder if folder.is_dir() else None
 
 
-def load_litellm() -> ModuleType:
+def load_litellm() -> Any:
     """``litellm``, imported after the offline defaults are in place."""
     _prepare()
     import litellm
@@ -44,7 +44,7 @@ def load_litellm() -> ModuleType:
     return litellm
 
 
-def load_tiktoken() -> ModuleType:
+def load_tiktoken() -> Any:
     """``tiktoken``, imported after ``TIKTOKEN_CACHE_DIR`` points at litellm's bundled files."""
     _prepare()
     import tiktoken

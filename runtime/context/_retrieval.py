@@ -19,7 +19,7 @@ is smaller than what ``retrieval`` leaves them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from persona import MacroContext, expand
 from prompts import render
@@ -151,7 +151,9 @@ def fit_retrieval(
     return result(chosen, cut)
 
 
-def insert_at_depth(messages: Sequence[Message], inserted: Sequence[RetrievalItem]) -> tuple[list[Message], list[int]]:
+def insert_at_depth(
+    messages: Sequence[Mapping[str, Any]], inserted: Sequence[RetrievalItem]
+) -> tuple[list[Mapping[str, Any]], list[int]]:
     """``messages`` (the recent turns, oldest first) with each entry of ``inserted`` placed
     ``depth`` messages before the newest (0: after it; deeper than the turns: before the
     oldest), as the V3 spec's ``@@depth`` and SillyTavern's "@D" place them, and the
@@ -159,7 +161,7 @@ def insert_at_depth(messages: Sequence[Message], inserted: Sequence[RetrievalIte
     gaps: dict[int, list[Message]] = {}
     for item in inserted:
         gaps.setdefault(max(len(messages) - (item.depth or 0), 0), []).append(item.message())
-    out: list[Message] = []
+    out: list[Mapping[str, Any]] = []
     at: list[int] = []
     for i in range(len(messages) + 1):
         for extra in gaps.get(i, []):

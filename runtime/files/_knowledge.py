@@ -172,7 +172,8 @@ def _pieces(paragraph: str, limit: int, counter: TokenCounter) -> list[str]:
         if current:
             pieces.append(current)
         while counter.count_text(sentence) > limit:  # one sentence longer than the cap: cut it
-            cut = longest_fitting_prefix(len(sentence), lambda n, s=sentence: counter.count_text(s[:n]) <= limit, least=1)
+            whole = sentence
+            cut = longest_fitting_prefix(len(whole), lambda n: counter.count_text(whole[:n]) <= limit, least=1)
             pieces.append(sentence[:cut])
             sentence = sentence[cut:].lstrip()
         current = sentence
