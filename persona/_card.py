@@ -30,14 +30,17 @@ _V1_MARKERS = ("first_mes", "mes_example", "personality", "scenario")
 
 
 def parse_card_json(raw: bytes | str, *, path: str, where: str = "") -> Persona:
-    """A persona from card JSON text. ``where`` prefixes error fields (``chara chunk `` for PNGs).
+    """A persona from card JSON text (bytes are UTF-8; a leading byte order mark is ignored).
+
+    ``where`` prefixes error fields (``chara chunk `` for PNGs).
 
     Raises:
         PersonaError: not JSON (field ``json``), an unknown ``spec``, no ``data`` object,
             or a bad field (named, e.g. ``data.name``).
     """
     try:
-        data = json.loads(raw)
+        # utf-8-sig / lstrip: a leading byte order mark is dropped (json.loads rejects it)
+        data = json.loads(raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw.lstrip("\ufeff"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         field = f"{where}json".strip()
         raise PersonaError(f"Persona file {path!r}: {field} is not valid JSON ({exc}).", path=path, field=field) from exc

@@ -33,14 +33,14 @@ DEFAULT_PERSONA_FILE = Path(__file__).resolve().parent / "default.toml"
 
 
 def load_plain(file: Path, raw: bytes, kind: str) -> Persona:
-    """The persona in a TOML (``kind="toml"``) or YAML file's bytes.
+    """The persona in a TOML (``kind="toml"``) or YAML file's bytes (UTF-8; a leading byte order mark is ignored).
 
     Raises:
         PersonaError: invalid UTF-8, TOML or YAML, or bad fields (named).
     """
     path = str(file)
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a leading byte order mark is dropped
     except UnicodeDecodeError as exc:
         raise PersonaError(f"Persona file {path!r} is not valid UTF-8 (byte {exc.start}).", path=path) from None
     if kind == "toml":

@@ -3,6 +3,7 @@ them within the persona budget."""
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import replace
 
@@ -296,3 +297,25 @@ def test_alternate_greetings_are_read_in_order(tmp_path):
     with pytest.raises(PersonaError) as info:
         load_persona(path)
     assert info.value.field == "data.alternate_greetings"
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    "suffix, body",
+    [
+        pytest.param(".toml", 'name = "Mira"\nsystem_prompt = "You are Mira."\r\n', id="toml"),
+        pytest.param(".yaml", "name: Mira\r\nsystem_prompt: You are Mira.\r\n", id="yaml"),
+        pytest.param(".json", json.dumps(v2_card(name="Mira")), id="card-json"),
+    ],
+)
+def test_persona_file_with_a_byte_order_mark_loads(tmp_path, suffix, body):
+    path = tmp_path / f"mira{suffix}"
+    path.write_bytes(BOM + body.encode("utf-8"))
+    assert load_persona(path).name == "Mira"
+
+
+def test_png_card_whose_json_starts_with_a_byte_order_mark_loads(tmp_path):
+    chunk = base64.b64encode(BOM + json.dumps(v2_card(name="Mira")).encode("utf-8")).decode("ascii")
+    path = write_card_png(tmp_path / "mira.png", {"chara": chunk})
+    assert load_persona(path).name == "Mira"

@@ -58,3 +58,43 @@ def test_a_replay_with_a_bad_turn_stores_nothing(tmp_path, make_engine_for, stor
 
         assert conn.execute(text("SELECT count(*) FROM turns")).scalar() == 0
         assert conn.execute(text("SELECT count(*) FROM sessions")).scalar() == 0
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+@pytest.mark.parametrize(
+    "prefix, newline",
+    [
+        pytest.param(BOM, b"\n", id="bom-lf"),
+        pytest.param(BOM, b"\r\n", id="bom-crlf"),
+        pytest.param(b"", b"\r\n", id="crlf"),
+    ],
+)
+def test_jsonl_with_a_byte_order_mark_or_crlf_loads_every_turn(tmp_path, prefix, newline):
+    path = tmp_path / "conv.jsonl"
+    path.write_bytes(prefix + newline.join([GOOD, REPLY]) + newline)
+    (conversation,) = load_conversations(path)
+    assert [(t.role, t.text) for t in conversation.turns] == [("user", "hi"), ("assistant", "hello")]
+
+
+@pytest.mark.parametrize("newline", [pytest.param("\n", id="lf"), pytest.param("\r\n", id="crlf")])
+def test_locomo_file_with_a_byte_order_mark_loads(tmp_path, newline):
+    sample = {
+        "sample_id": "bom-1",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "Café at noon?"},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Sure."},
+            ],
+        },
+        "qa": [],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_bytes(BOM + json.dumps([sample], ensure_ascii=False, indent=1).replace("\n", newline).encode("utf-8"))
+    (conversation,) = load_conversations(path)
+    assert [t.text for t in conversation.turns] == ["Café at noon?", "Sure."]
+    assert conversation.user_name == "Ana"

@@ -175,6 +175,8 @@ def load_jsonl(lines: Iterable[str], name: str) -> Conversation:
 def load_conversations(path: Path, conversation: str | None = None) -> list[Conversation]:
     """Read a LoCoMo ``.json`` file or a ``.jsonl`` file.
 
+    The file is UTF-8; a leading byte order mark is ignored and lines may end in LF or CRLF.
+
     Raises:
         ConfigurationError: a missing file, an unknown format, or a malformed record.
     """
@@ -185,7 +187,8 @@ def load_conversations(path: Path, conversation: str | None = None) -> list[Conv
     except OSError as exc:
         raise ConfigurationError(f"Cannot read {path}: {exc.strerror or exc}", setting="PATH") from None
     try:
-        raw = data_bytes.decode("utf-8")
+        # utf-8-sig: a leading byte order mark (as Windows editors write) is dropped, not parsed
+        raw = data_bytes.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data_bytes[: exc.start].count(b"\n") + 1
         raise ConfigurationError(
