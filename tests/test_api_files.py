@@ -95,6 +95,56 @@ def test_a_bad_upload_is_refused_and_stores_nothing(app_a, form, code):
     assert http.get("/v1/users/alice/files").json() == []
 
 
+def _upload_with_disposition(http: httpx.Client, user: str, disposition: str, data: bytes) -> httpx.Response:
+    """A multipart upload whose one part has exactly ``disposition`` as its Content-Disposition value."""
+    boundary = "companion-test-boundary"
+    body = (
+        f"--{boundary}\r\nContent-Disposition: {disposition}\r\nContent-Type: text/plain\r\n\r\n".encode("utf-8")
+        + data
+        + f"\r\n--{boundary}--\r\n".encode("ascii")
+    )
+    return http.post(
+        f"/v1/users/{user}/files", content=body, headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    )
+
+
+@pytest.mark.parametrize(
+    "disposition, name",
+    [
+        pytest.param("form-data; name=\"file\"; filename*=UTF-8''%E6%97%A5%E8%A8%98.txt", "日記.txt", id="extended-alone"),
+        pytest.param(
+            "form-data; name=\"file\"; filename=\"nikki.txt\"; filename*=UTF-8''%E6%97%A5%E8%A8%98.txt",
+            "日記.txt",
+            id="extended-after-ascii-fallback",
+        ),
+        pytest.param(
+            "form-data; name=\"file\"; filename*=utf-8''%E6%97%A5%E8%A8%98.txt; filename=\"nikki.txt\"",
+            "日記.txt",
+            id="extended-before-ascii-fallback",
+        ),
+        pytest.param("form-data; name=\"file\"; filename*=iso-8859-1'fr'%E9t%E9.txt", "été.txt", id="extended-latin-1"),
+        pytest.param("form-data; name=\"file\"; filename=\"日記.txt\"", "日記.txt", id="raw-utf8-plain"),
+        pytest.param("form-data; name=\"file\"; filename=\"notes.txt\"", "notes.txt", id="plain"),
+    ],
+)
+def test_an_upload_is_stored_under_its_rfc5987_name(app_a, disposition, name):
+    http, _ = app_a
+    response = _upload_with_disposition(http, "alice", disposition, "Dear diary.\n".encode("utf-8"))
+    assert response.status_code == 201, response.text
+    assert response.json()["name"] == name
+    assert [f["name"] for f in http.get("/v1/users/alice/files").json()] == [name]
+
+
+def test_an_upload_whose_extended_name_does_not_decode_is_a_clear_error(app_a):
+    http, _ = app_a
+    response = _upload_with_disposition(http, "alice", "form-data; name=\"file\"; filename*=no-such-charset''%E6.txt", b"x\n")
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("invalid_request", "file")
+    assert "filename*" in error["message"]
+    assert http.get("/v1/users/alice/files").json() == []
+
+
 def test_an_empty_upload_is_refused(app_a):
     http, _ = app_a
     response = upload(http, "alice", "empty.txt", b"")

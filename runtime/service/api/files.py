@@ -1,6 +1,8 @@
 """Stored files of the calling app's users: upload, list, metadata, read a window, delete.
 
 Uploads are ``multipart/form-data`` with one ``file`` part (python-multipart parses it).
+The stored name is the part's RFC 5987 ``filename*`` (e.g. ``filename*=UTF-8''%E6%97%A5%E8%A8%98.txt``)
+when it has one, else its plain ``filename``; see :class:`ExtendedFilenameParser`.
 A file belongs to one user (its internal id); every route resolves the file's owner
 within the calling app only, so another app's file id answers 404 ``file_not_found``
 exactly like an unknown one. Parsing runs in the background after the upload; the
@@ -10,10 +12,15 @@ metadata route shows its state, and the read route waits for it at most
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
+from email.message import Message
 from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, File, Form, Query, UploadFile, status
+from fastapi import APIRouter, Depends, File, Form, Query, Request, Response, UploadFile, status
 from fastapi.concurrency import run_in_threadpool
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from errors import ConfigurationError, InvalidRequestError, NotFoundError
 from memory.files import file_not_found
@@ -28,7 +35,89 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such user, session or file for this app (`not_found`, `file_not_found`)."},
 }
 
-router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, tags=["files"])
+
+
+def prefer_extended_filename(disposition: bytes, charset: str = "utf-8") -> bytes:
+    """A part's ``Content-Disposition`` value with its RFC 5987 ``filename*`` made the plain ``filename``.
+
+    ``disposition`` is the raw header value (bytes as sent). When it carries ``filename*``
+    (``charset'language'percent-encoded``, RFC 5987 / RFC 2231, as curl, requests and browsers'
+    ``fetch`` polyfills write for non-ASCII names), the result is ``form-data; name="…";
+    filename="<decoded name>"`` encoded in ``charset`` (the form's charset), so the extended
+    name wins over an ASCII fallback ``filename`` beside it, and a part with only ``filename*``
+    is a file. RFC 7578 section 4.2 discourages ``filename*`` in forms and python-multipart drops
+    it, but clients send it. A ``filename*`` that does not decode (unknown charset, bad bytes)
+    is dropped; the plain ``filename``, if any, stays. Without ``filename*`` the value is
+    returned unchanged.
+
+    Raises:
+        InvalidRequestError: ``filename*`` does not decode and there is no plain ``filename``
+            (field ``file``).
+    """
+    if b"filename*" not in disposition.lower():
+        return disposition
+    message = Message()
+    message["content-disposition"] = disposition.decode("latin-1")
+    params = message.get_params(header="content-disposition") or []
+    kind = params[0][0] if params else "form-data"
+    plain: dict[str, str] = {}
+    extended: str | None = None
+    for key, value in params[1:]:
+        if isinstance(value, tuple):  # an RFC 2231 value: (charset, language, text as latin-1 code points)
+            if key.lower() == "filename" and extended is None:
+                try:
+                    extended = bytes(value[2], "raw-unicode-escape").decode(value[0] or "us-ascii")
+                except (LookupError, UnicodeDecodeError):
+                    continue
+        else:
+            plain[key.lower()] = value
+    if extended is not None:
+        plain["filename"] = extended.encode(charset, "replace").decode("latin-1")
+    elif "filename" not in plain:
+        raise InvalidRequestError(
+            "The file part's filename* does not decode: give charset''percent-encoded-name (RFC 5987), "
+            "e.g. filename*=UTF-8''%E6%97%A5%E8%A8%98.txt.",
+            field="file",
+        )
+    parts = [kind] + [
+        '{}="{}"'.format(key, value.replace("\\", "\\\\").replace('"', '\\"')) for key, value in plain.items()
+    ]
+    return "; ".join(parts).encode("latin-1")
+
+
+class ExtendedFilenameParser(MultiPartParser):
+    """Starlette's multipart parser, with each part's name taken by :func:`prefer_extended_filename`."""
+
+    def on_headers_finished(self) -> None:
+        part = self._current_part
+        part.content_disposition = prefer_extended_filename(part.content_disposition, self._charset)
+        super().on_headers_finished()
+
+
+class _ExtendedFilenameRoute(APIRoute):
+    """Routes whose ``multipart/form-data`` body is parsed by :class:`ExtendedFilenameParser`.
+
+    The form is parsed before FastAPI reads it and kept on the request (Starlette's
+    ``Request._form`` cache, which ``request.form()`` returns and closes), so the route's
+    ``File``/``Form`` parameters and the OpenAPI schema stay FastAPI's. A malformed body
+    answers 400, as Starlette's own parse does.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def parse_then_handle(request: Request) -> Response:
+            if request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+                try:
+                    request._form = await ExtendedFilenameParser(request.headers, request.stream()).parse()
+                except MultiPartException as exc:
+                    raise HTTPException(status_code=400, detail=exc.message) from None
+            return await handler(request)
+
+        return parse_then_handle
+
+
+router = APIRouter(prefix="/v1", responses=ERROR_RESPONSES, tags=["files"], route_class=_ExtendedFilenameRoute)
 
 OCTET_STREAM = "application/octet-stream"
 
@@ -57,7 +146,9 @@ def file_services(svc: Services = Depends(services)) -> FileServices:
 )
 async def upload_file(
     user_id: str,
-    file: UploadFile = File(description="The file's bytes; its filename is the stored name."),
+    file: UploadFile = File(
+        description="The file's bytes; its filename (RFC 5987 `filename*` if given, else `filename`) is the stored name."
+    ),
     durability: Literal["durable", "ephemeral"] = Form(
         "durable", description="`durable` (every session of the user) or `ephemeral` (one session)."
     ),
