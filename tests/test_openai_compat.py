@@ -4,6 +4,8 @@ rest; streamed and whole; the session from the ``user`` field or ``X-Session-Id`
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import openai
 import pytest
@@ -68,6 +70,40 @@ def test_a_streamed_completion_yields_chunks_and_our_usage(sdk, fake_llm, api_en
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
     assert chunks[-1].usage.prompt_tokens == 123 and chunks[-1].usage.total_tokens == 130
     assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 5
+
+
+def test_with_include_usage_every_chunk_before_the_last_carries_null_usage(sdk, api_server, fake_llm):
+    fake_llm.script.append("Calm seas and a clear sky tonight.")
+    chunks = list(
+        sdk.chat.completions.create(
+            model="companion",
+            user="dee",
+            messages=[{"role": "user", "content": "How is the sea?"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    *before, last = chunks
+    assert before and all("usage" in c.model_fields_set and c.usage is None for c in before)
+    assert last.choices == [] and last.usage.total_tokens == last.usage.prompt_tokens + last.usage.completion_tokens
+
+    fake_llm.script.append("Still calm.")
+    with httpx.Client(base_url=api_server, headers={"Authorization": f"Bearer {sdk.api_key}"}, timeout=30) as http:
+        body = {"model": "companion", "user": "dee", "messages": [{"role": "user", "content": "And now?"}], "stream": True}
+        with_usage = _sse_objects(http, {**body, "stream_options": {"include_usage": True}})
+        fake_llm.script.append("Still calm.")
+        without = _sse_objects(http, body)
+    assert [("usage" in c, c.get("usage") is None) for c in with_usage] == [(True, True)] * (len(with_usage) - 1) + [(True, False)]
+    assert not any("usage" in c for c in without)  # not asked for: no usage key at all, as OpenAI does
+
+
+def _sse_objects(http: httpx.Client, body: dict) -> list[dict]:
+    """The JSON objects of a streamed chat completion's ``data:`` lines, without ``[DONE]``."""
+    with http.stream("POST", "/v1/chat/completions", json=body) as response:
+        assert response.status_code == 200
+        lines = [line[len("data:"):].strip() for line in response.iter_lines() if line.startswith("data:")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
 
 
 def test_the_session_header_picks_the_session_and_a_closed_one_continues_in_a_new_one(sdk, api_server, fake_llm):

@@ -11,8 +11,9 @@ pointing its base URL at this server and its API key at the app's key:
   the context (persona, summary, recalled memories, recent turns) is built by the
   runtime. Its content is a string or a list of ``text`` parts.
 - **Answer.** A ``chat.completion`` object, or with ``stream: true`` ``chat.completion.chunk``
-  events ending in ``data: [DONE]`` (usage in a last chunk when
-  ``stream_options.include_usage`` is set). ``usage`` is the runtime's accounting: the
+  events ending in ``data: [DONE]``. When ``stream_options.include_usage`` is set, a last
+  chunk with empty ``choices`` carries the usage and every chunk before it has
+  ``"usage": null``, as OpenAI sends them. ``usage`` is the runtime's accounting: the
   provider's reported tokens when it reported them, else our estimate of the request
   (prompt) and of the stored reply (completion). The response header ``X-Session-Id``
   names the session used. ``model`` is echoed; the server's ``COMPANION_MODEL`` replies.
@@ -159,8 +160,13 @@ async def chat_completions(
 
 
 async def _chunks(run, base: dict[str, Any], include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    # With include_usage, OpenAI sends "usage": null on every chunk before the usage chunk
+    # (API reference, stream_options.include_usage); clients tell the last chunk by it.
+    pending = {"usage": None} if include_usage else {}
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, str]:
-        return {"data": json.dumps({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}, ensure_ascii=False)}
+        choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+        return {"data": json.dumps({**base, "choices": choices, **pending}, ensure_ascii=False)}
 
     yield chunk({"role": "assistant", "content": ""})
     async for kind, value in turn_events(run):
