@@ -81,8 +81,69 @@ OVERFLOW: dict[str, HTTPError] = {
         400, "the request exceeds the available context size, try increasing it",
         type="exceed_context_size_error", code=400,
     ),
+    "llama.cpp-sized": HTTPError(
+        400, "request (1391 tokens) exceeds the available context size (1024 tokens)",
+        type="exceed_context_size_error", code=400,
+    ),
+    "llama.cpp-500": HTTPError(
+        500, "the request exceeds the available context size. try increasing the context size or enable context shift",
+        type="exceed_context_size_error", code=500,
+    ),
+    "anthropic": HTTPError(400, "prompt is too long: 1391 tokens > 1024 maximum", type="invalid_request_error"),
+    "gemini": HTTPError(
+        400, "The input token count (1391) exceeds the maximum number of tokens allowed (1024).", type="INVALID_ARGUMENT", code=400
+    ),
+    "mistral": HTTPError(
+        400, "Prompt contains 1391 tokens, too large for model with 1024 maximum context length", type="invalid_request_error"
+    ),
+    "xai": HTTPError(
+        400, "This model's maximum prompt length is 1024 but the request contains 1391 tokens.", type="invalid_request_error"
+    ),
+    "deepseek": HTTPError(
+        400,
+        "This model's maximum context length is 1024 tokens. However, you requested 1391 tokens "
+        "(1135 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
+        type="invalid_request_error", code="invalid_request_error",
+    ),
+    "vllm-decoder": HTTPError(
+        400,
+        "The decoder prompt (length 1391) is longer than the maximum model length of 1024. Make sure that "
+        "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens.",
+        type="BadRequestError", code=400,
+    ),
+    "sglang": HTTPError(
+        400, "The input (1391 tokens) is longer than the model's context length (1024 tokens).", type="BadRequestError", code=400
+    ),
+    "tgi": HTTPError(422, "Input validation error: `inputs` must have less than 1024 tokens. Given: 1391", type="validation"),
+    "tgi-total": HTTPError(
+        422,
+        "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 1024. Given: 1135 `inputs` tokens and "
+        "256 `max_new_tokens`",
+        type="validation",
+    ),
+    "lm-studio": HTTPError(400, "Input length 1391 exceeds context length 1024", type="invalid_request_error"),
+    "lm-studio-n-keep": HTTPError(
+        400,
+        "The number of tokens to keep from the initial prompt is greater than the context length (n_keep: 1391>= n_ctx: 1024). "
+        "Try to load the model with a larger context length, or provide a shorter input.",
+    ),
+    "ollama": HTTPError(400, "prompt too long; exceeded max context length by 367 tokens", type="api_error"),
+    "ollama-input": HTTPError(400, "the input length exceeds the context length", type="api_error"),
+    "openrouter": HTTPError(
+        400,
+        "This endpoint's maximum context length is 1024 tokens. However, you requested about 1391 tokens (1135 of text "
+        "input, 256 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to "
+        "compress your prompt automatically.",
+        code=400,
+    ),
 }
-"""Context-overflow 400s worded the way each server words them."""
+"""Context-overflow errors worded the way each provider or server words them (their own
+status: 400, TGI's 422, an older llama.cpp's 500). Every limit they state is 1024 tokens."""
+
+OVERFLOW_LIMIT: dict[str, int | None] = {
+    name: (None if name in ("llama.cpp", "llama.cpp-500", "ollama", "ollama-input") else 1024) for name in OVERFLOW
+}
+"""The context limit each :data:`OVERFLOW` wording states, tokens (``None``: it states none)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from runtime.config import Settings
 from runtime.turn import Engine
 from runtime.llm import LiteLLMReplier, RetryPolicy, error_class_for, map_model_error, retry_after
 from tests.conftest import PERSONA
-from tests.fake_llm import OVERFLOW, Cut, Hang, HTTPError, rate_limited
+from tests.fake_llm import OVERFLOW, OVERFLOW_LIMIT, Cut, Hang, HTTPError, rate_limited
 
 
 @pytest.fixture
@@ -191,6 +191,36 @@ def test_streamed_usage_is_stored_and_used_as_the_next_turns_baseline(engine_wit
 
 
 # -- overflow ---------------------------------------------------------------------
+@pytest.mark.parametrize("wording", [pytest.param(k, id=k) for k in OVERFLOW])
+def test_each_providers_overflow_wording_is_an_overflow_with_its_stated_limit(wording):
+    sent = OVERFLOW[wording]
+    exc = _bare(litellm.BadRequestError, f"litellm.BadRequestError: OpenAIException - {sent.message}", sent.status)
+    error = map_model_error(exc, model="m", session_id="s1")
+    assert type(error) is ContextOverflowError
+    assert error.provider_limit == OVERFLOW_LIMIT[wording]
+
+
+@pytest.mark.parametrize(
+    "status, message",
+    [
+        pytest.param(429, "Throttling error: Too many tokens, please wait before trying again.", id="bedrock-throttle"),
+        pytest.param(400, "Rate limit reached: token limit exceeded for this minute", id="rate-limited-proxy"),
+        pytest.param(
+            400, "max_tokens: 10000 > 4096, which is the maximum allowed number of output tokens for claude-3-5-sonnet",
+            id="anthropic-max-tokens",
+        ),
+        pytest.param(
+            413, "Request too large for model `llama-3.3-70b-versatile` on tokens per minute (TPM): Limit 6000, Requested 14810",
+            id="groq-tokens-per-minute",
+        ),
+        pytest.param(400, "Invalid 'messages[1].content': string too long.", id="string-too-long"),
+    ],
+)
+def test_wordings_about_other_limits_are_not_overflows(status, message):
+    exc = _bare(litellm.BadRequestError if status == 400 else litellm.RateLimitError, message, status)
+    assert type(map_model_error(exc, model="m", session_id="s1")) is not ContextOverflowError
+
+
 def test_an_overflow_leads_to_one_harder_compaction_then_success(engine_with, store, fake_llm):
     engine = engine_with(window=1024)
     _fill(engine, "s1", 10)

@@ -3,8 +3,8 @@
 :func:`map_model_error` turns any exception a model call raises into the most specific
 :class:`~errors.ModelCallError`, ``raise ... from exc`` at the call site:
 
-- context too long (``ContextWindowExceededError``, or a plain 400 worded as in
-  :data:`OVERFLOW_WORDING`) -> :class:`~errors.ContextOverflowError`;
+- context too long (``ContextWindowExceededError``, or a plain 400 worded as one of
+  :data:`OVERFLOW_WORDINGS`) -> :class:`~errors.ContextOverflowError`;
 - 401, 403, or no API key configured -> :class:`~errors.ModelAuthError`;
 - 429, 5xx, timeout, lost connection -> :class:`~errors.ModelUnavailableError` (retryable);
 - any other 4xx, content policy, guardrail, spend budget -> :class:`~errors.ModelRequestError`.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -30,18 +31,75 @@ from errors import (
 )
 from runtime._offline import load_litellm
 
-OVERFLOW_WORDING = re.compile(
-    r"maximum context length"  # OpenAI, Azure, vLLM
-    r"|context_length_exceeded"  # OpenAI/Azure error code
-    r"|reduce the length of the (?:input )?messages"  # OpenAI, Azure, vLLM
-    r"|is longer than the (?:model's )?maximum (?:context|model) length"  # vLLM
-    r"|exceeds? the (?:available )?context (?:size|window)"  # llama.cpp, others
-    r"|prompt is too long|input is too long",  # Anthropic, Bedrock
-    re.IGNORECASE,
-)
-"""How providers word a context overflow inside a plain 400 (or 413)."""
+@dataclass(frozen=True)
+class OverflowWording:
+    """One way a provider words "the prompt is longer than the context window" in an error.
 
-_LIMIT = re.compile(r"maximum context length (?:is |of )?(\d+)", re.IGNORECASE)
+    ``pattern`` is matched case-insensitively against the provider's message (and its error
+    body's code/type); its named group ``limit``, when present, captures the context limit
+    the provider stated, in tokens (digits, possibly with thousands separators)."""
+
+    provider: str
+    """Who sends this wording (for readers and tests; not used to match)."""
+    pattern: str
+
+
+_N = r"[\d,]+"
+OVERFLOW_WORDINGS: tuple[OverflowWording, ...] = (
+    # OpenAI, Azure OpenAI, DeepSeek, vLLM, OpenRouter ("This endpoint's ..."):
+    # "This model's maximum context length is 128000 tokens. However, your messages resulted in ..."
+    OverflowWording("openai", rf"maximum context length is (?P<limit>{_N}) tokens"),
+    OverflowWording("openai", r"context_length_exceeded"),  # OpenAI/Azure error code
+    OverflowWording("openai", r"reduce the length of the (?:input )?messages"),
+    # vLLM: "The prompt (total length 1391) is longer than the model's maximum context length of 1024 tokens."
+    #       "The decoder prompt (length 10127) is longer than the maximum model length of 8192."
+    OverflowWording("vllm", rf"longer than the (?:model's )?maximum (?:context|model) length(?: of (?P<limit>{_N}))?"),
+    # SGLang: "The input (61709 tokens) is longer than the model's context length (40960 tokens)."
+    OverflowWording("sglang", rf"longer than the model's context length(?: \((?P<limit>{_N}) tokens\))?"),
+    OverflowWording("sglang", rf"input length \({_N} tokens\) exceeds the maximum allowed length \((?P<limit>{_N}) tokens\)"),
+    # Anthropic (and Bedrock): "prompt is too long: 209353 tokens > 200000 maximum"
+    OverflowWording("anthropic", rf"prompt is too long(?:: {_N} tokens > (?P<limit>{_N}) maximum)?"),
+    OverflowWording("anthropic", r"input is too long"),
+    # Gemini: "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
+    OverflowWording("gemini", rf"input token count (?:\({_N}\) )?exceeds the maximum number of tokens allowed(?: \((?P<limit>{_N})\))?"),
+    # Mistral: "Prompt contains 300000 tokens, too large for model with 131072 maximum context length"
+    OverflowWording("mistral", rf"too large for model with (?P<limit>{_N}) maximum context length"),
+    # xAI: "This model's maximum prompt length is 131072 but the request contains 136973 tokens."
+    OverflowWording("xai", rf"maximum prompt length is (?P<limit>{_N}) but the request contains {_N} tokens"),
+    # TGI: "`inputs` must have less than 1024 tokens. Given: 1168"
+    #      "`inputs` tokens + `max_new_tokens` must be <= 32768. Given: ..."
+    OverflowWording("tgi", rf"`inputs` must have less than (?P<limit>{_N}) tokens"),
+    OverflowWording("tgi", rf"`inputs` tokens \+ `max_new_tokens` must be <= (?P<limit>{_N})"),
+    # llama.cpp server: "request (4476 tokens) exceeds the available context size (4096 tokens)",
+    # older: "the request exceeds the available context size, try increasing it"; llama-cpp-python:
+    # "Requested tokens (2138) exceed context window of 2048"
+    OverflowWording("llama.cpp", rf"exceeds? the available context size(?: \((?P<limit>{_N}) tokens\))?"),
+    OverflowWording("llama.cpp", r"exceed_context_size_error"),
+    OverflowWording("llama.cpp", rf"requested tokens \({_N}\) exceed context window of (?P<limit>{_N})"),
+    # LM Studio: "Input length 6491 exceeds context length 1500"; "The number of tokens to keep from the
+    # initial prompt is greater than the context length (n_keep: 13055>= n_ctx: 4096)"; "Trying to keep
+    # the first 10136 tokens when context the overflows. However, the model is loaded with context length
+    # of only 7866 tokens"
+    OverflowWording("lm-studio", rf"input length {_N} exceeds context length (?P<limit>{_N})"),
+    OverflowWording("lm-studio", rf"greater than the context length(?: \(n_keep: {_N}\s*>=\s*n_ctx: (?P<limit>{_N})\))?"),
+    OverflowWording("lm-studio", rf"context the overflows.*?context length of only (?P<limit>{_N}) tokens"),
+    # Ollama: "prompt too long; exceeded max context length by 4096 tokens";
+    #         "the input length exceeds the context length"
+    OverflowWording("ollama", r"prompt too long; exceeded (?:max )?context length"),
+    OverflowWording("ollama", r"input length exceeds the context length"),
+    # others that name the context window outright
+    OverflowWording("generic", r"exceeds? the (?:model's )?context (?:size|window)"),
+)
+"""How providers word a context overflow inside a plain error (400, 413, TGI's 422, or the
+500 some llama.cpp versions send). One row per wording; :func:`is_overflow` tries them all and
+:func:`provider_limit` takes the first stated limit. Sources: each provider's error text as
+users reported it (OpenAI, DeepSeek, OpenRouter, xAI, Gemini, Anthropic, SGLang, vLLM, TGI,
+llama.cpp, LM Studio and Ollama issue trackers; Mistral as client libraries match it). Kept
+specific: rate-limit wordings such as "too many tokens, please wait" must not match."""
+
+_OVERFLOW_PATTERNS = tuple(re.compile(w.pattern, re.IGNORECASE | re.DOTALL) for w in OVERFLOW_WORDINGS)
+OVERFLOW_STATUS = frozenset({None, 400, 413, 422, 500})
+"""HTTP statuses whose message is checked against :data:`OVERFLOW_WORDINGS` (``None``: no status)."""
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 """HTTP statuses worth another attempt: timeouts, rate limits, overload and server errors."""
@@ -67,13 +125,23 @@ def is_overflow(exc: BaseException) -> bool:
     if isinstance(exc, litellm.exceptions.ContextWindowExceededError):
         return True
     status = getattr(exc, "status_code", None)
-    return status in (None, 400, 413) and bool(OVERFLOW_WORDING.search(_text(exc)))
+    if status not in OVERFLOW_STATUS:
+        return False
+    text = _text(exc)
+    return any(pattern.search(text) for pattern in _OVERFLOW_PATTERNS)
 
 
 def provider_limit(exc: BaseException) -> int | None:
-    """The context limit the provider named in its message, tokens, if it named one."""
-    match = _LIMIT.search(_text(exc))
-    return int(match.group(1)) if match else None
+    """The context limit the provider stated in its message, tokens, if it stated one.
+
+    The first :data:`OVERFLOW_WORDINGS` row that matches with a ``limit`` gives it."""
+    text = _text(exc)
+    for pattern in _OVERFLOW_PATTERNS:
+        for match in pattern.finditer(text):
+            limit = match.groupdict().get("limit")
+            if limit:
+                return int(limit.replace(",", ""))
+    return None
 
 
 def retry_after(exc: BaseException) -> float | None:

@@ -3,8 +3,8 @@
 :class:`LiteLLMReplier` calls any model litellm supports, whole or streamed. Errors
 are classified by :func:`runtime.llm._errors.map_model_error`, the one litellm-to-ours mapping:
 
-- context too long (``ContextWindowExceededError``, or a plain 400 worded as in
-  ``OVERFLOW_WORDING``) -> :class:`~errors.ContextOverflowError`; the engine
+- context too long (``ContextWindowExceededError``, or a plain 400 worded as one of
+  ``OVERFLOW_WORDINGS``) -> :class:`~errors.ContextOverflowError`; the engine
   compacts harder and asks once more;
 - 401, 403 -> :class:`~errors.ModelAuthError`, not retried;
 - 429, 5xx, timeout, lost connection -> :class:`~errors.ModelUnavailableError`,
