@@ -22,7 +22,7 @@ from runtime.context import TRANSCRIPT_MARKERS, marker, split_transcripts
 from runtime.llm import LiteLLMReplier
 from runtime.accounting import anthropic_image_tokens, openai_image_tokens
 from runtime.llm import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
-from runtime.llm import family, image_tokens, sees_images
+from runtime.llm import catalog_says, family, heuristic_says, image_tokens, sees_images
 from tests import image_fixtures as img
 from tests.conftest import PERSONA
 from tests.fake_llm import Hang, HTTPError, ToolCalls
@@ -116,6 +116,50 @@ def images_env(store, embedder, fake_llm, tmp_path):
 )
 def test_vision_capability_catalog_then_heuristics(model, sees):
     assert sees_images(model) is sees
+
+
+VISION_MODELS = [
+    "gpt-4o", "gpt-4o-mini", "gpt-4.1-nano", "gpt-5", "o1", "o3", "o4-mini",
+    "anthropic/claude-3-haiku-20240307", "claude-sonnet-4-20250514",
+    "gemini/gemini-2.0-flash", "gemini/gemini-1.5-pro", "gemini/gemma-3-27b-it",
+    "ollama/gemma3:4b", "ollama/gemma3", "gemma-3-12b-it", "ollama/gemma3n:e4b",
+    "ollama/llava", "ollama/llama3.2-vision", "groq/llama-3.2-11b-vision-preview",
+    "meta-llama/llama-4-scout-17b-16e-instruct", "mistral/pixtral-12b-2409",
+    "openrouter/qwen/qwen-2.5-vl-72b-instruct", "ollama/qwen2.5vl:7b", "qwen/qwen2.5-omni-7b",
+    "ollama/minicpm-v", "ollama/moondream", "xai/grok-2-vision-1212",
+]
+TEXT_ONLY_MODELS = [
+    # text-only members of vision families
+    "ollama/gemma3:1b", "gemma-3-1b-it", "openrouter/google/gemma-3-1b-it", "ollama/gemma3:270m",
+    "o1-preview", "o1-preview-2024-09-12", "o1-mini", "o3-mini",
+    "gpt-4o-realtime-preview", "gpt-4o-mini-tts", "gpt-4o-transcribe",
+    "gemini-pro", "vertex_ai/gemini-1.0-pro-002", "mistral/mistral-small-2501",
+    # the catalog's explicit supports_vision: false, for names the heuristics would call vision
+    "azure/gpt-4o-audio-preview-2024-12-17", "watsonx/meta-llama/llama-4-maverick-17b", "gemini/lyria-3-pro-preview",
+    # plainly text-only
+    "gpt-3.5-turbo", "gpt-4", "deepseek/deepseek-chat", "deepseek/deepseek-reasoner", "text-embedding-3-small",
+    "ollama/llama3", "groq/llama-3.3-70b-versatile", "claude-2.1", "ollama/phi3", "mistral/codestral-latest",
+]
+
+
+@pytest.mark.parametrize(
+    "model, sees",
+    [pytest.param(m, True, id=f"vision:{m}") for m in VISION_MODELS]
+    + [pytest.param(m, False, id=f"text:{m}") for m in TEXT_ONLY_MODELS],
+)
+def test_vision_routing_table(model, sees):
+    assert sees_images(model) is sees
+
+
+@pytest.mark.parametrize("model", ["watsonx/meta-llama/llama-4-maverick-17b", "gemini/lyria-3-pro-preview"])
+def test_the_catalogs_explicit_no_beats_a_name_that_looks_like_vision(model):
+    assert catalog_says(model) is False
+    assert heuristic_says(model)  # the name alone would route pixels
+    assert not sees_images(model)
+
+
+def test_an_operators_listed_model_sees_images_even_against_the_catalog():
+    assert sees_images("ollama/gemma3:1b", ("ollama/gemma3:1b",))
 
 
 def test_configured_vision_models_count():

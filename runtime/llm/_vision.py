@@ -3,14 +3,20 @@
 **Capability** (:func:`sees_images`), decided in two layers; the answer routes the whole
 request (pixels for a vision model, transcripts for a text-only one):
 
-1. the catalog: ``litellm.supports_vision(model)`` (litellm's bundled model map), plus the
-   names listed in ``COMPANION_VISION_MODELS``;
-2. family heuristics for names the catalog does not know yet, so that a new vision model is
-   not downgraded: names containing ``vision``, ``omni``, ``-vl`` / ``_vl`` / ``vl-`` (Qwen-VL,
-   InternVL, "*-vl-*"), or of a known multimodal family (:data:`VISION_FAMILIES`: gpt-4o,
-   gpt-4.1, gpt-5, o1/o3/o4, claude-3 and later, gemini, llava, pixtral, llama-3.2 vision
-   sizes, llama-4, gemma-3, minicpm-v, moondream, glm-4v, ...). :data:`TEXT_ONLY` names
-   (e.g. ``gpt-3.5``, ``deepseek-chat``, ``o1-mini``) never match a heuristic.
+0. the names listed in ``COMPANION_VISION_MODELS`` (the operator's word) are vision models;
+1. the catalog: litellm's bundled model map (``litellm.get_model_info``), when its entry
+   states ``supports_vision`` either way. An explicit ``false`` is final: no name heuristic
+   overrides it (e.g. ``azure/gpt-4o-audio-preview-2024-12-17``, a text-and-audio model of a
+   vision family);
+2. family heuristics for names the catalog does not know or states nothing about, so that a
+   new vision model is not downgraded: names containing ``vision``, ``omni``, ``-vl`` /
+   ``_vl`` / ``vl-`` (Qwen-VL, InternVL, "*-vl-*"), or of a known multimodal family
+   (:data:`VISION_FAMILIES`: gpt-4o, gpt-4.1, gpt-5, o1/o3/o4, claude-3 and later, gemini,
+   llava, pixtral, llama-3.2 vision sizes, llama-4, gemma-3, minicpm-v, moondream, glm-4v,
+   ...). :data:`TEXT_ONLY` names the text-only members of those families and other
+   text-only models (``gpt-3.5``, ``o1-mini``, ``o1-preview``, ``o3-mini``, the 1B and 270M
+   Gemma 3, Gemini 1.0 Pro, Mistral Small 3.0, audio/realtime/speech variants of gpt-4o,
+   ``deepseek-chat``, embedding models); they never match a heuristic.
 
 **Cost** (:func:`image_tokens`): by the provider family of the model:
 
@@ -32,7 +38,7 @@ from runtime.accounting import anthropic_image_tokens, openai_image_tokens
 from runtime._offline import load_litellm
 
 VISION_FAMILIES = (
-    r"gpt-4o", r"gpt-4\.1", r"gpt-4\.5", r"gpt-5", r"gpt-4-turbo", r"(?:^|/)o[134](?:-|$)(?!mini)",
+    r"gpt-4o", r"gpt-4\.1", r"gpt-4\.5", r"gpt-5", r"gpt-4-turbo", r"(?:^|/)o[134](?:-|$)",
     r"claude-(?:3|sonnet-4|opus-4|haiku-4|4)", r"claude-[a-z]+-[4-9]", r"gemini", r"llava", r"bakllava", r"pixtral",
     r"llama-?3\.2-(?:11|90)b", r"llama-?4", r"gemma-?3", r"minicpm-?v", r"moondream", r"glm-4v", r"glm-4\.\dv",
     r"qwen2?\.?5?-?vl", r"qvq", r"internvl", r"idefics", r"phi-?[34]\.?5?-(?:multimodal|vision)", r"grok-(?:2-)?vision",
@@ -41,24 +47,37 @@ VISION_FAMILIES = (
 """Known multimodal families (regular expressions searched in the lower-cased model name)."""
 VISION_WORDS = re.compile(r"vision|omni|[-_/]vl(?:[-_.:]|$)|\bvl[-_]")
 """Name parts that mark a vision model: vision, omni, -vl (an unknown ``*-vl-*`` counts)."""
-TEXT_ONLY = re.compile(r"gpt-3\.5|o1-mini|o3-mini|deepseek-(?:chat|reasoner|coder)|text-embedding|embed|whisper|tts")
-"""Names no heuristic may call a vision model (text-only variants inside vision families)."""
+TEXT_ONLY = re.compile(
+    r"gpt-3\.5"
+    r"|(?:^|/)o1-(?:mini|preview)|(?:^|/)o3-mini"  # OpenAI: the first o1 releases and o3-mini take text only
+    r"|gpt-4o(?:-mini)?-(?:audio|realtime|transcribe|tts)"  # gpt-4o speech variants: audio, no images
+    r"|gemma-?3[-:_]?(?:1b|270m)"  # Gemma 3: the 1B and 270M sizes are text-only (Gemma 3 model card)
+    r"|gemini(?:-1\.0)?-pro(?:-\d{3})?(?:$|[-:@](?!vision))"  # Gemini 1.0 Pro (gemini-pro-vision was separate)
+    r"|mistral-small-(?:3\.0|2501|24b-instruct-2501)"  # Mistral Small 3.0 (vision from 3.1)
+    r"|deepseek-(?:chat|reasoner|coder|r1|v[23])|text-embedding|embed|whisper|tts|transcribe"
+)
+"""Names no heuristic may call a vision model: text-only members of vision families and
+text-only models whose names carry a vision word. Searched in the lower-cased name."""
 
 _FAMILY = re.compile("|".join(VISION_FAMILIES))
 
 
-def catalog_says(model: str) -> bool:
-    """Layer 1a: litellm's model map says ``model`` supports vision (False when it does not know it)."""
+def catalog_says(model: str) -> bool | None:
+    """Layer 1: what litellm's model map states about ``model`` seeing images.
+
+    ``True`` or ``False`` when the model's entry sets ``supports_vision``; ``None`` when the
+    model is not in the map or its entry says nothing (then the heuristics decide)."""
     litellm = load_litellm()
 
     previous = litellm.suppress_debug_info
     litellm.suppress_debug_info = True
     try:
-        return bool(litellm.supports_vision(model=model))
+        stated = litellm.get_model_info(model=model).get("supports_vision")
     except Exception:  # an unmapped model: the catalog does not know it
-        return False
+        return None
     finally:
         litellm.suppress_debug_info = previous
+    return stated if isinstance(stated, bool) else None
 
 
 def heuristic_says(model: str) -> bool:
@@ -71,10 +90,12 @@ def heuristic_says(model: str) -> bool:
 
 def sees_images(model: str, configured: Iterable[str] = ()) -> bool:
     """True if replies from ``model`` may carry pixels: the configured list
-    (``COMPANION_VISION_MODELS``, exact names), litellm's catalog, then the name heuristics."""
+    (``COMPANION_VISION_MODELS``, exact names), then what litellm's catalog states (its
+    explicit ``false`` included), then the name heuristics."""
     if model in set(configured):
         return True
-    return catalog_says(model) or heuristic_says(model)
+    stated = catalog_says(model)
+    return heuristic_says(model) if stated is None else stated
 
 
 def family(model: str) -> str:
