@@ -6,6 +6,8 @@ import base64
 import io
 import json
 import os
+import random
+import string
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from errors import ConfigurationError
 from runtime._offline import load_litellm, load_tiktoken
+from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
 from runtime.accounting import (
     MESSAGE_FRAMING,
     REPLY_PRIMING,
@@ -331,3 +334,126 @@ def test_inline_image_size_is_read_from_each_format_providers_accept(fmt):
     url = f"data:image/{fmt.lower()};base64," + base64.b64encode(out.getvalue()).decode()
     part = {"type": "image_url", "image_url": {"url": url}}
     assert _image_cost(counter_for(None), part) == max(openai_image_tokens(1000, 500), anthropic_image_tokens(1000, 500))
+# --- the estimator's bound on text the fit never saw ------------------------------------------
+
+THREE = ["cl100k_base", "o200k_base", "deepseek"]
+"""The tokenizers the estimator must never undercount: the largest of their counts is the reference."""
+
+
+def _random_chars(seed: int, low: int, high: int, n: int = 1000) -> str:
+    rng = random.Random(seed)
+    return "".join(chr(rng.randint(low, high)) for _ in range(n))
+
+
+def _stacked(seed: int) -> str:
+    rng = random.Random(seed)
+    return "".join("aeiou"[i % 5] + "".join(chr(rng.randint(0x300, 0x36F)) for _ in range(5)) for i in range(170))[:1000]
+
+
+UNSEEN_CLASSES = {
+    # the classes measured as undercounted (estimate / largest real count 0.46-0.79)
+    "digit-runs": "".join(random.Random(1).choices(string.digits, k=1000)),
+    "spaced-han": " ".join("哈" * 500)[:1000],
+    "cjk-extension-a": _random_chars(2, 0x3400, 0x4DBF),
+    "cjk-extension-b": _random_chars(3, 0x20000, 0x2A6DF),
+    "fullwidth-latin": _random_chars(4, 0xFF21, 0xFF5A),
+    "stacked-combining-marks": _stacked(5),
+    "private-use": _random_chars(6, 0xE000, 0xF8FF),
+    # more classes of the same kind: scripts, blocks and shapes the fit never saw
+    "random-han": _random_chars(7, 0x4E00, 0x9FFF),
+    "random-hangul": _random_chars(8, 0xAC00, 0xD7A3),
+    "random-cyrillic": _random_chars(9, 0x400, 0x4FF),
+    "random-greek": _random_chars(10, 0x370, 0x3FF),
+    "braille": _random_chars(11, 0x2800, 0x28FF),
+    "symbols-and-arrows": _random_chars(12, 0x2000, 0x2BFF),
+    "math-alphanumerics": _random_chars(13, 0x1D400, 0x1D7FF),
+    "tag-characters": _random_chars(14, 0xE0020, 0xE007F),
+    "variation-selectors": "a" + _random_chars(15, 0xFE00, 0xFE0F, 999),
+    "control-characters": _random_chars(16, 0, 31),
+    "random-lowercase": "".join(random.Random(17).choices(string.ascii_lowercase, k=1000)),
+    "random-ascii-words": " ".join(
+        "".join(random.Random(18 + i).choices(string.ascii_lowercase, k=1 + i % 9)) for i in range(200)
+    )[:1000],
+    "repeated-letters": " ".join(letter * (2 + i % 9) for i, letter in enumerate(string.ascii_lowercase * 8))[:1000],
+    "repeated-brackets-and-quotes": "".join(mark * 50 for mark in "\"'`[]{}()<>" * 2)[:1000],
+    "random-printable-ascii": "".join(random.Random(19).choices(string.printable[:94], k=1000)),
+    "base64": base64.b64encode(random.Random(20).randbytes(750)).decode("ascii"),
+    "punctuation-soup": "".join(random.Random(21).choices(string.punctuation, k=1000)),
+}
+
+
+@pytest.mark.parametrize("name", [pytest.param(name, id=name) for name in UNSEEN_CLASSES])
+def test_estimator_does_not_undercount_text_the_fit_never_saw(tokenizers_by_name, name):
+    text = UNSEEN_CLASSES[name]
+    largest = max(tokenizers_by_name[t](text) for t in THREE)
+    assert counter_for(None).count_text(text) >= largest
+
+
+def test_estimator_never_exceeds_the_byte_bound_by_more_than_the_ascii_fit():
+    """Outside ASCII the price is at most the bytes: a text of non-ASCII letters costs no more than its UTF-8 length + 3."""
+    text = _random_chars(22, 0x4E00, 0x9FFF)
+    assert counter_for(None).count_text(text) <= len(text.encode("utf-8")) + 4
+
+
+def _text_pieces():
+    from hypothesis import strategies as st
+
+    tabled = st.sampled_from(sorted(tokens_module._SAVING))
+    return st.one_of(
+        st.text(max_size=40),  # any code point outside the surrogates
+        st.text(alphabet=st.characters(max_codepoint=127), max_size=40),
+        st.text(alphabet=string.ascii_letters + string.digits + " ", max_size=60),
+        st.text(alphabet=tabled, max_size=40),
+        st.text(alphabet=st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF), max_size=40),
+        st.text(alphabet=st.characters(min_codepoint=0x300, max_codepoint=0x36F), max_size=20),
+        st.text(alphabet=" \t\n\r", max_size=20),
+        st.text(alphabet=st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF), max_size=20),
+    )
+
+
+def _never_undercounts(tokenizers_by_name, text: str) -> None:
+    estimate = counter_for(None).count_text(text)
+    largest = max(tokenizers_by_name[t](text) for t in THREE)
+    assert estimate >= largest, (text, estimate, largest)
+
+
+def test_estimator_never_undercounts_random_unicode(tokenizers_by_name):
+    """Property: for random strings over all of Unicode the estimate is at least the largest bundled count."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.text(max_size=300))
+    def check(text):
+        _never_undercounts(tokenizers_by_name, text)
+
+    check()
+
+
+def test_estimator_never_undercounts_random_mixtures_of_classes(tokenizers_by_name):
+    """Property: concatenations of pieces from many classes (ASCII soup, letters and digits, runs of
+    table characters, Han, combining marks, whitespace, emoji) are never undercounted, boundaries included."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(st.lists(_text_pieces(), max_size=10).map("".join))
+    def check(text):
+        _never_undercounts(tokenizers_by_name, text)
+
+    check()
+
+
+def test_table_characters_cost_at_most_their_table_count_in_every_tokenizer(tokenizers_by_name):
+    """The tables the bound trusts: each character alone costs at most (UTF-8 bytes - saving) tokens."""
+    wrong = [
+        (char, name)
+        for char, saving in tokens_module._SAVING.items()
+        for name in THREE
+        if tokenizers_by_name[name](char) > len(char.encode("utf-8")) - saving
+    ]
+    assert not wrong[:10]
+
+
+def test_digit_groups_and_common_punctuation_pairs_are_one_token_in_every_tokenizer(tokenizers_by_name):
+    groups = [str(i) for i in range(10)] + [f"{i:02d}" for i in range(100)] + [f"{i:03d}" for i in range(1000)]
+    pairs = sorted(tokens_module.COMMON_PUNCTUATION_PAIRS)
+    assert all(tokenizers_by_name[name](text) == 1 for name in THREE for text in groups + pairs)

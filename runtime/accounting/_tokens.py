@@ -471,7 +471,7 @@ FEATURES = (
     "compat", "astral",
     "digit_runs", "punct_runs", "space_runs",
     "camel_humps", "upper_pairs", "double_spaces", "punct_letter", "digit_letter", "letter_digit",
-    "ascii_next_to_non_ascii", "rare_letter_pairs", "rare_punctuation_pairs",
+    "ascii_next_to_non_ascii", "rare_letter_pairs", "rare_punctuation_pairs", "letter_triples", "punctuation_repeats",
 )
 """Names of the counts :func:`text_features` returns, in order (characters, runs or adjacent pairs)."""
 
@@ -485,7 +485,8 @@ def text_features(text: str) -> tuple[int, ...]:
     """
     if not text:
         return (0,) * len(FEATURES)
-    m = text.encode("utf-8", "surrogatepass").translate(_CLASSES, _CONTINUATION)
+    raw = text.encode("utf-8", "surrogatepass")
+    m = raw.translate(_CLASSES, _CONTINUATION)
     c = m.count
     symbol = c(b"S")
     general = len(_GENERAL_PUNCTUATION_RE.findall(text)) if symbol else 0
@@ -505,8 +506,10 @@ def text_features(text: str) -> tuple[int, ...]:
         *runs,
         c(b"aA"), c(b"AA"), c(b"  "), f.count(b"pa"), f.count(b"da"), f.count(b"ad"),
         _ascii_next_to_non_ascii(w),
-        len(_RARE_PAIRS.findall(text.encode("utf-8", "surrogatepass").lower())) if f.count(b"aa") else 0,
+        len(_RARE_PAIRS.findall(raw.lower())) if f.count(b"aa") else 0,
         _rare_punctuation_pairs(text) if f.count(b"pp") else 0,
+        len(_LETTER_TRIPLES.findall(raw)) if f.count(b"aa") else 0,
+        len(_PUNCTUATION_REPEATS.findall(raw)) if f.count(b"pp") else 0,
     )
 
 
@@ -548,6 +551,8 @@ ESTIMATOR_PRICES: dict[str, float] = {
     "ascii_next_to_non_ascii": 1.000,  # per ASCII character next to a non-ASCII or control character: its byte
     "rare_letter_pairs": 1.200,  # per RARE_LETTER_PAIRS occurrence: letter soup (keys, base64) splits there
     "rare_punctuation_pairs": 1.000,  # per adjacent pair of marks outside COMMON_PUNCTUATION_PAIRS
+    "letter_triples": 0.360,  # per letter that repeats the two before it ("zzzz", "hmmmm"): up to 1/2 token each
+    "punctuation_repeats": 0.200,  # per mark that repeats the one before it ("]]]]", quotes): up to 1/2 token each
 }
 """Tokens per unit of each :data:`FEATURES` count for ASCII text, used by :class:`ConservativeEstimator`.
 
@@ -887,6 +892,8 @@ COMMON_PUNCTUATION_PAIRS = frozenset(_COMMON_PUNCTUATION[i : i + 2] for i in ran
 o200k_base and DeepSeek's vocabularies (``"": () -> ==`` ...), so a tokenizer can merge them. Any
 other pair of adjacent marks is priced as a token boundary (mixed runs such as ``;=@`` cost up to a
 token per mark). Computed from the bundled tokenizers; a test re-checks it."""
+_LETTER_TRIPLES = re.compile(rb"([a-zA-Z])(?=\1\1)")
+_PUNCTUATION_REPEATS = re.compile(rb"([!-/:-@\[-`{-~])(?=\1)")
 _COMMON_PUNCTUATION_BYTES = frozenset(pair.encode("ascii") for pair in COMMON_PUNCTUATION_PAIRS)
 _PUNCTUATION_PAIRS = re.compile(rb"(?=([!-/:-@\[-`{-~]{2}))")
 _RARE_PAIRS = re.compile(
