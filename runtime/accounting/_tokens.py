@@ -915,9 +915,37 @@ def _table_savings() -> dict[str, int]:
 
 
 _SAVING = _table_savings()
-_TABLED = "[" + SINGLE_TOKEN_CHARS + TWO_TOKEN_CHARS + THREE_TOKEN_CHARS + "]"
-_RUN_STARTS = re.compile("(?<!" + _TABLED + ")" + _TABLED)
-"""A tabled character that does not follow another tabled character."""
+def _run_starts(astral: bool) -> re.Pattern[str]:
+    """A tabled character that does not follow another tabled character (``astral``: planes 1-3 too).
+
+    The BMP-only pattern keeps ``re``'s bitmap character sets; astral ranges make it scan ranges."""
+    bmp = "[" + "".join(
+        re.findall("(?:[\u0080-\uffff](?:-[\u0080-\uffff])?)", SINGLE_TOKEN_CHARS + TWO_TOKEN_CHARS + THREE_TOKEN_CHARS)
+    ) + "]"
+    tabled = "(?:" + bmp + "|[" + SINGLE_TOKEN_CHARS + TWO_TOKEN_CHARS + THREE_TOKEN_CHARS + "])" if astral else bmp
+    return re.compile(tabled + "(?<!" + tabled + tabled + ")")
+
+
+_RUN_STARTS_BMP, _RUN_STARTS = _run_starts(False), _run_starts(True)
+
+
+def _char_class(codes: list[int]) -> str:
+    """A regular-expression character class of the sorted code points ``codes``, as ranges."""
+    parts, start, prev = [], codes[0], codes[0]
+    for code in codes[1:] + [-1]:
+        if code == prev + 1:
+            prev = code
+            continue
+        parts.append(re.escape(chr(start)) + ("-" + re.escape(chr(prev)) if prev > start else ""))
+        start = prev = code
+    return "[" + "".join(parts) + "]"
+
+
+_BMP_SAVINGS = tuple(
+    (saving, re.compile(_char_class(sorted(ord(c) for c, s in _SAVING.items() if s == saving and c <= "\uffff"))))
+    for saving in sorted({s for c, s in _SAVING.items() if c <= "\uffff"})
+)
+"""(tokens saved, the BMP tabled characters saving that many): counted with ``re`` bitmaps, not per character."""
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
@@ -938,8 +966,13 @@ def non_ascii_bound(text: str) -> int:
     if not total:
         return 0
     saving = _SAVING.get
-    total -= sum(filter(None, map(saving, text)))  # every tabled character at its table's count...
-    total += sum(map(saving, _RUN_STARTS.findall(text))) - saving(text[0], 0)  # ...but runs start at their bytes
+    astral = max(text) > "\uffff"
+    if astral:
+        total -= sum(filter(None, map(saving, text)))  # every tabled character at its table's count...
+    else:
+        total -= sum(value * len(chars.findall(text)) for value, chars in _BMP_SAVINGS)
+    starts = (_RUN_STARTS if astral else _RUN_STARTS_BMP).findall(text)
+    total += sum(map(saving, starts)) - saving(text[0], 0)  # ...but runs start at their bytes
     return total
 
 
