@@ -508,9 +508,15 @@ def text_features(text: str) -> tuple[int, ...]:
         _ascii_next_to_non_ascii(w),
         len(_RARE_PAIRS.findall(raw.lower())) if f.count(b"aa") else 0,
         _rare_punctuation_pairs(text) if f.count(b"pp") else 0,
-        len(_LETTER_TRIPLES.findall(raw)) if f.count(b"aa") else 0,
-        len(_PUNCTUATION_REPEATS.findall(raw)) if f.count(b"pp") else 0,
+        *_repeats(raw),
     )
+
+
+def _repeats(raw: bytes) -> tuple[int, int]:
+    """(letters that repeat the two before them, punctuation marks that repeat the one before them)."""
+    found = _REPEATS.findall(raw)
+    letters = sum(1 for letter, _ in found if letter)
+    return letters, len(found) - letters
 
 
 def _rare_punctuation_pairs(text: str) -> int:
@@ -892,8 +898,7 @@ COMMON_PUNCTUATION_PAIRS = frozenset(_COMMON_PUNCTUATION[i : i + 2] for i in ran
 o200k_base and DeepSeek's vocabularies (``"": () -> ==`` ...), so a tokenizer can merge them. Any
 other pair of adjacent marks is priced as a token boundary (mixed runs such as ``;=@`` cost up to a
 token per mark). Computed from the bundled tokenizers; a test re-checks it."""
-_LETTER_TRIPLES = re.compile(rb"([a-zA-Z])(?=\1\1)")
-_PUNCTUATION_REPEATS = re.compile(rb"([!-/:-@\[-`{-~])(?=\1)")
+_REPEATS = re.compile(rb"([a-zA-Z])(?=\1\1)|([!-/:-@\[-`{-~])(?=\2)")
 _COMMON_PUNCTUATION_BYTES = frozenset(pair.encode("ascii") for pair in COMMON_PUNCTUATION_PAIRS)
 _PUNCTUATION_PAIRS = re.compile(rb"(?=([!-/:-@\[-`{-~]{2}))")
 _RARE_PAIRS = re.compile(
@@ -915,20 +920,6 @@ def _table_savings() -> dict[str, int]:
 
 
 _SAVING = _table_savings()
-def _run_starts(astral: bool) -> re.Pattern[str]:
-    """A tabled character that does not follow another tabled character (``astral``: planes 1-3 too).
-
-    The BMP-only pattern keeps ``re``'s bitmap character sets; astral ranges make it scan ranges."""
-    bmp = "[" + "".join(
-        re.findall("(?:[\u0080-\uffff](?:-[\u0080-\uffff])?)", SINGLE_TOKEN_CHARS + TWO_TOKEN_CHARS + THREE_TOKEN_CHARS)
-    ) + "]"
-    tabled = "(?:" + bmp + "|[" + SINGLE_TOKEN_CHARS + TWO_TOKEN_CHARS + THREE_TOKEN_CHARS + "])" if astral else bmp
-    return re.compile(tabled + "(?<!" + tabled + tabled + ")")
-
-
-_RUN_STARTS_BMP, _RUN_STARTS = _run_starts(False), _run_starts(True)
-
-
 def _char_class(codes: list[int]) -> str:
     """A regular-expression character class of the sorted code points ``codes``, as ranges."""
     parts, start, prev = [], codes[0], codes[0]
@@ -941,11 +932,20 @@ def _char_class(codes: list[int]) -> str:
     return "[" + "".join(parts) + "]"
 
 
+_MARKER = {1: "\ufdd1", 2: "\ufdd2", 3: "\ufdd3"}
+"""Stand-ins (Unicode noncharacters) for astral tabled characters by tokens saved, so that ``re``
+can count everything with BMP bitmap classes (classes with astral ranges are scanned range by range)."""
+_MARKED = {**{ord(m): "\ufdd0" for m in _MARKER.values()}, **{ord(c): _MARKER[v] for c, v in _SAVING.items() if c > "\uffff"}}
+"""Translation: astral tabled characters to their marker; a marker in the text itself to U+FDD0 (not tabled, 3 bytes)."""
+_BMP_SAVING = {**{c: v for c, v in _SAVING.items() if c <= "\uffff"}, **{m: v for v, m in _MARKER.items()}}
 _BMP_SAVINGS = tuple(
-    (saving, re.compile(_char_class(sorted(ord(c) for c, s in _SAVING.items() if s == saving and c <= "\uffff"))))
-    for saving in sorted({s for c, s in _SAVING.items() if c <= "\uffff"})
+    (value, re.compile(_char_class(sorted(ord(c) for c, v in _BMP_SAVING.items() if v == value))))
+    for value in sorted(set(_BMP_SAVING.values()))
 )
-"""(tokens saved, the BMP tabled characters saving that many): counted with ``re`` bitmaps, not per character."""
+"""(tokens saved, the characters saving that many)."""
+_TABLED_BMP = _char_class(sorted(ord(c) for c in _BMP_SAVING))
+_RUN_STARTS_BMP = re.compile(_TABLED_BMP + "(?<!" + _TABLED_BMP + _TABLED_BMP + ")")
+"""A tabled character that does not follow another tabled character."""
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
@@ -965,14 +965,11 @@ def non_ascii_bound(text: str) -> int:
     total = len(raw) - len(raw.translate(None, _HIGH_BYTES))
     if not total:
         return 0
-    saving = _SAVING.get
-    astral = max(text) > "\uffff"
-    if astral:
-        total -= sum(filter(None, map(saving, text)))  # every tabled character at its table's count...
-    else:
-        total -= sum(value * len(chars.findall(text)) for value, chars in _BMP_SAVINGS)
-    starts = (_RUN_STARTS if astral else _RUN_STARTS_BMP).findall(text)
-    total += sum(map(saving, starts)) - saving(text[0], 0)  # ...but runs start at their bytes
+    if max(text) >= "\ufdd1":  # astral tabled characters (or markers) in the text: mark them
+        text = text.translate(_MARKED)
+    saving = _BMP_SAVING.get
+    total -= sum(value * len(chars.findall(text)) for value, chars in _BMP_SAVINGS)  # each at its table's count...
+    total += sum(map(saving, _RUN_STARTS_BMP.findall(text))) - saving(text[0], 0)  # ...but runs start at their bytes
     return total
 
 
