@@ -6,7 +6,7 @@ Usage::
     python scripts/single_token_chars.py 2   # TWO_TOKEN_CHARS
     python scripts/single_token_chars.py 3   # THREE_TOKEN_CHARS
 
-The results are :data:`runtime.tokens.SINGLE_TOKEN_CHARS`, ``TWO_TOKEN_CHARS`` and
+The results are :data:`runtime.accounting._tokens.SINGLE_TOKEN_CHARS`, ``TWO_TOKEN_CHARS`` and
 ``THREE_TOKEN_CHARS`` (as regular-expression ranges; planes 0-3). A character qualifies for ``N`` when cl100k_base, o200k_base and the
 DeepSeek tokenizer bundled with litellm each encode it, alone, in at most ``N`` tokens (exactly ``N``
 for the largest), ``N`` is less than its UTF-8 length, and it is a letter, digit, punctuation mark or
@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import runtime  # noqa: E402,F401  (offline defaults for litellm / tiktoken)
-from runtime.tokens import _exact_counter  # noqa: E402
+from runtime.accounting._tokens import _exact_counter  # noqa: E402
 
 
 def chars_costing(tokens: int) -> list[str]:
