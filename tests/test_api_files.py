@@ -99,7 +99,7 @@ def _upload_with_disposition(http: httpx.Client, user: str, disposition: str, da
     """A multipart upload whose one part has exactly ``disposition`` as its Content-Disposition value."""
     boundary = "companion-test-boundary"
     body = (
-        f"--{boundary}\r\nContent-Disposition: {disposition}\r\nContent-Type: text/plain\r\n\r\n".encode("utf-8")
+        f"--{boundary}\r\nContent-Disposition: {disposition}\r\nContent-Type: text/plain\r\n\r\n".encode()
         + data
         + f"\r\n--{boundary}--\r\n".encode("ascii")
     )
@@ -129,7 +129,7 @@ def _upload_with_disposition(http: httpx.Client, user: str, disposition: str, da
 )
 def test_an_upload_is_stored_under_its_rfc5987_name(app_a, disposition, name):
     http, _ = app_a
-    response = _upload_with_disposition(http, "alice", disposition, "Dear diary.\n".encode("utf-8"))
+    response = _upload_with_disposition(http, "alice", disposition, b"Dear diary.\n")
     assert response.status_code == 201, response.text
     assert response.json()["name"] == name
     assert [f["name"] for f in http.get("/v1/users/alice/files").json()] == [name]

@@ -16,7 +16,6 @@ import pytest
 
 from errors import ConfigurationError
 from runtime._offline import load_litellm, load_tiktoken
-from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
 from runtime.accounting import (
     MESSAGE_FRAMING,
     REPLY_PRIMING,
@@ -25,6 +24,7 @@ from runtime.accounting import (
     counter_for,
     openai_image_tokens,
 )
+from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -419,7 +419,8 @@ def _never_undercounts(tokenizers_by_name, text: str) -> None:
 
 def test_estimator_never_undercounts_random_unicode(tokenizers_by_name):
     """Property: for random strings over all of Unicode the estimate is at least the largest bundled count."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     @settings(max_examples=300, deadline=None, database=None)
     @given(st.text(max_size=300))
@@ -432,7 +433,8 @@ def test_estimator_never_undercounts_random_unicode(tokenizers_by_name):
 def test_estimator_never_undercounts_random_mixtures_of_classes(tokenizers_by_name):
     """Property: concatenations of pieces from many classes (ASCII soup, letters and digits, runs of
     table characters, Han, combining marks, whitespace, emoji) are never undercounted, boundaries included."""
-    from hypothesis import given, settings, strategies as st
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     @settings(max_examples=300, deadline=None, database=None)
     @given(st.lists(_text_pieces(), max_size=10).map("".join))
