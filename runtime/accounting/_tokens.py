@@ -969,7 +969,8 @@ def non_ascii_bound(text: str) -> int:
         text = text.translate(_MARKED)
     saving = _BMP_SAVING.get
     total -= sum(value * len(chars.findall(text)) for value, chars in _BMP_SAVINGS)  # each at its table's count...
-    total += sum(map(saving, _RUN_STARTS_BMP.findall(text))) - saving(text[0], 0)  # ...but runs start at their bytes
+    starts: list[str] = _RUN_STARTS_BMP.findall(text)
+    total += sum(saving(char, 0) for char in starts) - saving(text[0], 0)  # ...but runs start at their bytes
     return total
 
 
