@@ -90,7 +90,8 @@ class ExtendedFilenameParser(MultiPartParser):
 
     def on_headers_finished(self) -> None:
         part = self._current_part
-        part.content_disposition = prefer_extended_filename(part.content_disposition, self._charset)
+        if part.content_disposition is not None:  # none at all: Starlette's own parse says what is missing
+            part.content_disposition = prefer_extended_filename(part.content_disposition, self._charset)
         super().on_headers_finished()
 
 
