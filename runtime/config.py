@@ -269,6 +269,9 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_TURN_LEASE_SECONDS``: a running turn's claim on its session lapses after this many
     seconds, so a process that died mid-turn blocks its session no longer (longer than any turn:
     the model timeout times its retries and tool rounds)."""
+    turn_wait_seconds: float = Field(30.0, ge=0.0, le=3600.0)
+    """``COMPANION_TURN_WAIT_SECONDS``: how long a turn (or edit, greeting, close) waits for its
+    session's running turn to end before it is refused with ``turn_in_progress`` (0: refused at once)."""
     zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns --

@@ -43,6 +43,7 @@ class SlowEcho:
 @pytest.fixture
 def slow_engine(store, embedder):
     def build(seconds: float = 0.3, **overrides: Any) -> Engine:
+        overrides.setdefault("turn_wait_seconds", 0.0)  # refused at once, unless a test waits
         settings = Settings(context_window=4096, database_url="unused", **overrides)
         return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=SlowEcho(seconds))
 
@@ -145,3 +146,16 @@ def test_a_claim_whose_process_died_lapses(slow_engine):
         conn.execute(text("UPDATE sessions SET turn_claimed_at = :t WHERE id = 's'"), {"t": stale})
     assert engine.turn(user_id="u", session_id="s", message="hi").assistant_turn.content == "echo: hi"
     assert engine.store.turns("s", state=TurnState.context)[-1].content == "echo: hi"
+
+
+def test_a_turn_on_a_busy_session_waits_for_it_within_the_bound(slow_engine):
+    engine = slow_engine(0.5, turn_wait_seconds=30)
+    engine.add_turn(user_id="u", session_id="s", role="assistant", content="Hello!")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(engine.turn, user_id="u", session_id="s", message=f"m{i}") for i in range(4)]
+        answers = [f.result(timeout=120).assistant_turn.content for f in futures]
+    assert answers == [f"echo: m{i}" for i in range(4)]
+    rows = transcript(engine, "s")[1:]
+    assert [r for r, _ in rows] == ["user", "assistant"] * 4
+    for (_, user), (_, reply) in zip(rows[::2], rows[1::2], strict=True):
+        assert reply == f"echo: {user}"

@@ -54,7 +54,8 @@ _CLAIM = text(
 )
 _LOCK_ONE = text(
     "SELECT id, user_id, persona, closed_at, "
-    "(turn_owner IS NOT NULL AND turn_claimed_at >= now() - make_interval(secs => :lease)) AS busy "
+    "(turn_owner IS NOT NULL AND turn_owner <> :owner "
+    "AND turn_claimed_at >= now() - make_interval(secs => :lease)) AS busy "
     "FROM sessions WHERE id = :s FOR NO KEY UPDATE"
 )
 _MARK_CLOSED = text("UPDATE sessions SET closed_at = :at, closed_by = :by WHERE id = :s")
@@ -178,21 +179,24 @@ def close_idle_sessions(
 def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") -> CompactionOutcome | None:
     """Close one session now, idle or not: roll out what is left, then mark it closed.
 
-    Waits for a close job holding the session; returns the roll-out (``None`` if there
-    was nothing to roll out).
+    Waits for a close job holding the session, and (up to ``COMPANION_TURN_WAIT_SECONDS``)
+    for a running turn to end; returns the roll-out (``None`` if there was nothing to roll out).
 
     Raises:
         NotFoundError: no such session.
         SessionClosedError: it was closed already.
-        TurnInProgressError: a turn of the session is running; nothing changed.
+        TurnInProgressError: a turn of the session is still running; nothing changed.
         TurnError: the roll-out could not run (a compaction of the session holds its lock);
             the session stays open.
         StorageError: the database failed; the session stays open.
     """
     from errors import TurnError
 
-    with storage_errors(session_id), engine.store.engine.connect() as conn:
-        row = conn.execute(_LOCK_ONE, {"s": session_id, "lease": engine.settings.turn_lease_seconds}).first()
+    # the same rule as turns: wait (COMPANION_TURN_WAIT_SECONDS) for a running turn, then refuse
+    with engine.claim(session_id) as claim, storage_errors(session_id), engine.store.engine.connect() as conn:
+        row = conn.execute(
+            _LOCK_ONE, {"s": session_id, "lease": engine.settings.turn_lease_seconds, "owner": claim.owner}
+        ).first()
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
         if row.closed_at is not None:

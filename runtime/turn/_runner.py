@@ -20,6 +20,7 @@ whose stream broke off is stored as far as it arrived, marked ``interrupted``.
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -27,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import structlog
 
-from errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError
+from errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError, TurnInProgressError
 from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
 from memory.store import Store
@@ -65,14 +66,32 @@ class TurnResult:
     """Compaction attempts during the turn (before assembly and after the reply)."""
 
 
+CLAIM_POLL_SECONDS = (0.02, 0.25)
+"""While a turn waits for its session: first and longest pause between two tries, seconds (doubling)."""
+
+
 class TurnClaim:
     """One claim on a session: while it is held no other turn, edit or greeting of the session
-    runs (:meth:`memory.store.Store.claim_turn`). Release it once, when the work has ended."""
+    runs (:meth:`memory.store.Store.claim_turn`). Release it once, when the work has ended.
 
-    def __init__(self, store: Store, session_id: str, *, lease_seconds: float) -> None:
+    A busy session is tried again, with pauses, for up to ``wait_seconds``; then
+    :class:`~errors.TurnInProgressError`. No connection is held while waiting."""
+
+    def __init__(self, store: Store, session_id: str, *, lease_seconds: float, wait_seconds: float = 0.0) -> None:
         self.store, self.session_id = store, session_id
         self.owner = uuid.uuid4().hex
-        store.claim_turn(session_id, owner=self.owner, lease_seconds=lease_seconds)
+        deadline = time.monotonic() + wait_seconds
+        pause = CLAIM_POLL_SECONDS[0]
+        while True:
+            try:
+                store.claim_turn(session_id, owner=self.owner, lease_seconds=lease_seconds)
+                return
+            except TurnInProgressError:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, CLAIM_POLL_SECONDS[1])
 
     def release(self) -> None:
         self.store.release_turn(self.session_id, owner=self.owner)
@@ -277,11 +296,16 @@ class TurnRunner:
     def claim(self, session_id: str) -> TurnClaim:
         """Claim the session for one turn.
 
+        Waits up to ``COMPANION_TURN_WAIT_SECONDS`` for a running one to end.
+
         Raises:
-            TurnInProgressError: another turn, edit or greeting of the session is running.
+            TurnInProgressError: another turn, edit or greeting of the session is still running.
             SessionClosedError: the session was closed. NotFoundError: no such session.
         """
-        return TurnClaim(self.store, session_id, lease_seconds=self.settings.turn_lease_seconds)
+        return TurnClaim(
+            self.store, session_id, lease_seconds=self.settings.turn_lease_seconds,
+            wait_seconds=self.settings.turn_wait_seconds,
+        )
 
     # -- the reply ---------------------------------------------------------------------------
     def _prepare(
