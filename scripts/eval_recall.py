@@ -1,45 +1,61 @@
-"""Evidence recall of archive recall on LoCoMo, and a reading sample on MemoryBank Chinese.
+"""Evidence recall of archive recall, retrieval only, on any LoCoMo-layout file.
 
 Usage::
 
-    python scripts/eval_recall.py [--data ../shared/data] [--conversation conv-26] [--json out.json]
+    python scripts/eval_recall.py --data FILE [--split tune|report|all] [--budgets 250,500,1000,2000]
+        [--haystack] [--components dates,names,diversity] [--embedder minilm|use] [--cjk bigrams|jieba]
+        [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
-        [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--skip-in-context] [--skip-chinese]
+        [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--json out.json]
 
-LoCoMo (``locomo_dev7.json``, Maharana et al. 2024), QA categories 1–4 (5, adversarial,
-has no evidence). A question's evidence turn counts as recalled when its text appears
-verbatim in what the context holds. The memory budget is the tokens of recalled segment
-text (``Segment.tokens``, the runtime's count of the verbatim content), at 500, 1,000,
-2,000 and 4,000 tokens. Two versions of every figure:
+``FILE`` is a LoCoMo-layout JSON file: LoCoMo itself (``locomo_dev7.json``, Maharana et
+al. 2024) or the MemoryBank Chinese questions in that layout
+(``memorybank_cn/locomo_format_dev.json``). Each conversation is cut into segments
+(``--unit``/``--key``, default the layout :func:`memory.archive.build_segments` uses),
+embedded and archived for a fresh user; then each question with evidence (categories
+1–4) is recalled alone, as the LoCoMo paper measures its retrievers, at the time just
+after the conversation's last turn. An evidence turn counts as recalled when a recalled
+segment covers it (by turn position, so a repeated short line elsewhere does not count)
+and the segments taken so far fit the budget. The budget is tokens of recalled segment
+text (``Segment.tokens``), greedily packed best first, as the engine packs its memory
+block.
 
-- **retrieval only**: the whole conversation is cut into segments (``--unit``/``--key``,
-  default the layout :func:`memory.archive.build_segments` uses), embedded and archived,
-  then each question is recalled alone, as the LoCoMo paper measures its retrievers;
-- **in context**: the conversation is replayed through the engine
-  (:func:`runtime.service.replay_conversation`) at a 4,096-token window, so the oldest
-  exchanges are compacted and archived by the runtime itself; each question then gets
-  the engine's recent window (:meth:`Engine.assemble`) plus recall at the budget,
-  excluding segments still in the recent window. The engine's own figure, with its
-  memory budget scaled to the window, is printed beside it.
+Categories are LoCoMo's (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop); the
+Chinese file uses 1 multi, 2 temporal (the question names a session date), 4 single.
 
-The paper's figures for comparison (LoCoMo, Table 3, DRAGON over dialog turns, evidence
-recall at top-k turns 5/10/25/50: 56.7 / 66.2 / 76.7 / 82.7 %) are shown beside each
-budget with the mean tokens actually used. A LoCoMo turn is ~30 tokens, so top-25 turns
-is roughly 750 tokens and top-50 roughly 1,500: the paper's k are *counts* of turns,
-ours are *tokens*; the nearest pairing is printed, not a claim of equal cost.
+**Split** (fixed before any result was looked at; never tune on ``report``): the
+conversations are ordered by the SHA-256 of their ``sample_id`` and the first
+``round(0.6 · n)`` are ``tune``, the rest ``report``. For the 7 LoCoMo dev conversations
+that is 4 + 3, for the 10 Chinese users 6 + 4 (:func:`split_ids` prints them).
 
-MemoryBank (``memorybank_cn``, Zhong et al. 2023): each user's history is archived
-(one exchange per dated query/response), and what recall returns for the first 20
-probing questions is printed. There are no gold labels; it is for reading.
+**Haystack** (``--haystack``): each conversation's archive is padded with the turns of
+every other conversation in the file, re-dated 365 days earlier and labelled as this
+user's own older sessions, so the archive is n times larger and dated questions must
+still find the real evidence.
 
-Data are read from ``--data`` (default ``../shared/data`` next to the repository) and
-never copied into it. The database is ``DATABASE_URL`` or an embedded server in a
-temporary directory, deleted at the end.
+**Components** (``--components``, for the ablation table; default ``dates``, what the
+runtime uses): ``dates`` (periods the question names rank segments of that period,
+:mod:`memory.dates`), ``names`` (segment lines and keys carry the user's display name
+instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
+day before other days'). ``none`` turns all off. ``--embedder use`` measures the
+multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2; ``--cjk jieba``
+indexes Chinese by jieba's words instead of character bigrams (both need the
+``eval`` extra).
+Query enrichment from recent turns needs a conversation before the question, which
+these standalone questions lack; its tests pin it instead.
+
+The LoCoMo paper's figures for comparison (Table 3, DRAGON over dialog turns, evidence
+recall at top-k turns 5/10/25/50: 56.7 / 66.2 / 76.7 / 82.7 %); a LoCoMo turn is ~30
+tokens, so top-25 turns is roughly 750 tokens and top-50 roughly 1,500.
+
+Data are read from ``--data`` and never copied into the repository. The database is
+``DATABASE_URL`` or an embedded server in a temporary directory, deleted at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -49,7 +65,7 @@ import time
 import uuid
 import warnings
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,30 +75,34 @@ if str(REPO) not in sys.path:
 import runtime  # noqa: E402,F401  (offline defaults for litellm/tiktoken first)
 from memory import archive  # noqa: E402
 from memory.database import make_engine, upgrade  # noqa: E402
-from memory.embeddings import SentenceTransformerEmbedder  # noqa: E402
 from memory.recall import EXPAND_HITS, RRF_K, recall_segments  # noqa: E402
 from memory.store import NewSegment, Store  # noqa: E402
 from memory.tables import Turn  # noqa: E402
-from persona import Persona  # noqa: E402
+from runtime.accounting import counter_for  # noqa: E402
 from runtime.compaction import exchanges  # noqa: E402
 from runtime.config import Settings  # noqa: E402
-from runtime.turn import Engine  # noqa: E402
 from runtime.logs import configure_logging  # noqa: E402
-from runtime.service import CATEGORIES, Conversation, load_conversations, replay_conversation  # noqa: E402
-from runtime.accounting import counter_for  # noqa: E402
+from runtime.service._replay import Conversation, SourceTurn, load_conversations  # noqa: E402
 
-BUDGETS = (500, 1000, 2000, 4000)
-"""Memory budgets evaluated, tokens of recalled segment text."""
-PAPER = {5: 56.7, 10: 66.2, 25: 76.7, 50: 82.7}
-"""LoCoMo paper, Table 3: DRAGON retriever over dialog turns, evidence recall (%) at top-k turns."""
-PAPER_FOR_BUDGET = {500: 10, 1000: 25, 2000: 50, 4000: 50}
-"""The paper's k printed beside each budget (a turn is ~30 tokens: 10 ≈ 300, 25 ≈ 750, 50 ≈ 1,500)."""
-WINDOW = 4096
-"""Context window of the in-context replay, tokens."""
-COUNT_CATEGORIES = ("all", *CATEGORIES.values())
+BUDGETS = (250, 500, 1000, 2000)
+"""Default memory budgets, tokens of recalled segment text."""
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+CHINESE_CATEGORIES = {1: "multi", 2: "temporal", 4: "single"}
+TUNE_SHARE = 0.6
+"""Share of conversations (by SHA-256 order of ``sample_id``) in the tuning split."""
+HAYSTACK_SHIFT = timedelta(days=365)
+"""How much earlier the other conversations' turns are dated in the haystack variant."""
+COMPONENTS = ("dates", "names", "diversity")
 
 
-def _database(url: str | None):
+def split_ids(ids: list[str]) -> dict[str, list[str]]:
+    """``{"tune": [...], "report": [...]}``: ids by SHA-256 of the id, first round(0.6 n) tune."""
+    ordered = sorted(ids, key=lambda i: hashlib.sha256(i.encode("utf-8")).hexdigest())
+    cut = round(TUNE_SHARE * len(ordered))
+    return {"tune": ordered[:cut], "report": ordered[cut:]}
+
+
+def _database(url: str | None, dim: int):
     """A fresh migrated database: on ``url``'s server, or on an embedded server in a temp dir."""
     import psycopg
 
@@ -101,17 +121,19 @@ def _database(url: str | None):
     base, _, query = url.partition("?")
     db_url = base.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
     engine = make_engine(db_url)
-    upgrade(engine, embedding_dim=384)
+    upgrade(engine, embedding_dim=dim)
     return server, engine
 
 
 class Tally:
     """Evidence found / total, by category and budget, plus tokens used."""
 
-    def __init__(self) -> None:
-        self.total = {c: 0 for c in COUNT_CATEGORIES}
-        self.found = {(c, b): 0 for c in COUNT_CATEGORIES for b in BUDGETS}
-        self.tokens = {b: 0 for b in BUDGETS}
+    def __init__(self, categories: list[str], budgets: tuple[int, ...]) -> None:
+        self.categories = ["all", *categories]
+        self.budgets = budgets
+        self.total = {c: 0 for c in self.categories}
+        self.found = {(c, b): 0 for c in self.categories for b in budgets}
+        self.tokens = {b: 0 for b in budgets}
         self.questions = 0
 
     def add_question(self, category: str, n: int) -> None:
@@ -124,7 +146,7 @@ class Tally:
         for c in ("all", category):
             self.found[(c, budget)] += found
 
-    def merge(self, other: "Tally") -> None:
+    def merge(self, other: Tally) -> None:
         self.questions += other.questions
         for k, v in other.total.items():
             self.total[k] += v
@@ -140,104 +162,153 @@ class Tally:
         return {
             "questions": self.questions,
             "evidence": self.total,
-            "recall_pct": {f"{c}@{b}": self.recall(c, b) for c in COUNT_CATEGORIES for b in BUDGETS},
-            "mean_tokens": {b: self.tokens[b] / max(self.questions, 1) for b in BUDGETS},
+            "recall_pct": {f"{c}@{b}": self.recall(c, b) for c in self.categories for b in self.budgets},
+            "mean_tokens": {b: self.tokens[b] / max(self.questions, 1) for b in self.budgets},
         }
 
 
-def _questions(conv: Conversation):
-    text_by_id = {t.turn_id: t.text for t in conv.turns if t.turn_id}
-    for qa in conv.qa:
-        if qa.category not in CATEGORIES:
-            continue
-        evidence = [text_by_id[e] for e in qa.evidence if e in text_by_id]
-        if evidence:
-            yield qa, evidence
+class CachedEmbedder:
+    """An embedder whose vectors are kept in a pickle file between runs (``--cache``), keyed by text."""
+
+    def __init__(self, inner, path: Path) -> None:
+        import pickle
+
+        self.inner, self.path = inner, path
+        self.name, self.dimension = inner.name, inner.dimension
+        self.vectors = pickle.loads(path.read_bytes()) if path.exists() else {}
+        self.seconds, self.texts = 0.0, 0
+
+    def embed(self, texts):
+        missing = [t for t in dict.fromkeys(texts) if t not in self.vectors]
+        if missing:
+            started = time.perf_counter()
+            self.vectors.update(zip(missing, self.inner.embed(missing), strict=True))
+            self.seconds += time.perf_counter() - started
+            self.texts += len(missing)
+        return [self.vectors[t] for t in texts]
+
+    def save(self) -> None:
+        import pickle
+
+        if self.path.exists():  # another run may have added texts meanwhile
+            self.vectors = {**pickle.loads(self.path.read_bytes()), **self.vectors}
+        partial = self.path.with_suffix(f".{os.getpid()}")
+        partial.write_bytes(pickle.dumps(self.vectors))
+        os.replace(partial, self.path)
 
 
-def _as_turns(conv: Conversation) -> list[Turn]:
-    return [Turn(session_id="-", seq=i + 1, role=t.role, content=t.text, tokens=0, created_at=t.at) for i, t in enumerate(conv.turns)]
+def _embedder(name: str, cache: Path | None):
+    if name == "use":
+        from memory.embeddings import UniversalSentenceEncoderEmbedder
+
+        inner = UniversalSentenceEncoderEmbedder()
+    else:
+        from memory.embeddings import SentenceTransformerEmbedder
+
+        inner = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+    return CachedEmbedder(inner, cache / f"{name}.pkl") if cache else inner
 
 
-def retrieval_only(store: Store, embedder, counter, conv: Conversation, args) -> Tally:
-    """Archive the whole conversation, then recall each question alone."""
+def retrieval_only(store: Store, embedder, counter, conv: Conversation, categories: dict, args, padding: list[SourceTurn]) -> Tally:
+    """Archive the whole conversation (after ``padding``, its older turns), then recall each question alone."""
     user_id = f"eval:{conv.id}:{uuid.uuid4().hex[:6]}"
     session_id = f"{user_id}:s"
     store.ensure_session(session_id=session_id, user_id=user_id, persona=conv.companion_name)
-    drafts = archive.segment_exchanges(exchanges(_as_turns(conv)), assistant_name=conv.companion_name, unit=args.unit, key=args.key)
+    source = [*padding, *conv.turns]
+    turns = [Turn(session_id="-", seq=i + 1, role=t.role, content=t.text, tokens=0, created_at=t.at) for i, t in enumerate(source)]
+    seq_of = {id(t): i + 1 for i, t in enumerate(source)}
+    user_name = conv.user_name if "names" in args.on else None
+    drafts = archive.segment_exchanges(
+        exchanges(turns), assistant_name=conv.companion_name, user_name=user_name, unit=args.unit, key=args.key
+    )
     vectors = embedder.embed([d.key for d in drafts])
     segments = [
-        NewSegment(first_seq=d.first_seq, last_seq=d.last_seq, content=d.content, tokens=counter.count_text(d.content), session_date=d.session_date, embedding=v)
-        for d, v in zip(drafts, vectors)
+        NewSegment(first_seq=d.first_seq, last_seq=d.last_seq, content=_cjk(d.content, args), tokens=counter.count_text(d.content), session_date=d.session_date, embedding=v)
+        for d, v in zip(drafts, vectors, strict=True)
     ]
     store.commit_compaction(
         session_id=session_id, user_id=user_id, turn_ids=[], segments=segments, summary_content="-",
         summary_items=[], summary_first_seq=1, summary_last_seq=1, summary_tokens=1,
     )
-    items = list(_questions(conv))
+    by_id = {t.turn_id: seq_of[id(t)] for t in conv.turns if t.turn_id}
+    asked_at = conv.turns[-1].at + timedelta(days=1)
+    items = [(qa, [by_id[e] for e in qa.evidence if e in by_id]) for qa in conv.qa if qa.category in categories]
+    items = [(qa, ev) for qa, ev in items if ev]
     qvecs = embedder.embed([qa.question for qa, _ in items])
-    tally = Tally()
-    for (qa, evidence), qvec in zip(items, qvecs):
-        category = CATEGORIES[qa.category]
+    tally = Tally(list(categories.values()), args.budgets)
+    for (qa, evidence), qvec in zip(items, qvecs, strict=True):
+        category = categories[qa.category]
         tally.add_question(category, len(evidence))
-        for budget in BUDGETS:
-            found = _recall(store, user_id, qa.question, qvec, budget, args)
-            text = "\n".join(s.content for s in found)
-            tally.add_found(category, budget, sum(1 for e in evidence if e in text), sum(s.tokens for s in found))
+        found = _recall(store, user_id, qa.question, qvec, asked_at, args)
+        for budget in args.budgets:
+            packed = _pack(found, budget)
+            covered = sum(1 for e in evidence if any(s.first_seq <= e <= s.last_seq for s in packed))
+            tally.add_found(category, budget, covered, sum(s.tokens for s in packed))
     return tally
 
 
-def _recall(store: Store, user_id: str, question: str, qvec, budget: int, args, **exclude):
+JIEBA_TERMS = """
+CREATE OR REPLACE FUNCTION companion_cjk_bigrams(doc text) RETURNS text[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+    SELECT coalesce(array_agg(DISTINCT m[1]), '{}')
+    FROM regexp_matches(doc, '([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+)', 'g') AS m
+$fn$
+"""
+"""``--cjk jieba``: every run of CJK characters is one lexeme; the eval separates jieba's
+words by spaces in both the stored content and the query, so each word is a lexeme."""
+
+
+def _cjk(text: str, args) -> str:
+    """``text`` as stored and searched: unchanged for bigrams; jieba's words space-separated for ``--cjk jieba``."""
+    if args.cjk != "jieba":
+        return text
+    import jieba
+
+    return " ".join(w for w in jieba.cut(text) if w.strip())
+
+
+def _pack(found, budget: int):
+    """What :func:`recall_segments` with ``token_budget=budget`` returns: best first while it fits."""
+    left, out = budget, []
+    for s in found:
+        if s.tokens <= left:
+            out.append(s)
+            left -= s.tokens
+    return out
+
+
+RECALL_MS: list[float] = []
+"""Wall milliseconds of each recall call (query parsing and the SQL), for the closing line."""
+
+
+def _recall(store: Store, user_id: str, question: str, qvec, asked_at, args):
+    started = time.perf_counter()
+    try:
+        return _recall_once(store, user_id, question, qvec, asked_at, args)
+    finally:
+        RECALL_MS.append(1000 * (time.perf_counter() - started))
+
+
+def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args):
+    when = None
+    if "dates" in args.on:
+        from memory.dates import time_spans
+
+        when = time_spans(question, now=asked_at)
     return recall_segments(
         store.engine,
         user_id=user_id,
         query_embedding=qvec,
-        query_text=question if args.mode == "hybrid" else None,
+        query_text=_cjk(question, args) if args.mode == "hybrid" else None,
         limit=args.pool * 2,
         pool=args.pool,
-        token_budget=budget,
+        token_budget=None,
         neighbours=args.neighbours,
         expand=args.expand,
         rrf_k=args.rrf_k,
-        **exclude,
+        when=when,
+        session_cap=args.session_cap if "diversity" in args.on else None,
     )
-
-
-def in_context(base: Engine, conv: Conversation, args) -> tuple[Tally, dict]:
-    """Replay at a 4,096-token window, then recent window + recall at each budget."""
-    report = replay_conversation(base.derive(window=WINDOW), conv)
-    engine = base.derive(window=WINDOW, persona=Persona(name=conv.companion_name, system_prompt="-"))
-    store = engine.store
-    items = list(_questions(conv))
-    qvecs = engine.embedder.embed([qa.question for qa, _ in items])
-    turns = store.turns(report.session_id, state=runtime_turn_state())
-    first_recent = turns[0].seq if turns else None
-    tally = Tally()
-    for (qa, evidence), qvec in zip(items, qvecs):
-        category = CATEGORIES[qa.category]
-        tally.add_question(category, len(evidence))
-        context = engine.assemble(user_id=report.user_id, session_id=report.session_id, pending=qa.question)
-        recent = context.source_text.get("recent", "")
-        for budget in BUDGETS:
-            found = _recall(store, report.user_id, qa.question, qvec, budget, args, exclude_session_id=report.session_id, exclude_from_seq=first_recent)
-            text = "\n".join(s.content for s in found)
-            tally.add_found(category, budget, sum(1 for e in evidence if e in recent or e in text), sum(s.tokens for s in found))
-    engine_figures = {
-        "memory_budget": engine.budgets.memory,
-        "in_context": {c: report.recall("in_context", c) for c in COUNT_CATEGORIES},
-        "retrieval": {c: report.recall("retrieval", c) for c in COUNT_CATEGORIES},
-        "compactions": report.compactions,
-        "archived_segments": report.archived_segments,
-        "overflows": report.overflows,
-        "seconds": report.wall_seconds,
-    }
-    return tally, engine_figures
-
-
-def runtime_turn_state():
-    from memory.tables import TurnState
-
-    return TurnState.context
 
 
 def _fmt(v: float | None) -> str:
@@ -246,114 +317,86 @@ def _fmt(v: float | None) -> str:
 
 def print_table(title: str, tally: Tally) -> None:
     print(f"\n{title}  ({tally.questions} questions, {tally.total['all']} evidence turns)")
-    head = f"{'budget':>7} {'tokens':>7} " + " ".join(f"{c:>11}" for c in COUNT_CATEGORIES) + "   paper (top-k turns)"
-    print(head)
-    for b in BUDGETS:
-        k = PAPER_FOR_BUDGET[b]
-        row = f"{b:>7} {tally.tokens[b] / max(tally.questions, 1):7.0f} " + " ".join(f"{_fmt(tally.recall(c, b)):>11}" for c in COUNT_CATEGORIES)
-        print(row + f"   {PAPER[k]:.1f} @ top-{k}")
-    print("  evidence turns per category: " + ", ".join(f"{c} {tally.total[c]}" for c in COUNT_CATEGORIES))
-
-
-def chinese(store: Store, embedder, counter, data: Path, args, *, questions: int = 20, budget: int = 300) -> list[dict]:
-    """Archive each MemoryBank user's history; print what recall returns for the first probing questions."""
-    histories = json.loads((data / "memorybank_cn" / "memory_bank_cn.json").read_text(encoding="utf-8"))
-    probes = []
-    for line in (data / "memorybank_cn" / "probing_questions_cn.jsonl").read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            for name, qs in json.loads(line).items():
-                probes.extend((name, q) for q in qs)
-    probes = probes[:questions]
-    users = {}
-    for name in dict.fromkeys(n for n, _ in probes):
-        user_id = f"mb:{name}:{uuid.uuid4().hex[:6]}"
-        session_id = user_id + ":s"
-        store.ensure_session(session_id=session_id, user_id=user_id, persona="AI伴侣")
-        turns, seq = [], 0
-        for day, pairs in sorted(histories[name]["history"].items()):
-            at = datetime.fromisoformat(day).replace(tzinfo=timezone.utc)
-            for pair in pairs:
-                for role, key in (("user", "query"), ("assistant", "response")):
-                    seq += 1
-                    turns.append(Turn(session_id=session_id, seq=seq, role=role, content=str(pair[key]), tokens=0, created_at=at))
-        drafts = archive.segment_exchanges(exchanges(turns), assistant_name="AI伴侣", unit=args.unit, key=args.key)
-        vectors = embedder.embed([d.key for d in drafts])
-        store.commit_compaction(
-            session_id=session_id, user_id=user_id, turn_ids=[],
-            segments=[NewSegment(first_seq=d.first_seq, last_seq=d.last_seq, content=d.content, tokens=counter.count_text(d.content), session_date=d.session_date, embedding=v) for d, v in zip(drafts, vectors)],
-            summary_content="-", summary_items=[], summary_first_seq=1, summary_last_seq=1, summary_tokens=1,
-        )
-        users[name] = user_id
-    out = []
-    print(f"\nMemoryBank Chinese: first {len(probes)} probing questions, recall at {budget} tokens (no gold labels; for reading)")
-    qvecs = embedder.embed([q for _, q in probes])
-    for (name, q), qvec in zip(probes, qvecs):
-        found = _recall(store, users[name], q, qvec, budget, args)
-        print(f"\n[{name}] {q}")
-        for s in found[:4]:
-            flag = ("v" if s.vector_rank else "-") + ("t" if s.text_rank else "-")
-            print(f"  {s.session_date.date()} {flag} v#{s.vector_rank or '-'} t#{s.text_rank or '-'}  " + s.content.replace("\n", " / ")[:160])
-        out.append({"user": name, "question": q, "recalled": [{"date": s.session_date.date().isoformat(), "content": s.content, "vector_rank": s.vector_rank, "text_rank": s.text_rank} for s in found]})
-    return out
+    print(f"{'budget':>7} {'tokens':>7} " + " ".join(f"{c:>11}" for c in tally.categories))
+    for b in tally.budgets:
+        row = f"{b:>7} {tally.tokens[b] / max(tally.questions, 1):7.0f} " + " ".join(f"{_fmt(tally.recall(c, b)):>11}" for c in tally.categories)
+        print(row)
+    print("  evidence turns per category: " + ", ".join(f"{c} {tally.total[c]}" for c in tally.categories))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
-    parser.add_argument("--conversation", action="append", help="LoCoMo sample_id (repeatable); default all")
+    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "locomo_dev7.json", help="a LoCoMo-layout JSON file")
+    parser.add_argument("--split", choices=["tune", "report", "all"], default="tune")
+    parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="comma-separated token budgets")
+    parser.add_argument("--haystack", action="store_true", help="pad each archive with the other conversations, a year earlier")
+    parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
+    parser.add_argument("--components", default="dates", help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none")
+    parser.add_argument("--embedder", choices=["minilm", "use"], default="minilm")
+    parser.add_argument("--cjk", choices=["bigrams", "jieba"], default="bigrams", help="Chinese full-text lexemes: character bigrams (the runtime's) or jieba words")
     parser.add_argument("--unit", choices=["turn", "exchange"], default=archive.UNIT)
     parser.add_argument("--key", choices=["content", "user", "context", "window"], default=archive.KEY)
     parser.add_argument("--mode", choices=["hybrid", "vector"], default="hybrid")
-    parser.add_argument("--neighbours", type=int, default=Settings().recall_neighbours, help="turns around each of the best hits to add, budget permitting")
+    parser.add_argument("--neighbours", type=int, default=Settings().recall_neighbours, help="turns around each of the best hits to add")
     parser.add_argument("--expand", type=int, default=EXPAND_HITS, help="best hits whose neighbours are added")
     parser.add_argument("--rrf-k", type=int, default=RRF_K, help="reciprocal-rank-fusion constant k")
     parser.add_argument("--pool", type=int, default=Settings().recall_pool, help="candidates per ranker before fusion")
-    parser.add_argument("--skip-in-context", action="store_true")
-    parser.add_argument("--skip-chinese", action="store_true")
+    parser.add_argument("--session-cap", type=int, default=None, help="hits per conversation day before other days' (diversity)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")
     args = parser.parse_args(argv)
+    args.budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
+    args.on = {c.strip() for c in args.components.split(",") if c.strip() and c.strip() != "none"}
+    if args.on - set(COMPONENTS):
+        parser.error(f"--components: unknown component(s) {sorted(args.on - set(COMPONENTS))}; known: {', '.join(COMPONENTS)}")
+    if "diversity" in args.on and args.session_cap is None:
+        parser.error("--components diversity needs --session-cap N")
 
-    configure_logging("warning")  # the replay's per-turn info events would bury the tables
+    configure_logging("warning")
     started = time.perf_counter()
-    convs = [c for c in load_conversations(args.data / "locomo_dev7.json") if not args.conversation or c.id in args.conversation]
-    server, db = _database(os.environ.get("DATABASE_URL"))
+    every = load_conversations(args.data)
+    chinese = all(c.id.startswith("mbcn-") for c in every)
+    categories = CHINESE_CATEGORIES if chinese else LOCOMO_CATEGORIES
+    splits = split_ids([c.id for c in every])
+    wanted = args.conversation or (splits[args.split] if args.split != "all" else [c.id for c in every])
+    convs = [c for c in every if c.id in wanted]
+    embedder = _embedder(args.embedder, args.cache)
+    server, db = _database(os.environ.get("DATABASE_URL"), embedder.dimension)
     try:
+        if args.cjk == "jieba":
+            with db.begin() as conn:
+                conn.exec_driver_sql(JIEBA_TERMS)
         store = Store(db)
-        embedder = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
         counter = counter_for(Settings().model)
-        print(f"segments: unit={args.unit} key={args.key}; recall: {args.mode}, pool {args.pool}, RRF k {args.rrf_k}, "
-              f"neighbours {args.neighbours} around the best {args.expand}; "
-              f"token counts: {Settings().model}")
-        results: dict = {"settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
-        overall = Tally()
+        print(f"{args.data.name}: split {args.split} = {', '.join(c.id for c in convs)}; haystack {args.haystack}; "
+              f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {args.embedder}; unit={args.unit} key={args.key}; "
+              f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand}, "
+              f"session cap {args.session_cap}", flush=True)
+        results: dict = {"settings": {k: (str(v) if isinstance(v, Path) else sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}}
+        overall = Tally(list(categories.values()), args.budgets)
         per_conv = {}
         for conv in convs:
-            t = retrieval_only(store, embedder, counter, conv, args)
+            padding = []
+            if args.haystack:
+                for other in every:
+                    if other.id != conv.id:
+                        padding.extend(replace(t, at=t.at - HAYSTACK_SHIFT, turn_id=None) for t in other.turns)
+                padding.sort(key=lambda t: t.at)
+            t = retrieval_only(store, embedder, counter, conv, categories, args, padding)
             per_conv[conv.id] = t.as_dict()
             overall.merge(t)
-            print(f"  {conv.id}: retrieval-only recall @1000 {_fmt(t.recall('all', 1000))}  @2000 {_fmt(t.recall('all', 2000))}", flush=True)
-        print_table("Retrieval only: whole conversation archived, evidence recall % by category", overall)
+            print(f"  {conv.id}: " + "  ".join(f"@{b} {_fmt(t.recall('all', b))}" for b in args.budgets), flush=True)
+        print_table("Retrieval only: evidence recall % by category", overall)
         results["retrieval_only"] = {"overall": overall.as_dict(), "per_conversation": per_conv}
-        if not args.skip_in_context:
-            settings = Settings(database_url="unused", context_window=WINDOW)
-            base = Engine(settings=settings, store=store, embedder=embedder, persona=Persona(name="Companion", system_prompt="-"), counter=counter)
-            ctx_total, engine_rows = Tally(), {}
-            for conv in convs:
-                t, figures = in_context(base, conv, args)
-                ctx_total.merge(t)
-                engine_rows[conv.id] = figures
-                print(f"  {conv.id}: in-context recall @1000 {_fmt(t.recall('all', 1000))}; engine at its memory budget "
-                      f"({figures['memory_budget']} tokens): in context {_fmt(100 * (figures['in_context']['all'] or 0))}, "
-                      f"overflows {figures['overflows']}, {figures['seconds']:.0f} s", flush=True)
-            print_table(f"In context: replay at a {WINDOW}-token window, recent window + recall at the budget, evidence recall %", ctx_total)
-            weights = {c: sum((f["in_context"][c] or 0) * per_conv[k]["evidence"][c] for k, f in engine_rows.items()) for c in COUNT_CATEGORIES}
-            evid = {c: sum(per_conv[k]["evidence"][c] for k in engine_rows) for c in COUNT_CATEGORIES}
-            print("  engine as configured (memory budget scaled to the window, "
-                  f"{next(iter(engine_rows.values()))['memory_budget']} tokens): in context "
-                  + ", ".join(f"{c} {_fmt(100 * weights[c] / evid[c] if evid[c] else None)}" for c in COUNT_CATEGORIES))
-            results["in_context"] = {"overall": ctx_total.as_dict(), "engine": engine_rows}
-        if not args.skip_chinese:
-            results["memorybank_cn"] = chinese(store, embedder, counter, args.data, args)
+        if isinstance(embedder, CachedEmbedder):
+            embedder.save()
+            if embedder.texts:
+                print(f"embedded {embedder.texts} new texts in {embedder.seconds:.1f} s "
+                      f"({1000 * embedder.seconds / embedder.texts:.1f} ms each, batched)")
+        if RECALL_MS:
+            ms = sorted(RECALL_MS)
+            print(f"recall per question (SQL and date parsing, no embedding): p50 {ms[len(ms) // 2]:.1f} ms, "
+                  f"p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms over {len(ms)} calls")
         print(f"\nwall time {time.perf_counter() - started:.0f} s")
         if args.json:
             args.json.write_text(json.dumps(results, ensure_ascii=False, indent=1, default=str), encoding="utf-8")

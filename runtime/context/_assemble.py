@@ -137,7 +137,9 @@ def assemble_context(
 
     Args:
         summary: the session's current summary, or ``None``.
-        candidates: recalled segments, best first; they fill ``memory`` in that order.
+        candidates: recalled segments, best first; they fill ``memory`` in that order. The
+            memory cap grows by what the persona, the summary and retrieval leave of their
+            caps (tokens), so a window with no lorebook or a short summary recalls more.
         turns: the session's turns in the recent window (state ``context``), oldest first.
         pending: a user message to end the prompt with that is *not* stored (e.g. an
             evaluation question); ``None`` when the last stored turn is the current message.
@@ -180,21 +182,6 @@ def assemble_context(
     if summary_text:
         blocks.append(summary_text)
         texts["summary"] = summary_text
-    pinned = render_profile(profile, cap=budgets.memory, counter=counter)  # always first in memory
-    room_for_recalled = budgets.memory - pinned.tokens - (1 if pinned.text else 0)
-    memory_text, recalled, recalled_report = _memory_block(candidates, room_for_recalled, counter)
-    if pinned.text:
-        memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
-    sources["memory"] = SourceReport(
-        source="memory",
-        tokens=counter.count_text(memory_text) if memory_text else 0,
-        cap=budgets.memory,
-        items=recalled_report.items + (1 if pinned.text else 0),
-        cut="; ".join(c for c in (pinned.cut, recalled_report.cut) if c) or None,
-    )
-    if memory_text:
-        blocks.append(memory_text)
-        texts["memory"] = memory_text
     # retrieval: the folded file references of older turns first (they anchor what the user
     # sent), then rolled-out turns' files, then lorebook entries and knowledge chunks in what is left
     newest = turns[-1].seq if turns and pending is None and turns[-1].role == "user" else None
@@ -224,6 +211,26 @@ def assemble_context(
         blocks.append(found.text)
     if earlier_text:
         blocks.append(earlier_text)
+    pinned = render_profile(profile, cap=budgets.memory, counter=counter)  # always first in memory
+    # what the persona, the summary and retrieval leave of their caps flows to recalled segments
+    idle = (budgets.persona - sources["persona"].tokens) + (budgets.summary - sources["summary"].tokens) + (
+        budgets.retrieval - sources["retrieval"].tokens
+    )
+    memory_cap = budgets.memory + max(idle, 0)
+    room_for_recalled = memory_cap - pinned.tokens - (1 if pinned.text else 0)
+    memory_text, recalled, recalled_report = _memory_block(candidates, room_for_recalled, counter)
+    if pinned.text:
+        memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
+    sources["memory"] = SourceReport(
+        source="memory",
+        tokens=counter.count_text(memory_text) if memory_text else 0,
+        cap=memory_cap,
+        items=recalled_report.items + (1 if pinned.text else 0),
+        cut="; ".join(c for c in (pinned.cut, recalled_report.cut) if c) or None,
+    )
+    if memory_text:
+        blocks.insert(1 if summary_text else 0, memory_text)  # summary, memory, retrieval
+        texts["memory"] = memory_text
 
     head: list[Mapping[str, Any]] = [persona_msg]
     retrieval_framing = 0

@@ -11,14 +11,16 @@ calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import UTC, datetime
 from typing import Sequence
 
+from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit, search_chunks
 from memory.profiles import Profiles
-from memory.recall import recall_segments
+from memory.recall import SESSION_CAP, enrich_query, recall_segments
 from memory.store import Store
-from memory.tables import Summary, Turn, TurnState, UserProfile
+from memory.tables import Summary, Turn, TurnState, UserProfile, utcnow
 from persona import Persona
 from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, CalibratedCounter, TokenCounter, correction
 from runtime.config import Settings
@@ -109,14 +111,24 @@ class ContextGatherer:
         if query:
             vector = self.embedder.embed([query])[0]
             first_recent = turns[0].seq if turns else None
+            # relative times ("yesterday", "上周六") count from when the message was said; a
+            # pending message (not stored) is taken as said right after the newest turn
+            asked_at = next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None) or utcnow()
+            last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
+            before = turns if pending is not None else turns[:last_user]
+            recall_query = enrich_query(query, [t.content for t in before])
+            recall_vector = vector if recall_query == query else self.embedder.embed([recall_query])[0]
             segments = recall_segments(
                 self.store.engine,
                 user_id=user_id,
-                query_embedding=vector,
-                query_text=query,
+                query_embedding=recall_vector,
+                query_text=recall_query,
+                when=time_spans(query, now=_aware(asked_at)),
+                session_cap=SESSION_CAP,
                 limit=self.settings.recall_candidates,
                 pool=self.settings.recall_pool,
-                token_budget=budgets.memory,
+                # memory may also take what the persona, summary and retrieval leave idle
+                token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
                 neighbours=self.settings.recall_neighbours,
                 exclude_session_id=session_id if first_recent is not None else None,
                 exclude_from_seq=first_recent,
@@ -183,3 +195,8 @@ class ContextGatherer:
             else []
         )
         return retrieval_items(fired, [_knowledge(h) for h in hits], char=char, user=name, macros=macros)
+
+
+def _aware(at: datetime) -> datetime:
+    """``at`` with UTC attached when it carries no time zone (stored times are UTC)."""
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

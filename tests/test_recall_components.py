@@ -1,0 +1,192 @@
+"""Recall's components on small inputs, on the real database with the real embedder:
+the periods a message names, follow-ups enriched from the turns before them, the user's
+display name in segments, and questions whose answer is in two places."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+
+from memory.archive import build_segments
+from memory.dates import time_spans
+from memory.recall import enrich_query, recall_segments
+from memory.store import NewSegment
+from memory.tables import Turn
+
+NOW = datetime(2023, 5, 20, 20, 0, tzinfo=UTC)
+"""A Saturday evening: when the test messages are said."""
+
+
+def _archive(store, embedder, *, user_id: str, session_id: str, dated: list[tuple[datetime, str]]) -> None:
+    """Archive one segment per ``(date, content)``, keyed by its content, as an older session."""
+    store.ensure_session(session_id=session_id, user_id=user_id)
+    vectors = embedder.embed([c for _, c in dated])
+    store.commit_compaction(
+        session_id=session_id, user_id=user_id, turn_ids=[],
+        segments=[
+            NewSegment(first_seq=i + 1, last_seq=i + 1, content=c, tokens=len(c) // 2 + 1, session_date=at, embedding=v)
+            for i, ((at, c), v) in enumerate(zip(dated, vectors, strict=True))
+        ],
+        summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=len(dated), summary_tokens=1,
+    )
+
+
+def _best(context):
+    """The recalled segment that ranked first (the memory block lists them by date)."""
+    return max(context.recalled, key=lambda s: s.score)
+
+
+# -- dates -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "message, first, last",
+    [
+        pytest.param("我5月3号去了哪里？", date(2023, 5, 3), date(2023, 5, 3), id="zh-month-day"),
+        pytest.param("五月三号那天我做了什么", date(2023, 5, 3), date(2023, 5, 3), id="zh-numerals"),
+        pytest.param("我6月1号跟你说过什么", date(2022, 6, 1), date(2022, 6, 1), id="zh-later-day-is-last-year"),
+        pytest.param("上周六我做了什么？", date(2023, 5, 13), date(2023, 5, 13), id="zh-last-saturday"),
+        pytest.param("去年夏天我们聊过旅行", date(2022, 6, 1), date(2022, 8, 31), id="zh-last-summer"),
+        pytest.param("What did I do last May?", date(2022, 5, 1), date(2022, 5, 31), id="en-last-may"),
+        pytest.param("I went hiking two weeks ago", date(2023, 5, 3), date(2023, 5, 9), id="en-weeks-ago"),
+        pytest.param("What did I say on May 3, 2022?", date(2022, 5, 3), date(2022, 5, 3), id="en-full-date"),
+        pytest.param("What did I tell you yesterday?", date(2023, 5, 19), date(2023, 5, 19), id="en-yesterday"),
+    ],
+)
+def test_time_spans_resolve_against_the_time_the_message_was_said(message, first, last):
+    (span,) = time_spans(message, now=NOW)
+    assert span.start == datetime.combine(first, datetime.min.time(), tzinfo=UTC)
+    assert span.end == datetime.combine(last + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    assert span.text in message
+
+
+def test_a_message_without_a_time_names_no_period():
+    assert time_spans("When did Caroline go to the support group?", now=NOW) == []
+    assert time_spans("你还记得我喜欢什么颜色吗？", now=NOW) == []
+
+
+def test_a_chinese_date_question_recalls_the_segment_of_that_day_first(make_engine_for, store, embedder):
+    days = [
+        (datetime(2023, 5, 1, 20, tzinfo=UTC), "User: 今天下午我去了公园散步，看到很多人在放风筝。"),
+        (datetime(2023, 5, 2, 20, tzinfo=UTC), "User: 今天下午我去了商场，买了一双新鞋。"),
+        (datetime(2023, 5, 3, 20, tzinfo=UTC), "User: 今天下午我去了图书馆，借了两本书。"),
+        (datetime(2023, 5, 4, 20, tzinfo=UTC), "User: 今天下午我去了公园跑步，跑了五公里。"),
+    ]
+    _archive(store, embedder, user_id="zh", session_id="zh-old", dated=days)
+    engine = make_engine_for(window=4096)
+    engine.add_turn(user_id="zh", session_id="zh-now", role="user", content="晚上好", at=NOW)
+    engine.add_turn(user_id="zh", session_id="zh-now", role="assistant", content="晚上好！今天过得怎么样？", at=NOW)
+
+    question = "我5月3号下午去了哪里？"
+    context = engine.assemble(user_id="zh", session_id="zh-now", pending=question)
+    undated = recall_segments(store.engine, user_id="zh", query_embedding=embedder.embed([question])[0], query_text=question, limit=4)
+
+    assert _best(context).content == days[2][1]
+    assert undated[0].content != days[2][1]  # without the date, another afternoon ranks first
+
+
+# -- follow-ups ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "earlier, follow_up, wanted",
+    [
+        pytest.param(
+            ["我又想起上次去杭州的事了。", "西湖边那次吗？你当时好像玩得很开心。"], "那后来呢？",
+            "User: 在杭州我们坐船游了西湖，晚上去河坊街吃了小吃。", id="zh",
+        ),
+        pytest.param(
+            ["My sister Anna called me about her job interview.", "Oh, the one at the design studio?"], "and her?",
+            "User: Anna got the job at the design studio and starts in June.", id="en",
+        ),
+    ],
+)
+def test_a_follow_up_recalls_what_the_turns_before_it_are_about(make_engine_for, store, embedder, earlier, follow_up, wanted):
+    older = [
+        "User: 最近工作压力很大，经常加班到很晚。",
+        "User: 我妈妈做的红烧肉是世界上最好吃的。",
+        "User: My landlord finally fixed the heating.",
+        "User: I watched a documentary about whales last night.",
+        wanted,
+        "User: 周末和朋友一起去看了一部科幻电影。",
+        "User: The gym near my office closes at nine now.",
+        "User: My neighbour told me her cat ran away again, and her kids are upset.",
+        "User: And her mother called about the wedding too.",
+    ]
+    _archive(store, embedder, user_id="f", session_id="f-old", dated=[(NOW - timedelta(days=30 - i), c) for i, c in enumerate(older)])
+    engine = make_engine_for(window=4096)
+    engine.add_turn(user_id="f", session_id="f-now", role="user", content=earlier[0], at=NOW)
+    engine.add_turn(user_id="f", session_id="f-now", role="assistant", content=earlier[1], at=NOW)
+
+    context = engine.assemble(user_id="f", session_id="f-now", pending=follow_up)
+    bare = recall_segments(store.engine, user_id="f", query_embedding=embedder.embed([follow_up])[0], query_text=follow_up, limit=3)
+
+    assert _best(context).content == wanted
+    assert bare[0].content != wanted  # the follow-up alone finds something else
+
+
+def test_a_question_that_stands_alone_is_not_enriched():
+    previous = ["我上周去了杭州旅游", "听起来很棒！"]
+    question = "我曾经和你推荐过一部科幻电影，它的名字是？"
+    assert enrich_query(question, previous) == question
+    assert enrich_query("那后来呢？", previous) == "我上周去了杭州旅游\n听起来很棒！\n那后来呢？"
+    assert enrich_query("那后来呢？", []) == "那后来呢？"
+
+
+# -- names --------------------------------------------------------------------------------
+def test_segments_labelled_with_the_users_name_let_a_name_only_question_find_their_line(store, embedder):
+    at = NOW - timedelta(days=3)
+    said = [
+        ("user", "I finished a painting of a sunrise over the lake."),
+        ("assistant", "Lovely! I painted my kids playing at the beach this week."),
+        ("user", "We should paint together sometime."),
+        ("assistant", "Yes! Let's pick a day."),
+    ]
+    turns = [Turn(session_id="n", seq=i + 1, role=r, content=c, tokens=0, created_at=at) for i, (r, c) in enumerate(said)]
+    drafts = build_segments([turns[:2], turns[2:]], assistant_name="Melanie", user_name="Caroline")
+    assert [d.content for d in drafts][:2] == [f"Caroline: {said[0][1]}", f"Melanie: {said[1][1]}"]
+    assert "Caroline:" in drafts[1].key  # the key holds the turn around it with its speaker
+
+    store.ensure_session(session_id="n", user_id="caroline")
+    vectors = embedder.embed([d.key for d in drafts])
+    store.commit_compaction(
+        session_id="n", user_id="caroline", turn_ids=[],
+        segments=[NewSegment(first_seq=d.first_seq, last_seq=d.last_seq, content=d.content, tokens=20, session_date=at, embedding=v) for d, v in zip(drafts, vectors, strict=True)],
+        summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=4, summary_tokens=1,
+    )
+    question = "What did Caroline paint?"
+    found = recall_segments(store.engine, user_id="caroline", query_embedding=embedder.embed([question])[0], query_text=question, limit=4)
+    assert found[0].content == f"Caroline: {said[0][1]}"
+
+
+# -- two pieces of evidence ----------------------------------------------------------------
+def test_a_question_about_two_days_recalls_both_days_first(store, embedder):
+    days = [
+        (datetime(2023, 5, d, 20, tzinfo=UTC), f"User: 今天下午我去了{place}。")
+        for d, place in [(1, "公园散步"), (2, "商场买鞋"), (3, "图书馆借书"), (4, "公园跑步"), (5, "超市买菜"), (6, "咖啡馆看书")]
+    ]
+    _archive(store, embedder, user_id="two", session_id="two-old", dated=days)
+    question = "我5月3号和5月5号下午分别去了哪里？"
+    vector = embedder.embed([question])[0]
+    spans = time_spans(question, now=NOW)
+
+    dated = recall_segments(store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6, when=spans)
+    undated = recall_segments(store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6)
+
+    assert [s.text for s in spans] == ["5月3号", "5月5号"]
+    assert {s.content for s in dated[:2]} == {days[2][1], days[4][1]}
+    assert {s.content for s in undated[:2]} != {days[2][1], days[4][1]}
+
+
+# -- budget ---------------------------------------------------------------------------------
+def test_recalled_segments_take_the_budget_that_persona_summary_and_retrieval_leave_idle(make_engine_for, store, embedder):
+    older = [f"User: On day {i} I went to the harbour and watched boat number {i} come in." for i in range(60)]
+    _archive(store, embedder, user_id="b", session_id="b-old", dated=[(NOW - timedelta(days=90 - i), c) for i, c in enumerate(older)])
+    engine = make_engine_for(window=4096)  # memory 341 tokens of 4,096; the persona is a line, no lorebook, no summary
+    engine.add_turn(user_id="b", session_id="b-now", role="user", content="hello", at=NOW)
+    context = engine.assemble(user_id="b", session_id="b-now", pending="Which boats did I watch at the harbour?")
+
+    memory = context.sources["memory"]
+    assert engine.budgets.memory == 341
+    assert memory.tokens > engine.budgets.memory  # idle persona, summary and retrieval caps flowed to memory
+    assert memory.cap == engine.budgets.memory + sum(
+        getattr(engine.budgets, s) - context.sources[s].tokens for s in ("persona", "summary", "retrieval")
+    )
+    assert context.total_tokens + context.reply_reserve <= 4096
