@@ -1,0 +1,50 @@
+"""Shared pieces of the command line: settings and logging, argument checks, the exit status."""
+
+from __future__ import annotations
+
+import argparse
+
+EXIT_USAGE = 2
+
+
+def _settings():
+    from runtime.config import Settings
+    from runtime.logs import configure_logging
+
+    settings = Settings.from_env()
+    configure_logging(settings.log_level, settings.log_format)
+    return settings
+
+
+def _id_arg(value: str) -> str:
+    """argparse type for a user, session or persona id: 1-200 printable characters
+    (the same rule as the HTTP API, :func:`memory.apps.check_name`)."""
+    from errors import InvalidRequestError
+    from memory.apps import check_name
+
+    try:
+        return check_name(value, field="id")
+    except InvalidRequestError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r}: {exc}") from None
+
+
+def _port_arg(value: str) -> int:
+    """argparse type for a TCP port: 0 (any free port) to 65535."""
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is outside 0-65535")
+    return port
+
+
+def _hours_arg(value: str) -> float:
+    """argparse type for a non-negative number of hours."""
+    try:
+        hours = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of hours") from None
+    if not hours >= 0 or hours == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r}: the idle threshold must be 0 or more hours")
+    return hours
