@@ -115,7 +115,7 @@ def is_text_mime(mime: str) -> bool:
 
 
 def is_image_mime(mime: str) -> bool:
-    """True for raster image MIME types (``image/*`` except SVG, which is XML text); issue 10."""
+    """True for raster image MIME types (``image/*`` except SVG, which is XML text)."""
     base = mime.split(";")[0].strip().lower()
     return base.startswith("image/") and base != "image/svg+xml"
 
