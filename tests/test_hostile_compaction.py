@@ -9,8 +9,10 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from runtime.summarizer import ExtractiveSummarizer, RolledTurn, validate_summary
-from runtime.tokens import counter_for
+from errors import SummarizationError
+from runtime.accounting import counter_for
+from runtime.compaction import ExtractiveSummarizer
+from runtime.compaction._summarizers import RolledTurn, validate_summary
 
 COUNTER = counter_for("gpt-4o-mini")
 
@@ -60,3 +62,97 @@ def test_the_extractive_summary_is_valid_and_within_any_cap_of_a_window_from_256
     )
     assert any(i["role"] == "user" for i in draft.items)  # the user's own words, not only the companion's
     assert draft.tokens <= cap
+
+
+def test_the_model_summarizer_turns_off_every_hidden_retry_as_the_reply_path_does(fake_llm, monkeypatch):
+    """Both the reply path and the summarizer pass ``num_retries=0`` (litellm) and
+    ``max_retries=0`` (the OpenAI client), so every attempt is one the breaker and the
+    time budget see. Whether litellm derives one from the other depends on its version."""
+    import litellm
+
+    from runtime.compaction import LiteLLMSummarizer
+    from runtime.llm import LiteLLMReplier
+
+    seen: list[dict] = []
+    real = litellm.completion
+
+    def recording(**kwargs):
+        seen.append({k: kwargs.get(k, "unset") for k in ("num_retries", "max_retries")})
+        return real(**kwargs)
+
+    monkeypatch.setattr(litellm, "completion", recording)
+    fake_llm.script.extend([(500, "summary backend down"), "I hear you."])
+    summarizer = LiteLLMSummarizer(model="openai/fake-summary", api_base=fake_llm.api_base, api_key="sk-test", timeout=5)
+    turn = RolledTurn(seq=1, role="user", date="2026-03-01", text="hello there", chars=11)
+    with pytest.raises(SummarizationError):
+        summarizer.summarize(previous=[], turns=[turn], cap=200, counter=COUNTER)
+    assert len(fake_llm.requests) == 1
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=5)
+    replier.reply([{"role": "user", "content": "hi"}], session_id="s1")
+    assert seen == [{"num_retries": 0, "max_retries": 0}] * 2
+
+
+def _fill_session(store, n: int = 8):
+    store.ensure_session(session_id="s1", user_id="u1", persona="Mira")
+    for i in range(n):
+        for role, body in (("user", sentence_message(i, 200)), ("assistant", f"Reply {i}. " + "more words " * 20)):
+            store.add_turn(
+                session_id="s1", role=role, content=body, tokens=COUNTER.count_message({"role": role, "content": body}),
+                created_at=T0 + timedelta(minutes=i),
+            )
+
+
+def _compactor(store, embedder, summarizer):
+    from runtime.compaction import Compactor
+
+    return Compactor(store=store, embedder=embedder, summarizer=summarizer, counter=COUNTER, keep_exchanges=2, target=0.6, breaker_threshold=3)
+
+
+def test_a_bug_in_the_summarizer_propagates_with_its_traceback_and_is_not_counted(store, embedder):
+    _fill_session(store)
+
+    class Buggy:
+        name = "buggy"
+
+        def summarize(self, **kw):
+            return {}["no such key"]
+
+    compactor = _compactor(store, embedder, Buggy())
+    for _ in range(3):
+        with pytest.raises(KeyError):
+            compactor.maybe_compact(session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira")
+    state = store.compaction_state("s1")
+    assert state.consecutive_failures == 0 and state.breaker_opened_at is None
+
+
+def test_a_storage_error_during_compaction_propagates_and_is_not_counted(store, embedder, monkeypatch):
+    from errors import StorageError
+
+    _fill_session(store)
+
+    def down(*args, **kwargs):
+        raise StorageError("Database error (OperationalError): the server closed the connection")
+
+    monkeypatch.setattr(store, "user_turn_texts", down)
+    compactor = _compactor(store, embedder, ExtractiveSummarizer())
+    with pytest.raises(StorageError):
+        compactor.maybe_compact(session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira")
+    monkeypatch.undo()
+    state = store.compaction_state("s1")
+    assert state.consecutive_failures == 0 and state.breaker_opened_at is None
+
+
+def test_a_summarizer_failure_still_counts(store, embedder):
+    _fill_session(store)
+
+    class Failing:
+        name = "failing"
+
+        def summarize(self, **kw):
+            raise SummarizationError("the summary backend is down", session_id="s1")
+
+    outcome = _compactor(store, embedder, Failing()).maybe_compact(
+        session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira"
+    )
+    assert outcome is not None and not outcome.ok
+    assert store.compaction_state("s1").consecutive_failures == 1

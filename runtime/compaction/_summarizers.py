@@ -556,9 +556,9 @@ class LiteLLMSummarizer:
                 max_retries=0,  # the OpenAI client's retries: the breaker and its time budget count every attempt
                 **self.extra,
             )
-        except Exception as exc:  # every litellm/httpx/openai error becomes one SummarizationError
+            raw = response.choices[0].message.content or ""
+        except Exception as exc:  # every litellm/httpx/openai error (or a reply without a message) becomes one SummarizationError
             raise map_summarizer_error(exc, model=self.model, session_id=session_id)  # noqa: B904 (chained inside)
-        raw = response.choices[0].message.content or ""
         try:
             items = parse_model_summary(raw, turns=turns, previous=previous)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError
