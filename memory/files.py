@@ -337,7 +337,11 @@ class FileStore:
         Raises:
             FileNotFound: no such id, another user's id, or an ephemeral id of another
                 session; one message for all, so nothing leaks.
+            InvalidFieldError: an id with NUL or a lone surrogate, or over 200 characters.
         """
+        from memory.apps import check_id
+
+        check_id(str(file_id), field="file_id")
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.get(FileRow, str(file_id))
             if row is None or row.user_id != user_id or not _in_session(row, session_id):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from memory.apps import Directory
 from runtime.service.api import files, openai_compat, profiles, sessions
-from runtime.service.api.deps import Services
+from runtime.service.api.deps import Services, checked_params
 from runtime.service.api.errors import install_error_handlers
 from runtime.turn import Engine
 
@@ -26,6 +26,7 @@ def create_app(engine: Engine) -> FastAPI:
         version=API_VERSION,
         description="Long-running companion chat with managed memory. Authenticate with "
         "`Authorization: Bearer KEY` (an app's key from `companion apps create NAME`).",
+        dependencies=[Depends(checked_params)],
     )
     app.state.services = Services(engine=engine, directory=Directory(engine.store.engine))
     install_error_handlers(app)
