@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from errors import SummarizationError
-from prompts import render
+from prompts import fence, render
 from runtime._offline import load_litellm
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 from runtime.messages import Message, to_openai
@@ -141,17 +141,17 @@ def render_line(item: Mapping[str, Any], *, compact: bool = False) -> str:
     (the form for caps too small for the full one)."""
     if compact and item["role"] in ("user", "assistant"):
         if item["role"] == "assistant":
-            return render("summary_line_assistant_compact", text=item["text"])
-        return render("summary_line_user_cut_compact" if item.get("cut_of") else "summary_line_user_compact", text=item["text"])
+            return render("summary_line_assistant_compact", text=fence(item["text"]))
+        return render("summary_line_user_cut_compact" if item.get("cut_of") else "summary_line_user_compact", text=fence(item["text"]))
     if item["role"] == "user":
         if item.get("cut_of"):
-            return render("summary_line_user_cut", date=item["date"], text=item["text"], shown=len(item["text"]), total=item["cut_of"])
-        return render("summary_line_user", date=item["date"], text=item["text"])
+            return render("summary_line_user_cut", date=item["date"], text=fence(item["text"]), shown=len(item["text"]), total=item["cut_of"])
+        return render("summary_line_user", date=item["date"], text=fence(item["text"]))
     if item["role"] == "assistant":
-        return render("summary_line_assistant", date=item["date"], text=item["text"])
+        return render("summary_line_assistant", date=item["date"], text=fence(item["text"]))
     if item.get("date"):
-        return render("summary_line_note_dated", date=item["date"], text=item["text"])
-    return render("summary_line_note", text=item["text"])
+        return render("summary_line_note_dated", date=item["date"], text=fence(item["text"]))
+    return render("summary_line_note", text=fence(item["text"]))
 
 
 def render_summary(items: Sequence[Mapping[str, Any]], omitted: int, *, compact: bool = False) -> str:
@@ -229,7 +229,8 @@ def validate_summary(
     tokens = counter.count_text(draft.content)
     if tokens > cap:
         raise reject(f"{tokens} tokens exceed its cap of {cap} (tokens={tokens})")
-    if draft.content.count("<summary") != 1 or any("<summary" in str(i.get("text", "")) for i in draft.items):
+    # a user's own words may mention "<summary" (rendering fences them); a note may not carry a summary
+    if draft.content.count("<summary") != 1 or any("<summary" in str(i.get("text", "")) for i in draft.items if i["role"] == "note"):
         raise reject("it nests a summary inside itself")
     folded_turns = {seq: _folded(text) for seq, text in user_turns.items() if seq <= boundary_seq}
     for item in draft.items:
