@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import structlog
 from sqlalchemy import Engine, delete, func, or_, text, update
 from sqlmodel import Session, col, select
 
@@ -33,12 +34,16 @@ from memory.database import storage_errors
 from errors import FileInputError, FileNotFound
 from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
 
+log = structlog.get_logger("companion.files")
+
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 """``COMPANION_MAX_FILE_BYTES`` default: 50 MiB."""
 MAX_NAME_CHARS = 255
 """Longest file name kept, characters (the usual file-system limit)."""
 STALE_PARSE_SECONDS = 600.0
 """A ``parsing`` claim older than this many seconds is taken to be from a dead process and may be re-claimed."""
+MAX_PARSE_ATTEMPTS = 2
+"""Parser claims that may go stale (no result) before the file is marked ``failed``."""
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"%PDF-", "application/pdf"),
@@ -387,6 +392,11 @@ class FileStore:
         with storage_errors(), Session(self.engine) as db:
             return db.exec(select(FileRow.extract).where(FileRow.id == str(file_id))).first()
 
+    def owner(self, file_id: str) -> str | None:
+        """The user id owning ``file_id`` (``None`` for an unknown id); reads nothing else."""
+        with storage_errors(), Session(self.engine) as db:
+            return db.exec(select(FileRow.user_id).where(FileRow.id == str(file_id))).first()
+
     def state(self, file_id: str) -> str | None:
         """The parse state of ``file_id``, or ``None`` if the id is gone."""
         with storage_errors(), Session(self.engine) as db:
@@ -459,6 +469,7 @@ class FileStore:
                     parse_state=ParseState.pending,
                     parse_error=None,
                     parse_started_at=None,
+                    parse_attempts=0,
                     page_count=None,
                     extract=None,
                     body_start_page=None,
@@ -492,19 +503,34 @@ class FileStore:
     # -- parse results ------------------------------------------------------------
     def claim_parse(self, file_id: str, *, stale_after: float = STALE_PARSE_SECONDS) -> bool:
         """Move ``file_id`` from ``pending`` to ``parsing`` (or re-claim a ``parsing`` claim older than
-        ``stale_after`` seconds). True if this caller won the claim; across processes one wins."""
+        ``stale_after`` seconds). True if this caller won the claim; across processes one wins.
+
+        Each claim counts an attempt. A stale claim means a parser never reported back (its
+        process was killed under it); once :data:`MAX_PARSE_ATTEMPTS` claims have gone so,
+        the file is marked ``failed`` instead of claimed again, so a file that kills its
+        parser cannot do so after every restart."""
         cutoff = utcnow() - timedelta(seconds=stale_after)
+        stale = (col(FileRow.parse_state) == ParseState.parsing) & (col(FileRow.parse_started_at) < cutoff)
         with storage_errors(), Session(self.engine) as db:
-            result = db.exec(
+            given_up = db.exec(
                 update(FileRow)
-                .where(
-                    col(FileRow.id) == str(file_id),
-                    or_(
-                        col(FileRow.parse_state) == ParseState.pending,
-                        (col(FileRow.parse_state) == ParseState.parsing) & (col(FileRow.parse_started_at) < cutoff),
+                .where(col(FileRow.id) == str(file_id), stale, col(FileRow.parse_attempts) >= MAX_PARSE_ATTEMPTS)
+                .values(
+                    parse_state=ParseState.failed,
+                    parse_error=(
+                        f"The parser stopped without a result {MAX_PARSE_ATTEMPTS} times on this file "
+                        "(its process was killed); it is not tried again. Upload a smaller or simpler file."
                     ),
                 )
-                .values(parse_state=ParseState.parsing, parse_started_at=utcnow())
+            )
+            if given_up.rowcount:
+                db.commit()
+                log.warning("file.parse.given_up", file_id=str(file_id), attempts=MAX_PARSE_ATTEMPTS)
+                return False
+            result = db.exec(
+                update(FileRow)
+                .where(col(FileRow.id) == str(file_id), or_(col(FileRow.parse_state) == ParseState.pending, stale))
+                .values(parse_state=ParseState.parsing, parse_started_at=utcnow(), parse_attempts=col(FileRow.parse_attempts) + 1)
             )
             db.commit()
             return result.rowcount == 1

@@ -276,6 +276,10 @@ class Settings(_EnvironmentSettings):
     turn_wait_seconds: float = Field(30.0, ge=0.0, le=3600.0)
     """``COMPANION_TURN_WAIT_SECONDS``: how long a turn (or edit, greeting, close) waits for its
     session's running turn to end before it is refused with ``turn_in_progress`` (0: refused at once)."""
+    parse_cpu_seconds: float = Field(60.0, ge=1.0, le=3600.0)
+    """``COMPANION_PARSE_CPU_SECONDS``: CPU time one file's parse may use (in its own subprocess), seconds."""
+    parse_memory_mb: int = Field(1024, ge=256)
+    """``COMPANION_PARSE_MEMORY_MB``: address space one file's parse subprocess may use, MiB."""
     zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns --
