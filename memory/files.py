@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 
 import structlog
 from sqlalchemy import Engine, delete, func, or_, text, update
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
@@ -166,6 +167,12 @@ class StoredFile:
     def is_final(self) -> bool:
         """True once the parse has ended (ready, empty, needs OCR or failed)."""
         return self.parse_state in FINAL_PARSE_STATES
+
+
+def _select_files(with_extract: bool):
+    """``SELECT`` of file rows; without the extract column unless asked (it may hold hundreds of MB)."""
+    query = select(FileRow)
+    return query if with_extract else query.options(defer(FileRow.extract))
 
 
 def _stored(row: FileRow, *, with_extract: bool) -> StoredFile:
@@ -348,7 +355,7 @@ class FileStore:
 
         check_id(str(file_id), field="file_id")
         with storage_errors(session_id), Session(self.engine) as db:
-            row = db.get(FileRow, str(file_id))
+            row = db.exec(_select_files(with_extract).where(FileRow.id == str(file_id))).first()
             if row is None or row.user_id != user_id or not _in_session(row, session_id):
                 raise FileNotFound(_not_found(file_id), file_id=str(file_id))
             return _stored(row, with_extract=with_extract)
@@ -365,7 +372,7 @@ class FileStore:
         if not ids:
             return {}
         with storage_errors(session_id), Session(self.engine) as db:
-            rows = {r.id: r for r in db.exec(select(FileRow).where(col(FileRow.id).in_(ids))).all()}
+            rows = {r.id: r for r in db.exec(_select_files(with_extract).where(col(FileRow.id).in_(ids))).all()}
         out: dict[str, StoredFile] = {}
         for file_id in ids:
             row = rows.get(file_id)
@@ -391,6 +398,43 @@ class FileStore:
         """The extract text of ``file_id`` (``None`` before parsing or for an unknown id)."""
         with storage_errors(), Session(self.engine) as db:
             return db.exec(select(FileRow.extract).where(FileRow.id == str(file_id))).first()
+
+    def extract_page(self, file_id: str, page: int) -> str | None:
+        """Page ``page`` (1-based) of the stored extract, cut out by the database, so a big extract
+        is never loaded whole here; ``None`` past the last page or before a parse. The text as
+        stored (its escapes kept): :func:`runtime.parsing.unescape_page` gives the page."""
+        opening = f"\n--- page {page} ---\n"
+        following = f"\n--- page {page + 1} ---\n"
+        with storage_errors(), Session(self.engine) as db:
+            row = db.exec(
+                text(
+                    "SELECT substring(extract FROM s FOR (CASE WHEN t > s THEN t ELSE length(extract) + 1 END) - s) "
+                    "FROM (SELECT extract, CASE WHEN :n = 1 THEN 1 ELSE strpos(extract, :opening) END AS s, "
+                    "strpos(extract, :following) AS t FROM files WHERE id = :id AND extract IS NOT NULL) x WHERE s > 0"
+                ).bindparams(n=page, opening=opening, following=following, id=str(file_id))
+            ).first()
+        if row is None or row[0] is None:
+            return None
+        chunk = row[0].lstrip("\n")
+        return chunk.split("\n", 1)[1] if "\n" in chunk else ""
+
+    def extract_search(self, file_id: str, needle: str, *, start: int) -> int | None:
+        """The first page from ``start`` whose text may contain ``needle`` (lower-cased, runs of
+        whitespace as one space), found by the database; ``None`` when no later page has it.
+        A candidate only: the caller checks the page (a hit may span a page marker)."""
+        opening = "" if start == 1 else f"\n--- page {start} ---\n"
+        with storage_errors(), Session(self.engine) as db:
+            row = db.exec(
+                text(
+                    "SELECT CASE WHEN h > 0 THEN regexp_count(substring(f FOR h), '(^| )--- page [0-9]+ --- ') END "
+                    "FROM (SELECT f, strpos(f, :needle) AS h FROM (SELECT regexp_replace(lower(substring(extract FROM s)), "
+                    "'\\s+', ' ', 'g') AS f FROM (SELECT extract, CASE WHEN :opening = '' THEN 1 ELSE strpos(extract, :opening) END AS s "
+                    "FROM files WHERE id = :id AND extract IS NOT NULL) x WHERE s > 0) y) z"
+                ).bindparams(needle=needle, opening=opening, id=str(file_id))
+            ).first()
+        if row is None or row[0] is None:
+            return None
+        return start + max(int(row[0]), 1) - 1
 
     def owner(self, file_id: str) -> str | None:
         """The user id owning ``file_id`` (``None`` for an unknown id); reads nothing else."""
@@ -483,7 +527,7 @@ class FileStore:
     def list(self, *, user_id: str) -> list[StoredFile]:
         """The user's files, oldest first, without extracts."""
         with storage_errors(), Session(self.engine) as db:
-            rows = db.exec(select(FileRow).where(FileRow.user_id == user_id).order_by(col(FileRow.created_at), col(FileRow.id))).all()
+            rows = db.exec(_select_files(False).where(FileRow.user_id == user_id).order_by(col(FileRow.created_at), col(FileRow.id))).all()
             return [_stored(r, with_extract=False) for r in rows]
 
     def pending_ids(self) -> builtins.list[str]:

@@ -32,7 +32,7 @@ def test_a_parse_past_its_cpu_cap_fails_and_the_service_goes_on(files):
 
 def test_a_parse_past_its_memory_cap_fails(files):
     big = files.add(user_id="hostile", name="strings.xlsx", data=H.xlsx_many_shared_strings(SLOW_XLSX_STRINGS))
-    with ParseService(files, memory_bytes=300 * 1024 * 1024, cpu_seconds=60) as svc:
+    with ParseService(files, memory_bytes=200 * 1024 * 1024, cpu_seconds=60) as svc:
         assert svc.wait(big.id, LONG * 3) == "failed"
     assert files.get(big.id, user_id="hostile").parse_error
 

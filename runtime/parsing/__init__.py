@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from errors import FileParseError
-from runtime.parsing._extract import MARKER, Extract, pages_of, serialize
+from runtime.parsing._extract import MARKER, Extract, pages_of, serialize, unescape_page
 from runtime.parsing._frontmatter import PageScore, is_front_matter_title, score_page, toc_body_start
 from runtime.parsing._unpack import UnpackBudget
 
@@ -186,4 +186,5 @@ __all__ = [
     "score_page",
     "serialize",
     "toc_body_start",
+    "unescape_page",
 ]
