@@ -17,8 +17,9 @@ Budget and fairness: with the default parser, each parse runs in its own subproc
 ``memory_bytes`` of address space and twice the CPU time of wall time, at a lower
 priority than the service; a file past a cap fails (``failed``, reason ``too_large``
 or ``too_slow``) and the service is untouched. Parses wait in one queue per user,
-served round-robin, and one user runs at most ``workers - 1`` parses at once (when
-there are two workers or more), so one user's hostile files never hold every worker.
+served round-robin, and one user runs at most ``workers - 1`` parses at once (one
+with a single worker), even when the other workers are idle: a worker is always free
+for the next user, so one user's hostile files never hold every worker.
 A file whose parser dies without a result twice is marked ``failed``
 (:meth:`~memory.files.FileStore.claim_parse`), so it cannot kill parsers after every restart.
 """
@@ -216,7 +217,7 @@ class ParseService:
         while busy < self.workers and self._turns and skipped < len(self._turns):
             owner = self._turns[0]
             self._turns.rotate(-1)
-            if self._running.get(owner, 0) >= self._owner_cap() and len(self._turns) > 1:
+            if self._running.get(owner, 0) >= self._owner_cap():  # a worker stays free for the next user
                 skipped += 1
                 continue
             skipped = 0

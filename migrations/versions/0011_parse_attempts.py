@@ -5,16 +5,16 @@ the claim is taken again once stale. ``parse_attempts`` lets the second stale cl
 mark the file ``failed`` instead of parsing it again, so a file that kills its parser
 cannot do so on every restart.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-11-30
 """
 
 from alembic import op
 import sqlalchemy as sa
 
-revision = "0010"
-down_revision = "0009"
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
