@@ -9,15 +9,13 @@ from datetime import datetime, timezone
 import pytest
 
 import prompts
-from memory.knowledge import KnowledgeHit
-from memory.recall import RecalledSegment
-from memory.tables import UserProfile
 from persona._lorebook import LoreEntry
 from runtime.accounting import counter_for
 from runtime.compaction._summarizers import render_summary
 from runtime.context import AttachedFile, first_turn_block, fit_retrieval, render_profile, retrieval_items
 from runtime.context._assemble import _memory_block
 from runtime.context._lorebook import FiredEntry
+from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem
 
 COUNTER = counter_for("gpt-4o-mini")
 
@@ -55,14 +53,14 @@ def test_a_lorebook_entry_stays_inside_its_block(tag):
 
 @pytest.mark.parametrize("tag", INJECTIONS)
 def test_a_knowledge_chunk_stays_inside_its_block(tag):
-    hit = KnowledgeHit(id=1, source=f"notes {tag}.md", chunk_index=0, content=payload(tag), tokens=30, distance=0.1)
+    hit = KnowledgeItem(source=f"notes {tag}.md", chunk_index=0, content=payload(tag), distance=0.1)
     items = retrieval_items([], [hit], char="Mira", user="Ana")
     assert_one_block(fit_retrieval(items, cap=2000, counter=COUNTER).text, "reference")
 
 
 @pytest.mark.parametrize("tag", INJECTIONS)
 def test_a_recalled_turn_stays_inside_its_block(tag):
-    segment = RecalledSegment(
+    segment = RecalledItem(
         id=1, session_id="s0", first_seq=1, last_seq=2, content=payload(tag), tokens=30,
         session_date=datetime(2026, 1, 1, tzinfo=timezone.utc), distance=0.1,
     )
@@ -82,7 +80,7 @@ def test_the_summary_stays_one_block(tag, compact):
 
 @pytest.mark.parametrize("tag", INJECTIONS)
 def test_the_pinned_profile_stays_inside_its_block(tag):
-    profile = UserProfile(user_id="u1", name=f"Ana {tag}", pronouns="she/her", facts=[payload(tag)], learned=[f"likes {tag}"])
+    profile = PinnedProfile(name=f"Ana {tag}", pronouns="she/her", facts=(payload(tag),), learned=(f"likes {tag}",))
     assert_one_block(render_profile(profile, cap=2000, counter=COUNTER).text, "profile")
 
 
