@@ -113,10 +113,12 @@ def rss_mib(pid: int) -> float:
 
 def descendants(pid: int) -> list[int]:
     out: list[int] = []
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return out
+    children: list[str] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):  # children of every thread, not only the main one
+        try:
+            children.extend((task / "children").read_text().split())
+        except OSError:
+            pass
     for child in map(int, children):
         out.append(child)
         out.extend(descendants(child))
@@ -189,7 +191,7 @@ def normal_user(server: Server, user: str, until: float, tally: Tally) -> None:
 def _zip_of_zips() -> bytes:
     from tests import hostile_files as H
 
-    return H.zip_of_zips(width=40, inner_members=20, member_chars=4 * MiB)
+    return H.zip_of_zips(width=3, inner_members=20, member_chars=4 * MiB)  # about 12 MB, 240 MB unpacked
 
 
 def _docx_huge_part() -> bytes:
