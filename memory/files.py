@@ -24,7 +24,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
 import structlog
 from sqlalchemy import Engine, delete, func, or_, text, update
@@ -172,7 +172,7 @@ class StoredFile:
 def _select_files(with_extract: bool):
     """``SELECT`` of file rows; without the extract column unless asked (it may hold hundreds of MB)."""
     query = select(FileRow)
-    return query if with_extract else query.options(defer(FileRow.extract))
+    return query if with_extract else query.options(defer(cast(Any, FileRow.extract)))
 
 
 def _stored(row: FileRow, *, with_extract: bool) -> StoredFile:
@@ -406,7 +406,7 @@ class FileStore:
         opening = f"\n--- page {page} ---\n"
         following = f"\n--- page {page + 1} ---\n"
         with storage_errors(), Session(self.engine) as db:
-            row = db.exec(
+            row = db.execute(
                 text(
                     "SELECT substring(extract FROM s FOR (CASE WHEN t > s THEN t ELSE length(extract) + 1 END) - s) "
                     "FROM (SELECT extract, CASE WHEN :n = 1 THEN 1 ELSE strpos(extract, :opening) END AS s, "
@@ -424,7 +424,7 @@ class FileStore:
         A candidate only: the caller checks the page (a hit may span a page marker)."""
         opening = "" if start == 1 else f"\n--- page {start} ---\n"
         with storage_errors(), Session(self.engine) as db:
-            row = db.exec(
+            row = db.execute(
                 text(
                     "SELECT CASE WHEN h > 0 THEN regexp_count(substring(f FOR h), '(^| )--- page [0-9]+ --- ') END "
                     "FROM (SELECT f, strpos(f, :needle) AS h FROM (SELECT regexp_replace(lower(substring(extract FROM s)), "

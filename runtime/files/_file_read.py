@@ -102,7 +102,7 @@ def _arguments(
 
 
 def read_window(
-    source: StoredFile | str,
+    source: "StoredFile | PageSource | str",
     *,
     start_page: int | None = None,
     max_pages: int | None = None,
@@ -115,7 +115,8 @@ def read_window(
     line on how to read more (or that the file ends).
 
     Args:
-        source: a stored file (its parse state decides), or an extract text (taken as ready).
+        source: a stored file (its parse state decides), its pages read from the database
+            (:class:`PageSource`, taken as ready), or an extract text (taken as ready).
         start_page: first page to return, 1-based; overrides the front-matter skip and ``focus``'s start.
         max_pages: pages wanted; more than ``limits.max_pages`` is lowered to it (and said so).
         focus: a keyword: the window starts at (one page before) the first page containing it,
