@@ -20,6 +20,7 @@ place each: litellm in :mod:`runtime.llm`, psycopg/SQLAlchemy in :mod:`memory.da
     │   ├── SessionOwnershipError   the session id belongs to another user
     │   ├── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
     │   ├── InvalidRequestError     an HTTP API request is missing or misuses a field
+    │   │   └── InvalidFieldError   a text field holds NUL, a lone surrogate, or too many characters
     │   ├── AuthenticationError     no API key, or one no app has (HTTP 401)
     │   ├── NotFoundError           no such user or session for this app (HTTP 404)
     │   ├── SessionClosedError      the session was closed; it takes no new turns
@@ -161,6 +162,22 @@ class InvalidRequestError(UsageError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class InvalidFieldError(InvalidRequestError):
+    """A text field (an id, a name, a profile field) cannot be stored as given. Nothing was stored.
+
+    The rules are the message's (:func:`runtime.turn.validate_message`) applied to any
+    text: no NUL, no lone surrogate, at most the field's length.
+
+    Attributes:
+        field: the field at fault, e.g. ``user_id``, ``name``, ``facts[2]``.
+        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_long``, ``empty``, ``control_character``.
+    """
+
+    def __init__(self, message: str, *, field: str, reason: str) -> None:
+        super().__init__(message, field=field)
+        self.reason = reason
 
 
 class AuthenticationError(UsageError):

@@ -26,7 +26,7 @@ from sqlalchemy import Engine, text
 from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
-from errors import InvalidRequestError, NotFoundError
+from errors import InvalidFieldError, InvalidRequestError, NotFoundError
 from memory.files import file_not_found
 from memory.tables import App, ChatSession, FileRow, Summary, User
 
@@ -40,20 +40,55 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def check_name(value: str, *, field: str) -> str:
-    """``value`` stripped, if it is a usable id or name: 1–200 printable characters.
+def check_text(value: object, *, field: str, max_chars: int | None = None) -> str:
+    """``value`` if it is text that can be stored: a ``str`` with no NUL (U+0000, which
+    PostgreSQL text cannot hold), no lone surrogate (not encodable as UTF-8) and at most
+    ``max_chars`` characters. The message's rules (:func:`runtime.turn.validate_message`),
+    for every other text field.
 
     Raises:
-        InvalidRequestError: empty, too long, or with control characters.
+        InvalidFieldError: naming ``field``, with ``reason`` ``nul_byte``, ``invalid_utf8`` or ``too_long``.
     """
-    cleaned = value.strip() if isinstance(value, str) else ""
+    if not isinstance(value, str):
+        raise InvalidFieldError(f"{field} must be a string, not {type(value).__name__}.", field=field, reason="invalid_type")
+    nul = value.find("\x00")
+    if nul >= 0:
+        raise InvalidFieldError(f"{field} contains a NUL byte at character {nul}; NUL cannot be stored.", field=field, reason="nul_byte")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidFieldError(
+            f"{field} is not valid UTF-8: character {exc.start} is a lone surrogate.", field=field, reason="invalid_utf8"
+        ) from None
+    if max_chars is not None and len(value) > max_chars:
+        raise InvalidFieldError(
+            f"{field} is {len(value)} characters; at most {max_chars} are allowed.", field=field, reason="too_long"
+        )
+    return value
+
+
+def check_name(value: str, *, field: str) -> str:
+    """``value`` stripped, if it is a usable id or name: 1–200 printable characters
+    (and :func:`check_text`'s rules).
+
+    Raises:
+        InvalidFieldError: empty, too long, NUL, a lone surrogate, or control characters.
+    """
+    cleaned = check_text(value, field=field).strip()
     if not cleaned:
-        raise InvalidRequestError(f"{field} must be a non-empty string.", field=field)
+        raise InvalidFieldError(f"{field} must be a non-empty string.", field=field, reason="empty")
     if len(cleaned) > MAX_ID_CHARS:
-        raise InvalidRequestError(f"{field} is {len(cleaned)} characters; at most {MAX_ID_CHARS} are allowed.", field=field)
+        raise InvalidFieldError(
+            f"{field} is {len(cleaned)} characters; at most {MAX_ID_CHARS} are allowed.", field=field, reason="too_long"
+        )
     if any(ord(c) < 32 or ord(c) == 127 for c in cleaned):
-        raise InvalidRequestError(f"{field} must not contain control characters.", field=field)
+        raise InvalidFieldError(f"{field} must not contain control characters.", field=field, reason="control_character")
     return cleaned
+
+
+def check_id(value: object, *, field: str) -> str:
+    """An id used for a lookup: :func:`check_text` with the id columns' size (200 characters)."""
+    return check_text(value, field=field, max_chars=MAX_ID_CHARS)
 
 
 class Directory:
@@ -105,7 +140,8 @@ class Directory:
             return user, inserted is not None
 
     def user(self, app_id: str, external_id: str) -> User:
-        """Raises :class:`NotFoundError` unless the app has this user."""
+        """Raises :class:`NotFoundError` unless the app has this user; InvalidFieldError for an id that cannot exist."""
+        external_id = check_id(external_id, field="user_id")
         with storage_errors(), Session(self.engine) as db:
             user = db.exec(select(User).where(User.app_id == app_id, User.external_id == external_id)).first()
         if user is None:
@@ -122,7 +158,9 @@ class Directory:
 
         Raises:
             FileNotFound: no such file, or another app's (the same answer, the file store's message).
+            InvalidFieldError: an id that cannot exist (NUL, a lone surrogate, too long).
         """
+        file_id = check_id(file_id, field="file_id")
         with storage_errors(), Session(self.engine) as db:
             user = db.exec(
                 select(User).join(FileRow, col(FileRow.user_id) == User.id).where(FileRow.id == file_id, User.app_id == app_id)
@@ -137,7 +175,9 @@ class Directory:
 
         Raises:
             NotFoundError: no such session, or another app's (the same answer).
+            InvalidFieldError: an id that cannot exist (NUL, a lone surrogate, too long).
         """
+        session_id = check_id(session_id, field="session_id")
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.exec(
                 select(ChatSession, User)

@@ -24,14 +24,18 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence, cast
 
+import structlog
 from sqlalchemy import Engine, delete, func, or_, text, update
+from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from memory.database import storage_errors
 from errors import FileInputError, FileNotFound
 from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
+
+log = structlog.get_logger("companion.files")
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 """``COMPANION_MAX_FILE_BYTES`` default: 50 MiB."""
@@ -39,6 +43,8 @@ MAX_NAME_CHARS = 255
 """Longest file name kept, characters (the usual file-system limit)."""
 STALE_PARSE_SECONDS = 600.0
 """A ``parsing`` claim older than this many seconds is taken to be from a dead process and may be re-claimed."""
+MAX_PARSE_ATTEMPTS = 2
+"""Parser claims that may go stale (no result) before the file is marked ``failed``."""
 
 _MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"%PDF-", "application/pdf"),
@@ -161,6 +167,12 @@ class StoredFile:
     def is_final(self) -> bool:
         """True once the parse has ended (ready, empty, needs OCR or failed)."""
         return self.parse_state in FINAL_PARSE_STATES
+
+
+def _select_files(with_extract: bool):
+    """``SELECT`` of file rows; without the extract column unless asked (it may hold hundreds of MB)."""
+    query = select(FileRow)
+    return query if with_extract else query.options(defer(cast(Any, FileRow.extract)))
 
 
 def _stored(row: FileRow, *, with_extract: bool) -> StoredFile:
@@ -337,9 +349,13 @@ class FileStore:
         Raises:
             FileNotFound: no such id, another user's id, or an ephemeral id of another
                 session; one message for all, so nothing leaks.
+            InvalidFieldError: an id with NUL or a lone surrogate, or over 200 characters.
         """
+        from memory.apps import check_id
+
+        check_id(str(file_id), field="file_id")
         with storage_errors(session_id), Session(self.engine) as db:
-            row = db.get(FileRow, str(file_id))
+            row = db.exec(_select_files(with_extract).where(FileRow.id == str(file_id))).first()
             if row is None or row.user_id != user_id or not _in_session(row, session_id):
                 raise FileNotFound(_not_found(file_id), file_id=str(file_id))
             return _stored(row, with_extract=with_extract)
@@ -356,7 +372,7 @@ class FileStore:
         if not ids:
             return {}
         with storage_errors(session_id), Session(self.engine) as db:
-            rows = {r.id: r for r in db.exec(select(FileRow).where(col(FileRow.id).in_(ids))).all()}
+            rows = {r.id: r for r in db.exec(_select_files(with_extract).where(col(FileRow.id).in_(ids))).all()}
         out: dict[str, StoredFile] = {}
         for file_id in ids:
             row = rows.get(file_id)
@@ -382,6 +398,48 @@ class FileStore:
         """The extract text of ``file_id`` (``None`` before parsing or for an unknown id)."""
         with storage_errors(), Session(self.engine) as db:
             return db.exec(select(FileRow.extract).where(FileRow.id == str(file_id))).first()
+
+    def extract_page(self, file_id: str, page: int) -> str | None:
+        """Page ``page`` (1-based) of the stored extract, cut out by the database, so a big extract
+        is never loaded whole here; ``None`` past the last page or before a parse. The text as
+        stored (its escapes kept): :func:`runtime.parsing.unescape_page` gives the page."""
+        opening = f"\n--- page {page} ---\n"
+        following = f"\n--- page {page + 1} ---\n"
+        with storage_errors(), Session(self.engine) as db:
+            row = db.execute(
+                text(
+                    "SELECT substring(extract FROM s FOR (CASE WHEN t > s THEN t ELSE length(extract) + 1 END) - s) "
+                    "FROM (SELECT extract, CASE WHEN :n = 1 THEN 1 ELSE strpos(extract, :opening) END AS s, "
+                    "strpos(extract, :following) AS t FROM files WHERE id = :id AND extract IS NOT NULL) x WHERE s > 0"
+                ).bindparams(n=page, opening=opening, following=following, id=str(file_id))
+            ).first()
+        if row is None or row[0] is None:
+            return None
+        chunk = row[0].lstrip("\n")
+        return chunk.split("\n", 1)[1] if "\n" in chunk else ""
+
+    def extract_search(self, file_id: str, needle: str, *, start: int) -> int | None:
+        """The first page from ``start`` whose text may contain ``needle`` (lower-cased, runs of
+        whitespace as one space), found by the database; ``None`` when no later page has it.
+        A candidate only: the caller checks the page (a hit may span a page marker)."""
+        opening = "" if start == 1 else f"\n--- page {start} ---\n"
+        with storage_errors(), Session(self.engine) as db:
+            row = db.execute(
+                text(
+                    "SELECT CASE WHEN h > 0 THEN regexp_count(substring(f FOR h), '(^| )--- page [0-9]+ --- ') END "
+                    "FROM (SELECT f, strpos(f, :needle) AS h FROM (SELECT regexp_replace(lower(substring(extract FROM s)), "
+                    "'\\s+', ' ', 'g') AS f FROM (SELECT extract, CASE WHEN :opening = '' THEN 1 ELSE strpos(extract, :opening) END AS s "
+                    "FROM files WHERE id = :id AND extract IS NOT NULL) x WHERE s > 0) y) z"
+                ).bindparams(needle=needle, opening=opening, id=str(file_id))
+            ).first()
+        if row is None or row[0] is None:
+            return None
+        return start + max(int(row[0]), 1) - 1
+
+    def owner(self, file_id: str) -> str | None:
+        """The user id owning ``file_id`` (``None`` for an unknown id); reads nothing else."""
+        with storage_errors(), Session(self.engine) as db:
+            return db.exec(select(FileRow.user_id).where(FileRow.id == str(file_id))).first()
 
     def state(self, file_id: str) -> str | None:
         """The parse state of ``file_id``, or ``None`` if the id is gone."""
@@ -455,6 +513,7 @@ class FileStore:
                     parse_state=ParseState.pending,
                     parse_error=None,
                     parse_started_at=None,
+                    parse_attempts=0,
                     page_count=None,
                     extract=None,
                     body_start_page=None,
@@ -468,7 +527,7 @@ class FileStore:
     def list(self, *, user_id: str) -> list[StoredFile]:
         """The user's files, oldest first, without extracts."""
         with storage_errors(), Session(self.engine) as db:
-            rows = db.exec(select(FileRow).where(FileRow.user_id == user_id).order_by(col(FileRow.created_at), col(FileRow.id))).all()
+            rows = db.exec(_select_files(False).where(FileRow.user_id == user_id).order_by(col(FileRow.created_at), col(FileRow.id))).all()
             return [_stored(r, with_extract=False) for r in rows]
 
     def pending_ids(self) -> builtins.list[str]:
@@ -488,19 +547,34 @@ class FileStore:
     # -- parse results ------------------------------------------------------------
     def claim_parse(self, file_id: str, *, stale_after: float = STALE_PARSE_SECONDS) -> bool:
         """Move ``file_id`` from ``pending`` to ``parsing`` (or re-claim a ``parsing`` claim older than
-        ``stale_after`` seconds). True if this caller won the claim; across processes one wins."""
+        ``stale_after`` seconds). True if this caller won the claim; across processes one wins.
+
+        Each claim counts an attempt. A stale claim means a parser never reported back (its
+        process was killed under it); once :data:`MAX_PARSE_ATTEMPTS` claims have gone so,
+        the file is marked ``failed`` instead of claimed again, so a file that kills its
+        parser cannot do so after every restart."""
         cutoff = utcnow() - timedelta(seconds=stale_after)
+        stale = (col(FileRow.parse_state) == ParseState.parsing) & (col(FileRow.parse_started_at) < cutoff)
         with storage_errors(), Session(self.engine) as db:
-            result = db.exec(
+            given_up = db.exec(
                 update(FileRow)
-                .where(
-                    col(FileRow.id) == str(file_id),
-                    or_(
-                        col(FileRow.parse_state) == ParseState.pending,
-                        (col(FileRow.parse_state) == ParseState.parsing) & (col(FileRow.parse_started_at) < cutoff),
+                .where(col(FileRow.id) == str(file_id), stale, col(FileRow.parse_attempts) >= MAX_PARSE_ATTEMPTS)
+                .values(
+                    parse_state=ParseState.failed,
+                    parse_error=(
+                        f"The parser stopped without a result {MAX_PARSE_ATTEMPTS} times on this file "
+                        "(its process was killed); it is not tried again. Upload a smaller or simpler file."
                     ),
                 )
-                .values(parse_state=ParseState.parsing, parse_started_at=utcnow())
+            )
+            if given_up.rowcount:
+                db.commit()
+                log.warning("file.parse.given_up", file_id=str(file_id), attempts=MAX_PARSE_ATTEMPTS)
+                return False
+            result = db.exec(
+                update(FileRow)
+                .where(col(FileRow.id) == str(file_id), or_(col(FileRow.parse_state) == ParseState.pending, stale))
+                .values(parse_state=ParseState.parsing, parse_started_at=utcnow(), parse_attempts=col(FileRow.parse_attempts) + 1)
             )
             db.commit()
             return result.rowcount == 1

@@ -47,7 +47,20 @@ class Profiles:
 
         ``None`` leaves a field as it is; ``""`` clears ``name`` or ``pronouns``; ``facts``
         replaces the user-set facts (blank ones dropped, duplicates merged).
+
+        Raises:
+            InvalidFieldError: a field with NUL or a lone surrogate, or over its length
+                (``name`` 200, ``pronouns`` 100, each fact :data:`MAX_FACT_CHARS` characters).
         """
+        from memory.apps import check_id, check_text
+
+        check_id(user_id, field="user_id")
+        if name is not None:
+            check_text(name, field="name", max_chars=200)
+        if pronouns is not None:
+            check_text(pronouns, field="pronouns", max_chars=100)
+        for k, fact in enumerate(facts or []):
+            check_text(fact, field=f"facts[{k}]", max_chars=MAX_FACT_CHARS)
         with storage_errors(), Session(self.engine) as db:
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             profile = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()

@@ -92,9 +92,14 @@ class Store:
 
         Raises:
             SessionOwnershipError: the session exists but belongs to another user.
+            InvalidFieldError: an id or the persona holds NUL or a lone surrogate, or is over 200 characters.
         """
         from errors import SessionOwnershipError
+        from memory.apps import check_id
 
+        check_id(session_id, field="session_id")
+        check_id(user_id, field="user_id")
+        check_id(persona, field="persona")
         with storage_errors(session_id), Session(self.engine) as db:
             session = db.get(ChatSession, session_id)
             if session is not None:

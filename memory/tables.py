@@ -240,6 +240,8 @@ class FileRow(SQLModel, table=True):
     parse_state: ParseState = Field(default=ParseState.pending, max_length=20)
     parse_error: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
     parse_started_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    parse_attempts: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    """Parser claims since the bytes last changed; a claim past :data:`memory.files.MAX_PARSE_ATTEMPTS` fails the file."""
     page_count: Optional[int] = None
     """Pages in ``extract``, once parsed."""
     extract: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -254,7 +254,11 @@ class Settings(_EnvironmentSettings):
     files_dir: _UserPath | None = None
     """``COMPANION_FILES_DIR``: where uploaded files' bytes are kept; ``None``: ``data_dir / "files"``."""
     max_file_bytes: int = Field(50 * 1024 * 1024, ge=1)
-    """``COMPANION_MAX_FILE_BYTES``: the largest upload accepted, bytes (default 50 MiB)."""
+    """``COMPANION_MAX_FILE_BYTES``: the largest upload accepted, bytes (default 50 MiB). The HTTP
+    service refuses a multipart body larger than this plus 64 KiB of form overhead while it streams in (413)."""
+    max_json_bytes: int = Field(1024 * 1024, ge=1024)
+    """``COMPANION_MAX_JSON_BYTES``: the largest JSON (or any non-upload) request body, bytes
+    (default 1 MiB: a 100,000-character message with every character escaped fits); refused while it streams in (413)."""
     inline_file_chars: int = Field(20_000, ge=0)
     """``COMPANION_INLINE_FILE_CHARS``: text files under this many characters are inlined in full
     into the turn that carries them; larger ones and binary formats go in as a pointer."""
@@ -272,6 +276,10 @@ class Settings(_EnvironmentSettings):
     turn_wait_seconds: float = Field(30.0, ge=0.0, le=3600.0)
     """``COMPANION_TURN_WAIT_SECONDS``: how long a turn (or edit, greeting, close) waits for its
     session's running turn to end before it is refused with ``turn_in_progress`` (0: refused at once)."""
+    parse_cpu_seconds: float = Field(60.0, ge=1.0, le=3600.0)
+    """``COMPANION_PARSE_CPU_SECONDS``: CPU time one file's parse may use (in its own subprocess), seconds."""
+    parse_memory_mb: int = Field(1024, ge=256)
+    """``COMPANION_PARSE_MEMORY_MB``: address space one file's parse subprocess may use, MiB."""
     zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns --

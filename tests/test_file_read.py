@@ -205,3 +205,30 @@ def test_a_page_without_text_says_so_instead_of_showing_nothing():
 def test_a_single_skipped_page_is_named_as_one_page():
     result = read_window(numbered_extract(5), body_start_page=2)
     assert pages_in(result)[0] == 2 and "skipped front matter (page 1)" in result
+
+
+def test_a_window_of_a_big_extract_is_read_without_loading_the_whole_extract(files):
+    import tracemalloc
+
+    from runtime.files import FileReader, ParseService
+    from runtime.parsing import serialize
+
+    pages = [f"Page {n} of a very long ledger. " + ("entry " * 2_000) for n in range(1, 3_001)]
+    pages[2_500] += " The lighthouse keeper's signature."
+    stored = files.add(user_id="u1", name="ledger.txt", data=b"ledger")
+    extract = serialize(pages)
+    assert len(extract) > 30_000_000
+    files.set_parse_result(stored.id, state="ready", extract=extract, page_count=len(pages), body_start_page=None)
+    del extract, pages
+    with ParseService(files) as parses:
+        reader = FileReader(files, parses)
+        tracemalloc.start()
+        try:
+            window = reader.file_read(stored.id, "u1", start_page=1_200)
+            found = reader.file_read(stored.id, "u1", focus="LIGHTHOUSE keeper's")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert "--- page 1200 ---" in window and "Page 1200 of a very long ledger." in window
+    assert "--- page 2501 ---" in found and "signature" in found
+    assert peak < 2_000_000  # bytes: a few pages, not the 30 MB extract

@@ -15,8 +15,10 @@ Guarantees:
 - **One at a time per session**, across processes: the work runs under a PostgreSQL
   advisory lock (:meth:`~memory.store.Store.compaction_lock`) and re-reads the turns
   under it; a second compactor finds the lock held and skips.
-- **Circuit breaker**, stored in ``compaction_state``: exceptions, timeouts and
-  rejected summaries count as consecutive failures; a success resets the count. At
+- **Circuit breaker**, stored in ``compaction_state``: the summarizer's failures
+  (:class:`~errors.SummarizationError`: model errors, timeouts, rejected
+  summaries) count as consecutive failures; anything else (a storage error, a bug)
+  propagates to the caller with its traceback and leaves the count alone; a success resets the count. At
   ``breaker_threshold`` failures the breaker opens: no summarizer is called for the
   session. While it is open, turns over the cap are still archived verbatim (state
   ``archived``), so every turn stays in the recent window, quoted in the summary or
@@ -40,6 +42,7 @@ from typing import Any, Callable, Literal, Sequence
 
 import structlog
 
+from errors import SummarizationError
 from memory.archive import build_segments
 from memory.embeddings import Embedder
 from memory.store import NewSegment, Store
@@ -202,9 +205,10 @@ class Compactor:
         """Compact if the recent window exceeds ``recent_cap`` tokens; ``None`` if there was nothing
         to do or another compaction of the session holds its lock.
 
-        Summarizer failures (exceptions, timeouts, rejected summaries) are counted,
-        logged and returned as ``ok=False``; they never raise. Storage errors raise
-        :class:`~errors.StorageError`.
+        Summarizer failures (:class:`~errors.SummarizationError`: model errors,
+        timeouts, rejected summaries) are counted, logged and returned as ``ok=False``;
+        they never raise. Storage errors raise :class:`~errors.StorageError`; any
+        other exception (a bug) propagates as it is, and neither is counted by the breaker.
         """
         plan_args: dict[str, Any] = dict(cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges)
         if not plan_rollout(self.store.turns(session_id, state=TurnState.context), **plan_args):
@@ -316,9 +320,13 @@ class Compactor:
         prev_items = list(previous.items) if previous else []
         in_summary = {i["seq"] for i in prev_items if i.get("seq") is not None}
         omitted_before = sum(1 for seq in self.store.rolled_out_seqs(session_id) if seq not in in_summary)
+        user_turns = {  # quotes carried over from the previous session count as the user's
+            **self.store.carried_quotes(session_id),
+            **self.store.user_turn_texts(session_id, through_seq=boundary),
+        }
         try:
-            if not inputs:
-                raise ValueError("the turns to roll out hold no text")  # never call a summarizer on nothing
+            if not inputs:  # never call a summarizer on nothing
+                raise SummarizationError("the turns to roll out hold no text", session_id=session_id)
             draft = self.summarizer.summarize(
                 previous=prev_items,
                 turns=inputs,
@@ -333,13 +341,12 @@ class Compactor:
                 cap=summary_cap,
                 counter=self.counter,
                 boundary_seq=boundary,
-                user_turns={  # quotes carried over from the previous session count as the user's
-                    **self.store.carried_quotes(session_id),
-                    **self.store.user_turn_texts(session_id, through_seq=boundary),
-                },
+                user_turns=user_turns,
                 session_id=session_id,
             )
-        except Exception as exc:  # any summarizer failure is counted by the breaker, never swallowed
+        except SummarizationError as exc:
+            # only the summarizer's own failures count: a storage error or a bug propagates
+            # (the caller answers 503 or logs the traceback) and leaves the breaker alone
             return self._failed(session_id, f"{type(exc).__name__}: {exc}", breaker)
         segments = self._segments(groups, assistant_name)
         tokens = self.counter.count_text(draft.content)

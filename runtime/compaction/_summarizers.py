@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 from errors import SummarizationError
-from prompts import render
+from prompts import fence, render
 from runtime._offline import load_litellm
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 from runtime.messages import Message, to_openai
@@ -136,22 +136,33 @@ def shorten(text: str, limit: int = ASSISTANT_LINE_CHARS) -> str:
     return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
-def render_line(item: Mapping[str, Any]) -> str:
-    """One summary line for ``item``."""
+def render_line(item: Mapping[str, Any], *, compact: bool = False) -> str:
+    """One summary line for ``item``; ``compact`` leaves out the date and the cut note's numbers
+    (the form for caps too small for the full one)."""
+    if compact and item["role"] in ("user", "assistant"):
+        if item["role"] == "assistant":
+            return render("summary_line_assistant_compact", text=fence(item["text"]))
+        return render("summary_line_user_cut_compact" if item.get("cut_of") else "summary_line_user_compact", text=fence(item["text"]))
     if item["role"] == "user":
         if item.get("cut_of"):
-            return render("summary_line_user_cut", date=item["date"], text=item["text"], shown=len(item["text"]), total=item["cut_of"])
-        return render("summary_line_user", date=item["date"], text=item["text"])
+            return render("summary_line_user_cut", date=item["date"], text=fence(item["text"]), shown=len(item["text"]), total=item["cut_of"])
+        return render("summary_line_user", date=item["date"], text=fence(item["text"]))
     if item["role"] == "assistant":
-        return render("summary_line_assistant", date=item["date"], text=item["text"])
+        return render("summary_line_assistant", date=item["date"], text=fence(item["text"]))
     if item.get("date"):
-        return render("summary_line_note_dated", date=item["date"], text=item["text"])
-    return render("summary_line_note", text=item["text"])
+        return render("summary_line_note_dated", date=item["date"], text=fence(item["text"]))
+    return render("summary_line_note", text=fence(item["text"]))
 
 
-def render_summary(items: Sequence[Mapping[str, Any]], omitted: int) -> str:
+def render_summary(items: Sequence[Mapping[str, Any]], omitted: int, *, compact: bool = False) -> str:
     """Render items (oldest first): as dated lines, or in up to five titled parts (empty
-    parts left out) when any item is a model note."""
+    parts left out) when any item is a model note.
+
+    ``compact``: the short block (``prompts/summary_block_compact.txt``) with undated
+    lines and no count of archived lines, for caps too small for the full block; it holds
+    user and assistant lines only."""
+    if compact:
+        return render("summary_block_compact", body="\n".join(render_line(i, compact=True) for i in items))
     notice = render("summary_omitted", count=omitted) if omitted else ""
     if not any(item["role"] == "note" for item in items):
         return render("summary_block", omitted=notice, body="\n".join(render_line(i) for i in items))
@@ -218,7 +229,8 @@ def validate_summary(
     tokens = counter.count_text(draft.content)
     if tokens > cap:
         raise reject(f"{tokens} tokens exceed its cap of {cap} (tokens={tokens})")
-    if draft.content.count("<summary") != 1 or any("<summary" in str(i.get("text", "")) for i in draft.items):
+    # a user's own words may mention "<summary" (rendering fences them); a note may not carry a summary
+    if draft.content.count("<summary") != 1 or any("<summary" in str(i.get("text", "")) for i in draft.items if i["role"] == "note"):
         raise reject("it nests a summary inside itself")
     folded_turns = {seq: _folded(text) for seq, text in user_turns.items() if seq <= boundary_seq}
     for item in draft.items:
@@ -245,6 +257,15 @@ class ExtractiveSummarizer:
     It keeps the user's lines verbatim and the assistant's first sentences, newest
     first, until the cap is full. Older entries fall out first; they are archived
     verbatim before the summary changes, so they can still be recalled.
+
+    It always returns a non-empty summary within ``cap`` when one can exist: when the
+    newest user line does not fit whole, a prefix of it is quoted (at least
+    :data:`MIN_QUOTE_PREFIX_CHARS` characters); when even that does not fit the full
+    block, the compact block is used (:func:`render_summary` with ``compact=True``: no
+    date, no archived-lines count, earlier model notes left to the archive), which fits
+    the summary cap of the smallest window (21 tokens at 256); the compact block is also
+    chosen when the full one could keep only the companion's lines. Only a cap below the
+    compact block with one short quote raises :class:`SummarizationError`.
     """
 
     name = "extractive"
@@ -273,54 +294,102 @@ class ExtractiveSummarizer:
             if t.role == "user" and t.cut:
                 item["cut_of"] = t.chars
             new_items.append(item)
-        # model notes from an earlier model summary are carried over as they are
+        # model notes from an earlier model summary are carried over as they are (full block only)
         notes = [i for i in previous if i["role"] == "note"]
         candidates = sorted([i for i in [*previous, *new_items] if i["role"] != "note"], key=lambda i: i["seq"])
-        kept: list[dict[str, Any]] = []
-        base = counter.count_text(render_summary(notes, 1))
-        used = base
-        for item in reversed(candidates):
-            line = counter.count_text(render_line(item)) + 1
-            if used + line > cap:
-                if item["role"] == "assistant":
-                    continue  # a shortened assistant line may be skipped; user lines stop the scan
-                if not any(i["role"] == "user" for i in kept):  # the newest quote is cut rather than lost
-                    cut = _prefix_that_fits(item, cap - used, counter)
-                    if cut is not None:
-                        kept.append(cut)
-                break
-            kept.append(item)
-            used += line
-        kept.reverse()
-        kept_seqs = {i["seq"] for i in kept}
-        dropped_quotes = [i["seq"] for i in candidates if i["role"] == "user" and i["seq"] not in kept_seqs]
-        kept = [*notes, *kept]
-        dropped = len(candidates) + len(notes) - len(kept)
-        content = render_summary(kept, omitted_before + dropped)
-        while kept and counter.count_text(content) > cap:
-            gone = kept.pop(0)
-            dropped += 1
-            if gone["role"] == "user":
-                dropped_quotes.append(gone["seq"])
-            content = render_summary(kept, omitted_before + dropped)
-        return SummaryDraft(
-            content=content,
-            items=kept,
-            tokens=counter.count_text(content),
-            dropped=dropped,
-            dropped_quote_seqs=sorted(dropped_quotes),
+        drafts = [
+            d
+            for compact in (False, True)
+            if (d := _fill(notes, candidates, omitted_before=omitted_before, cap=cap, counter=counter, compact=compact))
+        ]
+        wants_quote = any(i["role"] == "user" for i in candidates)
+        for draft in drafts:  # the full block when it quotes the user, else the compact one
+            if not wants_quote or any(i["role"] == "user" for i in draft.items):
+                return draft
+        if drafts:
+            return drafts[0]
+        smallest = counter.count_text(render_summary([{"role": "user", "text": "x" * MIN_COMPACT_QUOTE_CHARS, "cut_of": 1}], 0, compact=True))
+        raise SummarizationError(
+            f"The summary cap of {cap} tokens is below the smallest summary ({smallest} tokens): "
+            "raise the summary budget or the context window.",
+            session_id=session_id,
         )
 
 
-def _prefix_that_fits(item: dict[str, Any], room: int, counter: TokenCounter) -> dict[str, Any] | None:
-    """The longest prefix of a user line (an exact substring) whose line fits ``room`` tokens."""
+MIN_COMPACT_QUOTE_CHARS = 8
+"""Shortest prefix of a user line the compact block quotes, characters (our choice: one or two words)."""
+
+
+def _fill(
+    notes: list[dict[str, Any]],
+    candidates: list[dict[str, Any]],
+    *,
+    omitted_before: int,
+    cap: int,
+    counter: TokenCounter,
+    compact: bool,
+) -> SummaryDraft | None:
+    """Fill one block form newest first; ``None`` when it cannot hold even one entry within ``cap``."""
+    notes = [] if compact else notes
+    # room is reserved for the largest archived-lines count this merge can show, so the final
+    # render (with the real count) never outgrows what the scan measured
+    most_omitted = omitted_before + len(candidates) + len(notes)
+    base = counter.count_text(render_summary(notes, 0 if compact else max(most_omitted, 1), compact=compact))
+    least = MIN_COMPACT_QUOTE_CHARS if compact else MIN_QUOTE_PREFIX_CHARS
+    kept: list[dict[str, Any]] = []
+    used = base
+    for item in reversed(candidates):
+        line = counter.count_text(render_line(item, compact=compact)) + 1
+        if used + line > cap:
+            if item["role"] == "assistant":
+                continue  # a shortened assistant line may be skipped; user lines stop the scan
+            if not any(i["role"] == "user" for i in kept):  # the newest quote is cut rather than lost
+                cut = _prefix_that_fits(item, cap - used, counter, least=least, compact=compact)
+                if cut is None and kept:  # make room: assistant lines give way to the user's words
+                    cut = _prefix_that_fits(item, cap - base, counter, least=least, compact=compact)
+                    if cut is not None:
+                        kept = []
+                if cut is not None:
+                    kept.append(cut)
+            break
+        kept.append(item)
+        used += line
+    kept.reverse()
+    kept_seqs = {i["seq"] for i in kept}
+    dropped_quotes = [i["seq"] for i in candidates if i["role"] == "user" and i["seq"] not in kept_seqs]
+    kept = [*notes, *kept]
+    dropped = len(candidates) + len(notes) - len(kept)
+    content = render_summary(kept, omitted_before + dropped, compact=compact)
+    while kept and counter.count_text(content) > cap:  # a safety net; the reserve above makes it rare
+        gone = kept.pop(0)
+        dropped += 1
+        if gone["role"] == "user":
+            dropped_quotes.append(gone["seq"])
+        content = render_summary(kept, omitted_before + dropped, compact=compact)
+    if not kept:
+        return None
+    return SummaryDraft(
+        content=content,
+        items=kept,
+        tokens=counter.count_text(content),
+        dropped=dropped,
+        dropped_quote_seqs=sorted(dropped_quotes),
+    )
+
+
+def _prefix_that_fits(
+    item: dict[str, Any], room: int, counter: TokenCounter, *, least: int = MIN_QUOTE_PREFIX_CHARS, compact: bool = False
+) -> dict[str, Any] | None:
+    """The longest prefix of a user line (an exact substring) whose line fits ``room`` tokens;
+    ``None`` when that prefix is shorter than ``least`` characters."""
     text = item["text"]
     total = item.get("cut_of") or len(text)
-    def fits(n: int) -> bool:
-        return counter.count_text(render_line({**item, "text": text[:n], "cut_of": total})) + 1 <= room
 
-    cut = longest_fitting_prefix(len(text), fits)
-    return {**item, "text": text[:cut], "cut_of": total} if cut >= MIN_QUOTE_PREFIX_CHARS else None
+    def fits(n: int) -> bool:
+        return counter.count_text(render_line({**item, "text": text[:n], "cut_of": total}, compact=compact)) + 1 <= room
+
+    prefix = text[: longest_fitting_prefix(len(text), fits)].rstrip()
+    return {**item, "text": prefix, "cut_of": total} if len(prefix) >= least else None
 
 
 # -- the model summarizer -----------------------------------------------------------
@@ -484,12 +553,13 @@ class LiteLLMSummarizer:
                 messages=to_openai(self.messages(previous=previous, turns=turns, cap=cap, assistant_name=assistant_name)),
                 api_base=self.api_base,
                 timeout=self.timeout,
-                num_retries=0,
+                num_retries=0,  # litellm's own retries
+                max_retries=0,  # the OpenAI client's retries: the breaker and its time budget count every attempt
                 **self.extra,
             )
-        except Exception as exc:  # every litellm/httpx/openai error becomes one SummarizationError
+            raw = response.choices[0].message.content or ""
+        except Exception as exc:  # every litellm/httpx/openai error (or a reply without a message) becomes one SummarizationError
             raise map_summarizer_error(exc, model=self.model, session_id=session_id)  # noqa: B904 (chained inside)
-        raw = response.choices[0].message.content or ""
         try:
             items = parse_model_summary(raw, turns=turns, previous=previous)
         except ValueError as exc:  # json.JSONDecodeError is a ValueError

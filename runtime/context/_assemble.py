@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Sequence, cast
 
 from persona import Persona
-from prompts import render
+from prompts import fence, render
 from runtime.context._attachments import AttachedFile, earlier_block, with_block
 from runtime.accounting import SOURCES, Budgets
 from runtime.accounting import Baseline, baseline_total
@@ -356,7 +356,7 @@ def _memory_block(
     used = counter.count_text(render("memory_block", body=""))
     chosen: list[tuple[RecalledItem, str]] = []
     for seg in candidates:
-        entry = render("memory_entry", date=seg.session_date.date().isoformat(), content=seg.content)
+        entry = render("memory_entry", date=seg.session_date.date().isoformat(), content=fence(seg.content))
         cost = counter.count_text(entry) + 1
         if used + cost <= cap:
             chosen.append((seg, entry))

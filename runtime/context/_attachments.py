@@ -41,7 +41,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from prompts import render
+from prompts import fence, render
 
 OPEN, CLOSE = "[[", "]]"
 """The delimiters of a runtime placeholder."""
@@ -247,7 +247,7 @@ def first_turn_block(files: Sequence[AttachedFile], *, inline_chars: int) -> str
     for f in files:
         parts.append(placeholder(f))
         if inlines(f, inline_chars=inline_chars):
-            parts.append(render("attachment_inline", file_id=f.file_id, text=full_text(f)))
+            parts.append(render("attachment_inline", file_id=f.file_id, text=fence(full_text(f) or "")))
         else:
             parts.append(render("attachment_pointer", file_id=f.file_id, what=_pointer_reason(f, inline_chars)))
     parts.append(footer(files))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from prompts import render
+from prompts import fence, render
 from runtime.accounting import TokenCounter
 from runtime.context._values import PinnedProfile
 
@@ -40,16 +40,16 @@ def render_profile(profile: PinnedProfile | None, *, cap: int, counter: TokenCou
         return ProfileBlock(text="", tokens=0, items=0)
     head = []
     if profile.name:
-        head.append(render("profile_line_name", value=profile.name))
+        head.append(render("profile_line_name", value=fence(profile.name)))
     if profile.pronouns:
-        head.append(render("profile_line_pronouns", value=profile.pronouns))
+        head.append(render("profile_line_pronouns", value=fence(profile.pronouns)))
     user_facts = list(profile.facts or [])
     learned = list(profile.learned or [])
     if not head and not user_facts and not learned:
         return ProfileBlock(text="", tokens=0, items=0)
 
     def build(user: list[str], known: list[str], dropped: int) -> str:
-        lines = head + [render("profile_line_fact", text=f) for f in [*user, *known]]
+        lines = head + [render("profile_line_fact", text=fence(f)) for f in [*user, *known]]
         if dropped:
             lines.append(render("notice_profile_cut", count=dropped))
         return render("profile_block", body="\n".join(lines))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from persona import MacroContext, expand
-from prompts import render
+from prompts import fence, render
 from runtime.context._lorebook import FiredEntry, admission_order
 from runtime.accounting import TokenCounter
 from runtime.context._values import KnowledgeItem
@@ -81,7 +81,7 @@ def retrieval_items(
         items.append(
             RetrievalItem(
                 kind="lore",
-                text=content if at_depth else render("retrieval_lore_entry", keys=keys, content=content),
+                text=content if at_depth else render("retrieval_lore_entry", keys=fence(keys), content=fence(content)),
                 rank=ranks[id(f)],
                 order=order,
                 label=f.entry.name or (f.key or "constant"),
@@ -94,7 +94,7 @@ def retrieval_items(
         items.append(
             RetrievalItem(
                 kind="knowledge",
-                text=render("retrieval_knowledge_entry", source=hit.source, part=hit.chunk_index + 1, content=hit.content),
+                text=render("retrieval_knowledge_entry", source=fence(hit.source), part=hit.chunk_index + 1, content=fence(hit.content)),
                 rank=base + i,
                 order=base + i,
                 label=f"{hit.source}#{hit.chunk_index}",

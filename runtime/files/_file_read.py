@@ -30,12 +30,13 @@ parse gives its error.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import prompts
 from errors import FileInputError
 from memory.files import FileStore, StoredFile
 from runtime.files._parse_service import ParseService
-from runtime.parsing import MARKER, pages_of
+from runtime.parsing import MARKER, pages_of, unescape_page
 
 DEFAULT_MAX_PAGES = 8
 """``COMPANION_FILE_READ_PAGES`` default: pages per window."""
@@ -101,7 +102,7 @@ def _arguments(
 
 
 def read_window(
-    source: StoredFile | str,
+    source: "StoredFile | PageSource | str",
     *,
     start_page: int | None = None,
     max_pages: int | None = None,
@@ -114,7 +115,8 @@ def read_window(
     line on how to read more (or that the file ends).
 
     Args:
-        source: a stored file (its parse state decides), or an extract text (taken as ready).
+        source: a stored file (its parse state decides), its pages read from the database
+            (:class:`PageSource`, taken as ready), or an extract text (taken as ready).
         start_page: first page to return, 1-based; overrides the front-matter skip and ``focus``'s start.
         max_pages: pages wanted; more than ``limits.max_pages`` is lowered to it (and said so).
         focus: a keyword: the window starts at (one page before) the first page containing it,
@@ -131,6 +133,8 @@ def read_window(
         file_id, name = source.id, source.name
         state, text, body_start = source.parse_state, source.extract, source.body_start_page
         total_hint = source.page_count or 0
+    elif isinstance(source, PageSource):
+        file_id, name, state, text, body_start, total_hint = source.file_id, source.name, "ready", None, source.body_start_page, 0
     else:
         file_id, name, state, text, body_start, total_hint = "-", "text", "ready", source, body_start_page, 0
     start_page, asked_pages, asked_chars, focus = _arguments(start_page, max_pages, max_chars, focus, file_id=file_id)
@@ -141,8 +145,8 @@ def read_window(
         return prompts.render("file_read_failed", error=(source.parse_error if isinstance(source, StoredFile) else "") or "unknown error", **ids)
     if state == "needs_ocr":
         return prompts.render("file_read_needs_ocr", total=total_hint, **ids)
-    pages = pages_of(text)
-    if state == "empty" or not any(p.strip() for p in pages):
+    pages: Pages = source if isinstance(source, PageSource) else ListPages(pages_of(text))
+    if state == "empty" or (isinstance(pages, ListPages) and not any(p.strip() for p in pages.pages)):
         return prompts.render("file_read_empty", **ids)
     total = len(pages)
     page_cap = min(asked_pages or limits.max_pages, limits.max_pages)
@@ -156,9 +160,9 @@ def read_window(
     if focus is not None:
         if start_page is None and body_start and 1 < body_start <= total:
             # the body first (a contents page names every chapter), then the front matter
-            hit = _find(pages, focus, start=body_start) or _find(pages[: body_start - 1], focus, start=1)
+            hit = pages.find(focus, start=body_start) or pages.find(focus, start=1, stop=body_start - 1)
         else:
-            hit = _find(pages, focus, start=start_page or 1)
+            hit = pages.find(focus, start=start_page or 1)
         if hit is None:
             return prompts.render("file_read_focus_missing", focus=focus, total=total, **ids)
         first = hit - 1 if hit > (start_page or body_start or 1) and page_cap >= 3 and len(pages[hit - 2]) + len(pages[hit - 1]) <= char_cap else hit
@@ -193,13 +197,84 @@ def read_window(
     return "\n".join(parts)
 
 
-def _find(pages: list[str], focus: str, *, start: int) -> int | None:
-    """The first page number from ``start`` whose text contains ``focus`` (case- and spacing-insensitive)."""
-    needle = " ".join(focus.casefold().split())
-    for number in range(start, len(pages) + 1):
-        if needle in " ".join(pages[number - 1].casefold().split()):
-            return number
-    return None
+def _folded(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+class Pages(Protocol):
+    """The pages a window is cut from: ``len()``, ``pages[i]`` (0-based) and a keyword search."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> str: ...
+
+    def find(self, focus: str, *, start: int, stop: int | None = None) -> int | None:
+        """The first page number in ``start..stop`` (1-based, inclusive; ``stop`` ``None``: the last)
+        whose text contains ``focus`` (case- and spacing-insensitive)."""
+        ...
+
+
+class ListPages:
+    """Pages held in memory (an extract text given whole)."""
+
+    def __init__(self, pages: list[str]) -> None:
+        self.pages = pages
+
+    def __len__(self) -> int:
+        return len(self.pages)
+
+    def __getitem__(self, index: int) -> str:
+        return self.pages[index]
+
+    def find(self, focus: str, *, start: int, stop: int | None = None) -> int | None:
+        needle = _folded(focus)
+        for number in range(start, min(stop or len(self.pages), len(self.pages)) + 1):
+            if needle in _folded(self.pages[number - 1]):
+                return number
+        return None
+
+
+class PageSource:
+    """A stored file's pages, read one at a time from the database
+    (:meth:`~memory.files.FileStore.extract_page`): a window costs its own pages, never the
+    whole extract. The keyword search runs in the database too
+    (:meth:`~memory.files.FileStore.extract_search`) and each candidate is checked here."""
+
+    CACHE_PAGES = 16
+    """Pages kept after reading (a window reads each of its pages at most once)."""
+
+    def __init__(self, files: FileStore, stored: StoredFile) -> None:
+        self.files = files
+        self.file_id = stored.id
+        self.name = stored.name
+        self.total = stored.page_count or 0
+        self.body_start_page = stored.body_start_page
+        self._cache: dict[int, str] = {}
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __getitem__(self, index: int) -> str:
+        number = index + 1 if index >= 0 else self.total + index + 1
+        if number not in self._cache:
+            if len(self._cache) >= self.CACHE_PAGES:
+                self._cache.pop(next(iter(self._cache)))
+            raw = self.files.extract_page(self.file_id, number)
+            self._cache[number] = unescape_page(raw) if raw is not None else ""
+        return self._cache[number]
+
+    def find(self, focus: str, *, start: int, stop: int | None = None) -> int | None:
+        needle = _folded(focus)
+        stop = min(stop or self.total, self.total)
+        number = start
+        while number <= stop:
+            candidate = self.files.extract_search(self.file_id, needle, start=number)
+            if candidate is None or candidate > stop:
+                return None
+            if needle in _folded(self[candidate - 1]):
+                return candidate
+            number = candidate + 1  # the match spanned a page marker: search on after it
+        return None
 
 
 class FileReader:
@@ -250,5 +325,9 @@ class FileReader:
         if not stored.is_final:
             with self.parses.watch(stored.id) as handle:
                 handle.wait(self.wait_seconds)
-        stored = self.files.get(file_id, user_id=user_id, session_id=session_id, with_extract=True)
-        return read_window(stored, start_page=start_page, max_pages=max_pages, focus=focus, limits=self.limits)
+        stored = self.files.get(file_id, user_id=user_id, session_id=session_id, with_extract=False)
+        if stored.parse_state == "ready" and stored.page_count:
+            source: StoredFile | PageSource = PageSource(self.files, stored)
+        else:
+            source = stored  # not ready: the state (or its error) answers; nothing to read
+        return read_window(source, start_page=start_page, max_pages=max_pages, focus=focus, limits=self.limits)

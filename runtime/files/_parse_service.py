@@ -11,12 +11,26 @@ handles on one file share ONE watch: a single thread that wakes when this proces
 parse finishes and otherwise polls the file's state every ``poll_seconds`` (so a parse
 running in another process is seen too). ``handle.cancel()`` withdraws only that
 caller's interest; when the last handle on a file is cancelled the watch stops.
+
+Budget and fairness: with the default parser, each parse runs in its own subprocess
+(a ``pebble`` process pool, one task per process) capped at ``cpu_seconds`` of CPU,
+``memory_bytes`` of address space and twice the CPU time of wall time, at a lower
+priority than the service; a file past a cap fails (``failed``, reason ``too_large``
+or ``too_slow``) and the service is untouched. Parses wait in one queue per user,
+served round-robin, and one user runs at most ``workers - 1`` parses at once (one
+with a single worker), even when the other workers are idle: a worker is always free
+for the next user, so one user's hostile files never hold every worker.
+A file whose parser dies without a result twice is marked ``failed``
+(:meth:`~memory.files.FileStore.claim_parse`), so it cannot kill parsers after every restart.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -28,6 +42,11 @@ from memory.tables import FINAL_PARSE_STATES
 from runtime.parsing import Extract, ParseLimits, parse_document, serialize
 
 log = structlog.get_logger("companion.files")
+
+DEFAULT_PARSE_CPU_SECONDS = 60.0
+"""``COMPANION_PARSE_CPU_SECONDS`` default: CPU time one parse may use, seconds."""
+DEFAULT_PARSE_MEMORY_BYTES = 1024 * 1024 * 1024
+"""``COMPANION_PARSE_MEMORY_MB`` default: address space of one parse subprocess, bytes (1 GiB)."""
 
 
 
@@ -116,12 +135,42 @@ class ParseService:
         limits: ParseLimits | None = None,
         workers: int = 2,
         poll_seconds: float = 0.1,
+        cpu_seconds: float | None = DEFAULT_PARSE_CPU_SECONDS,
+        memory_bytes: int | None = DEFAULT_PARSE_MEMORY_BYTES,
+        isolate: bool | None = None,
     ) -> None:
         self.files = files
         self.parser = parser
         self.limits = limits or ParseLimits()
         self.poll_seconds = poll_seconds
+        self.workers = workers
+        self.cpu_seconds = cpu_seconds
+        self.memory_bytes = memory_bytes
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="companion-parse")
+        isolate = parser is default_parser if isolate is None else isolate
+        self._pool = None
+        if isolate:
+            import pebble
+
+            from runtime.parsing._worker import limit_child
+
+            # forkserver: a small clean process (the parsers preloaded) forks each worker, so a worker is
+            # never a copy of the service's address space (models, pools) and starts in a fraction of a second
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["runtime.parsing._worker"])
+            self._pool = pebble.ProcessPool(
+                max_workers=workers,
+                max_tasks=1,  # a fresh process per parse: its memory goes back when it ends
+                initializer=limit_child,
+                initargs=(cpu_seconds, memory_bytes),
+                context=context,
+            )
+        self._queues: dict[str, deque[tuple[str, Future]]] = {}
+        """Waiting parses per owner (user id), oldest first."""
+        self._turns: deque[str] = deque()
+        """Owners with waiting parses, in round-robin order."""
+        self._running: dict[str, int] = {}
+        """Parses running per owner."""
         self._lock = threading.Lock()
         self._futures: dict[str, Future] = {}
         self._watches: dict[str, _Watch] = {}
@@ -147,10 +196,57 @@ class ParseService:
             if not self.files.claim_parse(file_id):
                 return None
             self.parses_started += 1
-            future = self._executor.submit(self._run, file_id)
+            owner = self.files.owner(file_id) or ""
+            future: Future = Future()
             self._futures[file_id] = future
+            if owner not in self._queues:
+                self._queues[owner] = deque()
+                self._turns.append(owner)
+            self._queues[owner].append((file_id, future))
+            self._dispatch()
         future.add_done_callback(lambda f: self._finished(file_id, f))
         return future
+
+    def _owner_cap(self) -> int:
+        return max(1, self.workers - 1)
+
+    def _dispatch(self) -> None:
+        """Start waiting parses while workers are free: owners in turn, none past its cap. Under ``_lock``."""
+        busy = sum(self._running.values())
+        skipped = 0
+        while busy < self.workers and self._turns and skipped < len(self._turns):
+            owner = self._turns[0]
+            self._turns.rotate(-1)
+            if self._running.get(owner, 0) >= self._owner_cap():  # a worker stays free for the next user
+                skipped += 1
+                continue
+            skipped = 0
+            file_id, future = self._queues[owner].popleft()
+            if not self._queues[owner]:
+                del self._queues[owner]
+                self._turns.remove(owner)
+            self._running[owner] = self._running.get(owner, 0) + 1
+            busy += 1
+            self._executor.submit(self._job, file_id, owner, future)
+
+    def _job(self, file_id: str, owner: str, future: Future) -> None:
+        try:
+            result = self._run(file_id)
+        except BaseException as exc:  # the database failed under the parse: the future says so
+            with self._lock:
+                self._done(owner)
+            future.set_exception(exc)
+            return
+        with self._lock:
+            self._done(owner)
+        future.set_result(result)
+
+    def _done(self, owner: str) -> None:
+        """A parse of ``owner`` ended: free its slot and start the next. Under ``_lock``."""
+        self._running[owner] -= 1
+        if not self._running[owner]:
+            del self._running[owner]
+        self._dispatch()
 
     def submit_pending(self) -> int:
         """Submit every ``pending`` file (e.g. after a restart). Returns how many started."""
@@ -179,7 +275,7 @@ class ParseService:
             return "failed"
         log.info("file.parse.start", file_id=file_id, mime=stored.mime, size_bytes=stored.size_bytes)
         try:
-            extract = self.parser(data, name=stored.name, mime=stored.mime, limits=self.limits)
+            extract = self._parse(data, stored)
         except FileParseError as exc:
             log.info("file.parse.failed", file_id=file_id, reason=exc.reason)
             self.files.set_parse_result(file_id, state="failed", parse_error=str(exc), sha256=stored.sha256)
@@ -212,6 +308,38 @@ class ParseService:
             return "superseded"
         log.info("file.parse.done", file_id=file_id, state=state, pages=len(extract.pages), body_start_page=extract.body_start_page)
         return state
+
+    def _parse(self, data: bytes, stored) -> Extract:
+        """One parse: in a capped subprocess when isolated, else in this thread.
+
+        Raises:
+            FileParseError: the file's own (corrupt, encrypted, ``too_large``), or ``too_large``
+                / ``too_slow`` when the subprocess ran out of memory, CPU or wall time.
+        """
+        if self._pool is None:
+            return self.parser(data, name=stored.name, mime=stored.mime, limits=self.limits)
+        from pebble import ProcessExpired
+
+        from runtime.parsing._worker import parse_in_child
+
+        wall = None if self.cpu_seconds is None else 2 * self.cpu_seconds + 10
+        task = self._pool.schedule(parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall)
+        try:
+            status, value, reason = task.result()
+        except FutureTimeout as exc:
+            raise FileParseError(
+                f"{stored.name}: parsing it took longer than {wall:g} s; not parsed.", reason="too_slow"
+            ) from exc
+        except ProcessExpired as exc:  # killed: SIGXCPU/SIGKILL at the CPU cap, or a crash in a library
+            log.warning("file.parse.killed", file_id=stored.id, exitcode=exc.exitcode)
+            raise FileParseError(
+                f"{stored.name}: the parser stopped on this file (it used more than {self.cpu_seconds:g} s of CPU "
+                "or crashed); not parsed.",
+                reason="too_slow",
+            ) from exc
+        if status == "failed":
+            raise FileParseError(value, reason=reason or "corrupt")
+        return value
 
     # -- waiting --------------------------------------------------------------------
     def watch(self, file_id: str) -> WaitHandle:
@@ -275,6 +403,9 @@ class ParseService:
     def close(self) -> None:
         """Stop accepting parses and wait for running ones to end."""
         self._executor.shutdown(wait=True, cancel_futures=False)
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
 
     def __enter__(self) -> "ParseService":
         return self

@@ -70,7 +70,13 @@ def open_file_services(settings: Settings, engine: SAEngine, *, parser=None) -> 
     """
     files = FileStore(engine, settings.files_path, max_file_bytes=settings.max_file_bytes)
     kwargs = {} if parser is None else {"parser": parser}
-    parses = ParseService(files, limits=ParseLimits(zip_depth=settings.zip_depth), **kwargs)
+    parses = ParseService(
+        files,
+        limits=ParseLimits(zip_depth=settings.zip_depth),
+        cpu_seconds=settings.parse_cpu_seconds,
+        memory_bytes=settings.parse_memory_mb * 1024 * 1024,
+        **kwargs,
+    )
     reader = FileReader(
         files,
         parses,

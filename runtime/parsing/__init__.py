@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from errors import FileParseError
-from runtime.parsing._extract import MARKER, Extract, pages_of, serialize
+from runtime.parsing._extract import MARKER, Extract, pages_of, serialize, unescape_page
 from runtime.parsing._frontmatter import PageScore, is_front_matter_title, score_page, toc_body_start
+from runtime.parsing._unpack import UnpackBudget
 
 DEFAULT_ZIP_DEPTH = 2
 """``COMPANION_ZIP_DEPTH`` default: an archive inside an archive is read, one more level is not."""
@@ -35,7 +36,21 @@ class ParseLimits:
     zip_depth: int = DEFAULT_ZIP_DEPTH
     """Archive nesting read: 1 reads the members of the uploaded ZIP, 2 also those of a ZIP inside it."""
     max_unpacked_bytes: int = 200 * 1024 * 1024
-    """Most bytes a ZIP may unpack to (all members together), bytes."""
+    """Most bytes one parse may unpack: all members of all ZIP containers in the file together
+    (nested ZIPs, DOCX, XLSX, PPTX and EPUB included), bytes."""
+    max_members: int = 10_000
+    """Most archive members one parse may meet, all containers together."""
+    max_ratio: float = 200.0
+    """Largest unpacked/compressed ratio of one member over 1 MiB (ordinary text and XML compress
+    10-30:1; ZIP bombs 1,000:1 and more)."""
+    max_part_bytes: int = 64 * 1024 * 1024
+    """Largest unpacked member, bytes: an Office XML part is parsed whole, so this bounds one parse step."""
+
+    def budget(self) -> UnpackBudget:
+        """A fresh budget for one parse."""
+        return UnpackBudget(
+            max_bytes=self.max_unpacked_bytes, max_members=self.max_members, max_ratio=self.max_ratio, max_part_bytes=self.max_part_bytes
+        )
 
 
 _CODE_SUFFIXES = (
@@ -78,7 +93,15 @@ def format_of(data: bytes, *, name: str, mime: str | None = None) -> str:
     return "text"  # unknown: try UTF-8; decode_text fails clearly for binary data
 
 
-def parse_document(data: bytes, *, name: str, mime: str | None = None, limits: ParseLimits | None = None, _depth: int = 0) -> Extract:
+def parse_document(
+    data: bytes,
+    *,
+    name: str,
+    mime: str | None = None,
+    limits: ParseLimits | None = None,
+    _depth: int = 0,
+    _budget: UnpackBudget | None = None,
+) -> Extract:
     """Parse ``data`` into pages and find where its body starts.
 
     The body start, in order of authority: the PDF outline's first body entry, then
@@ -86,10 +109,15 @@ def parse_document(data: bytes, *, name: str, mime: str | None = None, limits: P
     catalog page of containers (ZIP, EPUB navigation).
 
     Raises:
-        FileParseError: corrupt, encrypted, unsupported, or (ZIP) unpacking past the limit.
+        FileParseError: corrupt, encrypted, unsupported, or ``too_large``: a ZIP container
+            (nested ZIPs, DOCX, XLSX, PPTX, EPUB) past the unpack limits of :class:`ParseLimits`,
+            which hold for the whole file, all nesting levels together.
     """
     limits = limits or ParseLimits()
+    budget = _budget if _budget is not None else limits.budget()
     kind = format_of(data, name=name, mime=mime)
+    if kind in ("docx", "pptx", "xlsx", "epub"):
+        budget.check_container(data, name=name, kind=kind.upper())
     if kind == "pdf":
         from runtime.parsing._pdf import parse_pdf
 
@@ -121,8 +149,8 @@ def parse_document(data: bytes, *, name: str, mime: str | None = None, limits: P
         return parse_zip(
             data,
             name=name,
-            max_unpacked_bytes=limits.max_unpacked_bytes,
-            parse_member=lambda content, member: parse_document(content, name=member, limits=limits, _depth=_depth + 1),
+            budget=budget,
+            parse_member=lambda content, member: parse_document(content, name=member, limits=limits, _depth=_depth + 1, _budget=budget),
         )
     elif kind == "image":
         from runtime.parsing._image import parse_image
@@ -150,6 +178,7 @@ __all__ = [
     "Extract",
     "PageScore",
     "ParseLimits",
+    "UnpackBudget",
     "format_of",
     "is_front_matter_title",
     "pages_of",
@@ -157,4 +186,5 @@ __all__ = [
     "score_page",
     "serialize",
     "toc_body_start",
+    "unescape_page",
 ]

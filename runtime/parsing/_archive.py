@@ -1,8 +1,9 @@
 """ZIP archives: page 1 is the catalog (one line per member), then each member's pages,
 parsed by format, recursively up to a depth limit. The body starts after the catalog.
 
-Members are bounded (count, each member's size, total unpacked size) so a small
-archive cannot unpack into gigabytes.
+Members are bounded by the parse's :class:`~runtime.parsing._unpack.UnpackBudget` (count,
+each member's size and compression ratio, total unpacked size), which nested archives
+share, so a small archive cannot unpack into gigabytes at any depth.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Callable
 
 from errors import FileParseError
 from runtime.parsing._extract import Extract
+from runtime.parsing._unpack import UnpackBudget
 
 MAX_MEMBERS = 500
 """Members read from one archive; the catalog says when there were more."""
@@ -22,21 +24,17 @@ def parse_zip(
     data: bytes,
     *,
     name: str,
-    max_unpacked_bytes: int,
+    budget: UnpackBudget,
     parse_member: Callable[[bytes, str], Extract],
 ) -> Extract:
-    """Raises FileParseError: ``corrupt`` (not a ZIP), ``too_large`` (unpacks past the limit)."""
+    """Raises FileParseError: ``corrupt`` (not a ZIP), ``too_large`` (past the parse's unpack
+    budget, here or in a nested archive: the whole parse stops)."""
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
         infos = [i for i in archive.infolist() if not i.is_dir()]
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise FileParseError(f"{name}: the ZIP archive is corrupt ({exc}).", reason="corrupt") from exc
-    total = sum(i.file_size for i in infos[:MAX_MEMBERS])
-    if total > max_unpacked_bytes:
-        raise FileParseError(
-            f"{name}: the archive unpacks to {total:,} bytes, more than the {max_unpacked_bytes:,} allowed.",
-            reason="too_large",
-        )
+    budget.check_members(infos[:MAX_MEMBERS], name=name)
     catalog = [f"Archive {name}: {len(infos)} member(s)"]
     pages: list[str] = []
     too_deep = 0  # members left unread on purpose (the depth limit): not a failure of the archive
@@ -50,6 +48,8 @@ def parse_zip(
             content = archive.read(info)
             inner = parse_member(content, member)
         except FileParseError as exc:
+            if exc.reason == "too_large":  # the parse's budget is spent: stop the whole parse
+                raise
             catalog.append(f"- {member} ({info.file_size:,} bytes): not read: {exc}")
             too_deep += exc.reason == "too_deep"
             continue

@@ -45,6 +45,11 @@ def serialize(extract: Extract | list[str]) -> str:
     return "\n\n".join(parts) + ("\n" if parts else "")
 
 
+def unescape_page(body: str) -> str:
+    """A page's text as :func:`serialize` stored it (its marker line removed), unescaped."""
+    return _ESCAPED_RE.sub(lambda m: m.group(1)[1:] + m.group(2), body.strip("\n"))
+
+
 def pages_of(text: str | None) -> list[str]:
     """The pages of an extract text, in order (``[]`` for ``None`` or ``""``).
 

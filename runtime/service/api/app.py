@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from memory.apps import Directory
 from runtime.service.api import files, openai_compat, profiles, sessions
-from runtime.service.api.deps import Services
+from runtime.service.api.deps import Services, checked_params
 from runtime.service.api.errors import install_error_handlers
+from runtime.service.api.limits import MULTIPART_OVERHEAD_BYTES, BodyLimit
 from runtime.turn import Engine
 
 API_VERSION = "1"
@@ -26,8 +27,14 @@ def create_app(engine: Engine) -> FastAPI:
         version=API_VERSION,
         description="Long-running companion chat with managed memory. Authenticate with "
         "`Authorization: Bearer KEY` (an app's key from `companion apps create NAME`).",
+        dependencies=[Depends(checked_params)],
     )
     app.state.services = Services(engine=engine, directory=Directory(engine.store.engine))
+    app.add_middleware(
+        BodyLimit,
+        json_bytes=engine.settings.max_json_bytes,
+        upload_bytes=engine.settings.max_file_bytes + MULTIPART_OVERHEAD_BYTES,
+    )
     install_error_handlers(app)
     app.include_router(sessions.router)
     app.include_router(openai_compat.router)

@@ -8,8 +8,8 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from memory.apps import Directory
 from errors import AuthenticationError
+from memory.apps import Directory, check_id, check_text
 from memory.tables import App
 from runtime.turn import Engine
 
@@ -44,3 +44,23 @@ async def current_app(
     if app is None:
         raise AuthenticationError("The API key is not valid. Create one with `companion apps create NAME`.")
     return app
+
+
+MAX_QUERY_CHARS = 10_000
+"""Longest query parameter value accepted, characters."""
+
+
+async def checked_params(request: Request) -> None:
+    """Every path parameter (ids: :func:`memory.apps.check_id`) and query parameter
+    (:func:`memory.apps.check_text`) obeys the message's rules, for every route.
+
+    Raises:
+        InvalidFieldError: naming the parameter (422), before any storage is touched.
+    """
+    for name, value in request.path_params.items():
+        check_id(value, field=name)
+    for name, value in request.query_params.multi_items():
+        check_text(value, field=name, max_chars=MAX_QUERY_CHARS)
+    for header in ("x-session-id",):
+        if header in request.headers:
+            check_id(request.headers[header], field="X-Session-Id")

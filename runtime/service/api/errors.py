@@ -14,6 +14,7 @@ details (the traceback goes to the log).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import structlog
@@ -42,6 +43,7 @@ ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {
     E.SessionOwnershipError: (409, "session_ownership"),
     E.InvalidMessageError: (422, "invalid_message"),
     E.InvalidRequestError: (400, "invalid_request"),
+    E.InvalidFieldError: (422, "invalid_field"),
     E.AuthenticationError: (401, "unauthorized"),
     E.NotFoundError: (404, "not_found"),
     E.SessionClosedError: (409, "session_closed"),
@@ -72,13 +74,39 @@ INTERNAL_ERROR: dict[str, Any] = {
 """The body of any error that is not a :class:`~errors.CompanionError` (no details leak)."""
 
 
+PUBLIC_MESSAGES: dict[type[E.CompanionError], str] = {
+    E.StorageError: "The database is unavailable or refused the request; nothing was half-written. Try again later.",
+}
+"""Classes whose own message is never sent: it carries the driver's text (hosts, socket paths,
+SQL). The body says what failed in our terms; the detail goes to the log."""
+
+_SERVER_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@%+=-]+/)+[\w.@%+=-]*")
+"""An absolute filesystem path (``/var/run/postgresql/.s.PGSQL.5432``, ``/srv/files/ab/cd``)."""
+
+
+def public_message(exc: E.CompanionError) -> str:
+    """What a client may read of ``exc``: the fixed text of :data:`PUBLIC_MESSAGES` for its
+    class, else its message with absolute server paths replaced by ``<path>`` for a 5xx."""
+    for cls in type(exc).__mro__:
+        if cls in PUBLIC_MESSAGES:
+            return PUBLIC_MESSAGES[cls]
+    status, _ = status_and_code(exc)
+    message = str(exc)
+    return _SERVER_PATH.sub("<path>", message) if status >= 500 else message
+
+
 def error_body(exc: BaseException) -> dict[str, Any]:
     """The JSON error body of ``exc``: code, message, type, and ``param``/``reason`` when
-    known; :data:`INTERNAL_ERROR` for an exception outside the hierarchy."""
+    known; :data:`INTERNAL_ERROR` for an exception outside the hierarchy. A message that
+    may carry server details (:func:`public_message`) is logged as ``api.error_detail``
+    and replaced in the body."""
     if not isinstance(exc, E.CompanionError):
         return INTERNAL_ERROR
     _, code = status_and_code(exc)
-    body: dict[str, Any] = {"code": code, "message": str(exc), "type": type(exc).__name__}
+    message = public_message(exc)
+    if message != str(exc):
+        log.warning("api.error_detail", code=code, error=type(exc).__name__, detail=str(exc))
+    body: dict[str, Any] = {"code": code, "message": message, "type": type(exc).__name__}
     param = getattr(exc, "field", None) or getattr(exc, "setting", None)
     if param:
         body["param"] = param

@@ -24,11 +24,11 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, ClassVar
 
 from fastapi import APIRouter, Depends, Header, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
@@ -36,7 +36,7 @@ from errors import InvalidRequestError, SessionClosedError
 from memory.tables import App
 from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.errors import error_body
-from runtime.service.api.schemas import ErrorBody
+from runtime.service.api.schemas import CheckedModel, ErrorBody
 from runtime.service.api.streaming import ClaimedRun, turn_events
 from runtime.turn import TurnResult
 from runtime.turn import validate_message
@@ -44,16 +44,18 @@ from runtime.turn import validate_message
 router = APIRouter(prefix="/v1", tags=["openai"])
 
 
-class ChatRequest(BaseModel):
-    """The fields of an OpenAI chat completion request this server reads; others are ignored."""
+class ChatRequest(CheckedModel):
+    """The fields of an OpenAI chat completion request this server reads; others are ignored.
+    The newest user message is checked by the message's rules (with their reasons)."""
 
     model_config = ConfigDict(extra="allow")
+    unchecked_fields: ClassVar[frozenset[str]] = frozenset({"messages"})
 
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=200)
     messages: list[dict[str, Any]] = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    user: str | None = Field(default=None, description="The app's user id, when no X-Session-Id header is sent.")
+    user: str | None = Field(default=None, max_length=200, description="The app's user id, when no X-Session-Id header is sent.")
 
 
 def newest_user_text(messages: list[dict[str, Any]]) -> str:

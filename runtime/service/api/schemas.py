@@ -4,11 +4,45 @@ times are ISO 8601 UTC."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
+from errors import InvalidFieldError
+from memory.apps import check_text
 from memory.profiles import MAX_FACT_CHARS
+
+
+def _check_strings(value: Any, field: str) -> Any:
+    """``value`` unchanged if every string in it (nested lists and dicts too) passes
+    :func:`memory.apps.check_text`; else ``ValueError`` naming the field (FastAPI answers 422)."""
+    if isinstance(value, str):
+        try:
+            check_text(value, field=field)
+        except InvalidFieldError as exc:
+            raise ValueError(str(exc)) from None
+    elif isinstance(value, (list, tuple)):
+        for k, item in enumerate(value):
+            _check_strings(item, f"{field}[{k}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_strings(key, field)
+            _check_strings(item, f"{field}.{key}")
+    return value
+
+
+class CheckedModel(BaseModel):
+    """A request body whose every string field obeys the message's rules: no NUL, no lone
+    surrogate (422 naming the field). Fields in ``unchecked_fields`` have rules of their own."""
+
+    unchecked_fields: ClassVar[frozenset[str]] = frozenset()
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _no_odd_bytes(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name in cls.unchecked_fields:
+            return value
+        return _check_strings(value, info.field_name or "body")
 
 
 class ErrorDetail(BaseModel):
@@ -22,8 +56,8 @@ class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-class UserIn(BaseModel):
-    id: str = Field(description="Your id for the user (unique within your app), 1-200 characters.")
+class UserIn(CheckedModel):
+    id: str = Field(max_length=200, description="Your id for the user (unique within your app), 1-200 characters.")
 
 
 class UserOut(BaseModel):
@@ -32,8 +66,8 @@ class UserOut(BaseModel):
     created: bool = Field(default=False, description="True if this request created the user.")
 
 
-class SessionIn(BaseModel):
-    user_id: str = Field(description="Your id for the user; created if new.")
+class SessionIn(CheckedModel):
+    user_id: str = Field(max_length=200, description="Your id for the user; created if new.")
     greeting: int = Field(
         default=0,
         ge=0,
@@ -62,10 +96,12 @@ class SessionOut(BaseModel):
     carried_from: str | None = Field(default=None, description="The closed session whose summary this one started from.")
 
 
-class MessageIn(BaseModel):
+class MessageIn(CheckedModel):
+    unchecked_fields: ClassVar[frozenset[str]] = frozenset({"content"})  # the message's own rules, with reasons
+
     content: str = Field(description="The user's message.")
     stream: bool = Field(default=True, description="Stream the reply as server-sent events (default) or answer whole.")
-    attachments: list[str] = Field(
+    attachments: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list,
         description="Ids of the user's stored files the message carries, in order (POST /v1/users/{id}/files).",
     )
@@ -176,7 +212,7 @@ class FileDeleteOut(BaseModel):
     deleted: bool = Field(description="Always true: the file and every session's reference to it are gone.")
 
 
-class ProfileIn(BaseModel):
+class ProfileIn(CheckedModel):
     name: str | None = Field(default=None, max_length=200, description="null leaves it; \"\" clears it.")
     pronouns: str | None = Field(default=None, max_length=100, description="null leaves it; \"\" clears it.")
     facts: list[Annotated[str, Field(max_length=MAX_FACT_CHARS)]] | None = Field(
