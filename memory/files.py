@@ -1,5 +1,8 @@
 """Stored files: the ``files`` rows, their blobs on disk, and the parse results.
 
+Longer than 400 lines on purpose: blobs, rows and parse results change together under one
+set of rules (content addressing, reference counts, ownership); one module keeps them in step.
+
 Blobs are content-addressed: ``<files_dir>/<sha[:2]>/<sha>``, written atomically (a
 temporary file in the same directory, fsynced, then ``os.replace``). One user's same
 bytes are one row per durability (and per session for an ephemeral id), and equal

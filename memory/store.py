@@ -1,5 +1,9 @@
 """The turn store: users, sessions, turns, the summary and the breaker state.
 
+Longer than 400 lines on purpose: one class owns every transaction on sessions, turns, the
+summary and the breaker state, so each invariant (gap-free seqs, one claim, atomic compaction)
+is enforced in one place.
+
 Reads never change state. Every write is one transaction; :meth:`Store.commit_compaction`
 changes the archive, the summary and the turn states together or not at all, and
 :meth:`Store.commit_archive` the archive and the turn states (breaker open). One

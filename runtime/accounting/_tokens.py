@@ -1,5 +1,9 @@
 """Token accounting for prompts: exact where a tokenizer is available offline, never an undercount elsewhere.
 
+Longer than 400 lines on purpose: the exact counters and the conservative estimator share
+the message and content rules (framing, parts, tool calls) that must agree token for token;
+splitting them would put the never-undercount argument in two places.
+
 All counts in this module are **tokens** unless a name or docstring says characters or bytes.
 
 Two kinds of :class:`TokenCounter`, both chosen by :func:`counter_for` from a litellm model name:

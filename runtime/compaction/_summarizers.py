@@ -1,5 +1,8 @@
 """Summarizers: turn rolled-out turns plus the current summary into a new flat summary.
 
+Longer than 400 lines on purpose: both summarizers share the flat item format, its rendering
+and its validation (verbatim quotes), which must stay identical between them.
+
 Two summarizers share one interface, :class:`Summarizer`:
 
 - :class:`ExtractiveSummarizer`, model-free: the user's lines verbatim and the

@@ -1,5 +1,8 @@
 """Model calls: the reply step of a turn.
 
+Longer than 400 lines on purpose: retries, streaming and the tool loop are one request's
+life cycle; each needs the others' state (attempts, deltas already shown, rounds).
+
 :class:`LiteLLMReplier` calls any model litellm supports, whole or streamed. Errors
 are classified by :func:`runtime.llm._errors.map_model_error`, the one litellm-to-ours mapping:
 

@@ -1,5 +1,8 @@
 """Turn running: store the user turn, compact, assemble, reply, store the reply, compact again.
 
+Longer than 400 lines on purpose: the claim, the turn, the edit and the overflow retry are one
+state machine over the session; the reply attempts must go through the same path.
+
 One turn (:meth:`TurnRunner.run`):
 
 1. validates the message and its attachment ids, and stores the user turn, before any model
