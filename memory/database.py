@@ -103,15 +103,35 @@ def check_connection(engine: Engine) -> None:
         raise StorageError(f"pgvector {row} is too old; this runtime needs pgvector >= 0.8 (iterative index scans).")
 
 
-def make_engine(url: str) -> Engine:
-    """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL."""
+DEFAULT_POOL_SIZE = 15
+"""``COMPANION_DB_POOL_SIZE`` default: pooled connections of one engine (SQLAlchemy's 5 + 10 overflow before)."""
+
+
+def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
+    """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL.
+
+    Args:
+        pool_size: connections the engine keeps and never exceeds (no overflow); a request for
+            one more waits up to 30 s for a free one, then fails as :class:`StorageError`.
+    """
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://"):]
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if not url.startswith("postgresql+psycopg://"):
         raise SchemaError(f"Only PostgreSQL URLs are supported (postgresql://...), got {url.split(':', 1)[0]!r}.")
-    return create_engine(url, pool_pre_ping=True)
+    if pool_size < 1:
+        raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0)
+
+
+def lock_engine(engine: Engine) -> Engine:
+    """An engine on ``engine``'s database for connections that hold session-level advisory locks
+    for long (a compaction's whole summary call): unpooled (``NullPool``, each lock opens and
+    closes its own connection), so a held lock never takes a connection from ``engine``'s pool."""
+    from sqlalchemy.pool import NullPool
+
+    return create_engine(engine.url, poolclass=NullPool)
 
 
 @contextlib.contextmanager

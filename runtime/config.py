@@ -272,6 +272,9 @@ class Settings(_EnvironmentSettings):
     turn_wait_seconds: float = Field(30.0, ge=0.0, le=3600.0)
     """``COMPANION_TURN_WAIT_SECONDS``: how long a turn (or edit, greeting, close) waits for its
     session's running turn to end before it is refused with ``turn_in_progress`` (0: refused at once)."""
+    db_pool_size: int = Field(15, ge=1)
+    """``COMPANION_DB_POOL_SIZE``: database connections one process keeps and never exceeds (no
+    overflow); compaction locks are held on connections of their own, outside this pool."""
     zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns --
