@@ -85,20 +85,29 @@ def start_servers(*, delay: float = 0.0) -> Servers:
     procs: list[subprocess.Popen] = []
     fake = subprocess.Popen(
         [sys.executable, "-m", "tests.fake_llm", "--reply", "echo", "--delay", str(delay)],
-        stdout=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
     )
     procs.append(fake)
     env["COMPANION_API_BASE"] = fake.stdout.readline().strip()
     created = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "apps", "create", "bench"],
-        capture_output=True, text=True, env=env, cwd=REPO, timeout=300, check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=True,
     )
     key = created.stdout.strip().splitlines()[-1]
     port = _free_port()
     procs.append(
         subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            env=env, cwd=REPO,
+            env=env,
+            cwd=REPO,
         )
     )
     base = f"http://127.0.0.1:{port}"
@@ -136,8 +145,10 @@ class Tally:
         lat = sorted(self.latencies) or [0.0]
         p50 = statistics.median(lat) * 1000
         p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))] * 1000
-        return (f"| {self.name} | {self.requests} | {self.server_errors} | {self.lost} | {self.crossed} | "
-                f"{self.busy} | {p50:.0f} | {p95:.0f} |")
+        return (
+            f"| {self.name} | {self.requests} | {self.server_errors} | {self.lost} | {self.crossed} | "
+            f"{self.busy} | {p50:.0f} | {p95:.0f} |"
+        )
 
 
 def tag() -> str:
@@ -149,7 +160,9 @@ class Client:
     """One app's HTTP client that times and counts every request into a :class:`Tally`."""
 
     def __init__(self, servers: Servers, tally: Tally, *, timeout: float) -> None:
-        self.http = httpx.Client(base_url=servers.base, headers={"Authorization": f"Bearer {servers.key}"}, timeout=timeout)
+        self.http = httpx.Client(
+            base_url=servers.base, headers={"Authorization": f"Bearer {servers.key}"}, timeout=timeout
+        )
         self.tally = tally
 
     def call(self, method: str, path: str, **kwargs) -> httpx.Response:
@@ -257,13 +270,16 @@ def check_transcript(
     turns = client.call("GET", f"/v1/sessions/{session_id}/turns").json()
     stored = {t["content"] for t in turns if t["role"] == "user"}
     lost = sum(
-        1 for text, seq, order in acked
+        1
+        for text, seq, order in acked
         if text not in stored and not (replaced and seq >= replaced[0] and order < replaced[1])
     )
     lost += sum(1 for text in refused if text in stored)  # "not stored" told about a stored turn
     crossed = 0
-    for before, turn in zip(turns, turns[1:]):
-        if turn["role"] == "assistant" and (before["role"] != "user" or before["content"].split()[0] not in turn["content"]):
+    for before, turn in zip(turns, turns[1:], strict=False):
+        if turn["role"] == "assistant" and (
+            before["role"] != "user" or before["content"].split()[0] not in turn["content"]
+        ):
             crossed += 1
     with client.tally.lock:
         client.tally.lost += lost
@@ -272,7 +288,7 @@ def check_transcript(
 
 # -- the races -------------------------------------------------------------------------
 def race_one_session(servers: Servers, *, clients: int, retries: int, timeout: float) -> Tally:
-    tally = Tally("one session, %d clients" % clients)
+    tally = Tally(f"one session, {clients} clients")
     setup = Client(servers, tally, timeout=timeout)
     session_id = setup.session("crowd-" + uuid.uuid4().hex[:6])
     acked: list[tuple[str, int, int]] = []
@@ -298,7 +314,7 @@ def race_one_session(servers: Servers, *, clients: int, retries: int, timeout: f
 
 
 def race_many_sessions(servers: Servers, *, sessions: int, turns: int, timeout: float) -> Tally:
-    tally = Tally("%d sessions in parallel" % sessions)
+    tally = Tally(f"{sessions} sessions in parallel")
 
     def one(i: int) -> None:
         client = Client(servers, tally, timeout=timeout)
@@ -321,7 +337,7 @@ def race_many_sessions(servers: Servers, *, sessions: int, turns: int, timeout: 
 
 def race_mix(servers: Servers, *, sessions: int, retries: int, timeout: float) -> Tally:
     """Per session: two messages, an edit-and-resend of the first user turn and a close, at once."""
-    tally = Tally("edit/close/message mix, %d sessions" % sessions)
+    tally = Tally(f"edit/close/message mix, {sessions} sessions")
 
     def one(i: int) -> None:
         client = Client(servers, tally, timeout=timeout)
@@ -368,8 +384,12 @@ def race_mix(servers: Servers, *, sessions: int, retries: int, timeout: float) -
                     return
                 time.sleep(0.1 * (attempt + 1))
 
-        threads = [threading.Thread(target=message, args=(0,)), threading.Thread(target=message, args=(1,)),
-                   threading.Thread(target=edit), threading.Thread(target=close)]
+        threads = [
+            threading.Thread(target=message, args=(0,)),
+            threading.Thread(target=message, args=(1,)),
+            threading.Thread(target=edit),
+            threading.Thread(target=close),
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -391,8 +411,10 @@ def run_races(servers: Servers, args: argparse.Namespace) -> list[Tally]:
     ]
 
 
-HEADER = ("| part | requests | 5xx | lost turns | crossed replies | 409 busy (retried) | p50 ms | p95 ms |\n"
-          "|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| part | requests | 5xx | lost turns | crossed replies | 409 busy (retried) | p50 ms | p95 ms |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,9 @@ time.sleep(120)
 
 def attach(data_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+    )
     assert child.stdout.readline().strip() == "ready"
     return child
 

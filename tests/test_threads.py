@@ -82,7 +82,9 @@ def test_a_reader_that_goes_away_leaves_the_turn_running_to_its_end():
 @pytest.fixture
 def images(store, tmp_path) -> TurnImages:
     files = FileStore(store.engine, tmp_path / "files")
-    return TurnImages(settings=Settings(), store=store, files=files, counter=counter_for("gpt-4o-mini"), model="gpt-4o-mini")
+    return TurnImages(
+        settings=Settings(), store=store, files=files, counter=counter_for("gpt-4o-mini"), model="gpt-4o-mini"
+    )
 
 
 class SlowCache(OrderedDict):
@@ -109,8 +111,14 @@ def test_the_shared_image_cache_survives_concurrent_turns(images, monkeypatch):
     for colour in ((200, 30, 30), (30, 200, 30), (30, 30, 200)):
         stored = images.files.add(user_id="u1", name="p.png", data=small_png(colour=colour))
         attached.append(
-            AttachedFile(file_id=stored.id, name="p.png", mime="image/png", size_bytes=stored.size_bytes,
-                         durability="durable", parse_state="ready")
+            AttachedFile(
+                file_id=stored.id,
+                name="p.png",
+                mime="image/png",
+                size_bytes=stored.size_bytes,
+                durability="durable",
+                parse_state="ready",
+            )
         )
     errors: list[BaseException] = []
     start = threading.Barrier(4)
