@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import anyio.to_thread
