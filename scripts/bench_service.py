@@ -139,6 +139,8 @@ class Tally:
     """409 ``turn_in_progress`` answers (retried)."""
     latencies: list[float] = field(default_factory=list)
     """Seconds per request."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """``"METHOD route-kind status code"`` → count, for each 5xx or unanswered request."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def row(self) -> str:
@@ -169,17 +171,25 @@ class Client:
         start = time.monotonic()
         try:
             response = self.http.request(method, path, **kwargs)
-        except httpx.HTTPError:
+        except httpx.HTTPError as exc:
             with self.tally.lock:
                 self.tally.requests += 1
                 self.tally.server_errors += 1  # no answer at all counts with the 5xx
+                self._failed(method, path, type(exc).__name__)
             raise
         with self.tally.lock:
             self.tally.requests += 1
             self.tally.latencies.append(time.monotonic() - start)
             if response.status_code >= 500:
                 self.tally.server_errors += 1
+                code = response.json().get("error", {}).get("code", "") if response.content else ""
+                self._failed(method, path, f"{response.status_code} {code}")
         return response
+
+    def _failed(self, method: str, path: str, what: str) -> None:
+        kind = path.rstrip("/").split("/")[-1] if not path.endswith("/messages") else "messages"
+        key = f"{method} {kind if not kind.startswith('s_') else 'session'} {what}"
+        self.tally.failures[key] = self.tally.failures.get(key, 0) + 1
 
     def session(self, user: str) -> str:
         return self.call("POST", "/v1/sessions", json={"user_id": user}).json()["id"]
@@ -217,6 +227,7 @@ class Client:
                         if event == "error":
                             with self.tally.lock:
                                 self.tally.server_errors += 1
+                                self._failed("POST", path, "stream error event")
             else:
                 body = json.loads(response.read() or b"{}")
         with self.tally.lock:
@@ -224,6 +235,7 @@ class Client:
             self.tally.latencies.append(time.monotonic() - start)
             if status >= 500:
                 self.tally.server_errors += 1
+                self._failed("POST", path, f"{status} (stream)")
         if status == 409 and body.get("error", {}).get("code") == "turn_in_progress":
             with self.tally.lock:
                 self.tally.busy += 1
@@ -439,6 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER)
     for t in tallies:
         print(t.row())
+    for t in tallies:
+        for key, count in sorted(t.failures.items()):
+            print(f"{t.name}: {count} x {key}")
     bad = sum(t.server_errors + t.lost + t.crossed for t in tallies)
     return 1 if bad else 0
 
