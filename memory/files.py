@@ -8,6 +8,12 @@ temporary file in the same directory, fsynced, then ``os.replace``). One user's 
 bytes are one row per durability (and per session for an ephemeral id), and equal
 bytes are one blob whoever stored them. A blob is removed when no row points at it.
 
+Because blobs are shared across users and apps, writing a blob and inserting (or
+updating) the row that points at it, and checking that no row points at a blob and
+unlinking it, each run under a PostgreSQL transaction-level advisory lock keyed by the
+blob's SHA-256 (:func:`blob_lock`): an upload of bytes that another user deletes at the
+same moment keeps its blob.
+
 Ownership: :meth:`FileStore.get` raises :class:`~errors.FileNotFound` with one
 and the same message for an unknown id and for another user's id.
 
@@ -62,6 +68,21 @@ _OOXML = {
     "xl/": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
 }
 EPUB_MIME = "application/epub+zip"
+
+
+BLOB_LOCK_CLASS = 0x0F11E5
+"""First key of the two-key advisory lock on a blob (the second is taken from the blob's SHA-256);
+the two-key form never collides with the one-key session locks of :mod:`memory.store`."""
+
+
+def blob_lock(db: Session, sha256: str) -> None:
+    """Take the advisory lock on the blob of ``sha256`` for the rest of ``db``'s transaction
+    (``pg_advisory_xact_lock``; waits while another transaction holds it; released at commit
+    or rollback)."""
+    key = int(sha256[:8], 16)
+    db.execute(
+        text("SELECT pg_advisory_xact_lock(:c, :k)").bindparams(c=BLOB_LOCK_CLASS, k=key - (1 << 32) if key >= 1 << 31 else key)
+    )
 
 
 def new_file_id() -> str:
@@ -271,8 +292,9 @@ class FileStore:
         if existing is not None:
             return existing
         blob_path = f"{sha[:2]}/{sha}"
-        self._write_blob(blob_path, data)
         with storage_errors(session_id), Session(self.engine) as db:
+            blob_lock(db, sha)  # held until commit: no one unlinks the blob between its write and our row
+            self._write_blob(blob_path, data)
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             row = FileRow(
                 id=new_file_id(),
@@ -460,8 +482,10 @@ class FileStore:
         try:
             return path.read_bytes()
         except FileNotFoundError:
+            log.error("file.blob_missing", file_id=stored.id, path=str(path))
             raise FileNotFound(
-                f"The bytes of file {stored.id!r} are missing from the files directory ({path}).", file_id=stored.id
+                f"The bytes of file {stored.id!r} are missing from the files directory; upload the file again.",
+                file_id=stored.id,
             ) from None
 
     def export(self, file_id: str, *, user_id: str) -> tuple[StoredFile, bytes]:
@@ -502,8 +526,9 @@ class FileStore:
                 file_id=stored.id,
             )
         blob_path = f"{sha[:2]}/{sha}"
-        self._write_blob(blob_path, data)
         with storage_errors(), Session(self.engine) as db:
+            blob_lock(db, sha)
+            self._write_blob(blob_path, data)
             db.exec(
                 update(FileRow)
                 .where(col(FileRow.id) == stored.id)
@@ -660,13 +685,15 @@ class FileStore:
         return [file_id for file_id, _ in rows]
 
     def _remove_unused_blobs(self, blobs: set[str]) -> None:
-        """Unlink those of ``blobs`` that no ``files`` row points at."""
-        if not blobs:
-            return
-        with storage_errors(), Session(self.engine) as db:
-            used = set(db.exec(select(FileRow.blob_path).where(col(FileRow.blob_path).in_(list(blobs)))).all())
-        for blob in blobs - used:
-            (self.files_dir / blob).unlink(missing_ok=True)
+        """Unlink those of ``blobs`` that no ``files`` row points at, each checked and unlinked under
+        its blob lock (:func:`blob_lock`), so a concurrent upload of the same bytes keeps them."""
+        for blob in sorted(blobs):
+            with storage_errors(), Session(self.engine) as db:
+                blob_lock(db, blob.rsplit("/", 1)[-1])
+                used = db.exec(select(FileRow.id).where(col(FileRow.blob_path) == blob).limit(1)).first()
+                if used is None:
+                    (self.files_dir / blob).unlink(missing_ok=True)
+                db.commit()
 
 
 def _in_session(row: FileRow, session_id: str | None) -> bool:

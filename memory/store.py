@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
 from sqlalchemy import CursorResult, Engine, func, text, update
 from sqlmodel import Session, col, select
 
-from memory.database import storage_errors
+from memory.database import lock_engine, storage_errors
 
 if TYPE_CHECKING:
     from memory.files import FileStore
@@ -76,6 +77,12 @@ class NewSegment:
     embedding: list[float]
 
 
+DEFAULT_LOCK_SLOTS = 15
+"""Compaction locks one store holds at once by default (one connection each, outside the pool)."""
+LOCK_SLOT_WAIT = 5.0
+"""Seconds :meth:`Store.compaction_lock` waits for a free lock slot before answering "held"."""
+
+
 def compaction_lock_key(session_id: str) -> int:
     """The advisory-lock key of a session's compaction: a stable signed 64-bit hash of its id."""
     digest = hashlib.blake2b(f"companion.compaction:{session_id}".encode(), digest_size=8).digest()
@@ -85,8 +92,16 @@ def compaction_lock_key(session_id: str) -> int:
 class Store:
     """Typed access to the runtime's tables on one SQLAlchemy engine."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, lock_slots: int | None = None) -> None:
+        """Args:
+            engine: the runtime's engine (its pool serves every read and write).
+            lock_slots: session-level advisory locks held at once by this store, each on its own
+                connection outside ``engine``'s pool (:meth:`compaction_lock`); ``None``:
+                :data:`DEFAULT_LOCK_SLOTS`.
+        """
         self.engine = engine
+        self._lock_engine = lock_engine(engine)
+        self._lock_slots = threading.BoundedSemaphore(lock_slots or DEFAULT_LOCK_SLOTS)
 
     # -- users and sessions -------------------------------------------------
     def ensure_session(self, *, session_id: str, user_id: str, persona: str = "") -> ChatSession:
@@ -320,24 +335,33 @@ class Store:
         """Hold the session's compaction lock, across processes, for the ``with`` block.
 
         A PostgreSQL session-level advisory lock (``pg_try_advisory_lock``) on a 64-bit
-        hash of the session id, held on a dedicated connection. It does not wait:
-        the block gets ``False`` when another compaction of the session holds it. A
+        hash of the session id, held on a dedicated connection outside the engine's pool
+        (:func:`~memory.database.lock_engine`), so the reads and writes made inside the
+        block, and every other request, keep the whole pool. It does not wait: the block
+        gets ``False`` when another compaction of the session holds it, or when this
+        store already holds ``lock_slots`` locks for :data:`LOCK_SLOT_WAIT` seconds. A
         process that dies releases it with its connection.
         """
         key = compaction_lock_key(session_id)
-        with storage_errors(session_id), self.engine.connect() as conn:
-            held = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
-            conn.commit()
-            try:
-                yield held
-            finally:
-                if held:
-                    try:
-                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                        conn.commit()
-                    except Exception:
-                        conn.invalidate()  # a closed connection has released the lock already
-                        raise
+        if not self._lock_slots.acquire(timeout=LOCK_SLOT_WAIT):
+            yield False
+            return
+        try:
+            with storage_errors(session_id), self._lock_engine.connect() as conn:
+                held = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar())
+                conn.commit()
+                try:
+                    yield held
+                finally:
+                    if held:
+                        try:
+                            conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                            conn.commit()
+                        except Exception:
+                            conn.invalidate()  # a closed connection has released the lock already
+                            raise
+        finally:
+            self._lock_slots.release()
 
     def record_compaction_failure(self, session_id: str, *, error: str, threshold: int) -> CompactionState:
         """Count one consecutive failure and keep its reason.

@@ -280,6 +280,9 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_PARSE_CPU_SECONDS``: CPU time one file's parse may use (in its own subprocess), seconds."""
     parse_memory_mb: int = Field(1024, ge=256)
     """``COMPANION_PARSE_MEMORY_MB``: address space one file's parse subprocess may use, MiB."""
+    db_pool_size: int = Field(15, ge=1)
+    """``COMPANION_DB_POOL_SIZE``: database connections one process keeps and never exceeds (no
+    overflow); compaction locks are held on connections of their own, outside this pool."""
     zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns --

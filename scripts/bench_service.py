@@ -1,28 +1,24 @@
-"""Load on the HTTP service: normal users chatting while hostile files are uploaded.
+"""Load `companion serve` on loopback with the loopback fake model, and count what went wrong.
 
-Usage::
+Starts the fake OpenAI-compatible model (``python -m tests.fake_llm --reply echo``: each reply
+quotes its user message) and ``companion serve`` on a fresh embedded database in a temporary
+directory, both on 127.0.0.1, then runs the parts chosen with ``--only``:
 
-    python scripts/bench_service.py [--mix hostile_files] [--users 8] [--duration 60] [--json out.json]
+``races`` (:func:`run_races`)
+  - ``one_session``: 20 clients send to one session at once; a client answered 409
+    ``turn_in_progress`` waits and sends again (at most ``--retries`` times);
+  - ``many_sessions``: 50 sessions in parallel, each sending ``--turns`` messages in turn
+    (half of them streamed);
+  - ``mix``: per session, messages, edit-and-resend of the first user turn and a close, all at once.
 
-It starts the loopback fake model (``tests/fake_llm.py``), then ``companion serve`` on a
-free loopback port in a subprocess, on a throw-away embedded PostgreSQL
-(``COMPANION_DATA_DIR`` in a temporary directory), creates an app with
-``companion apps create``, and runs one *mix* for ``--duration`` seconds:
+For each part it prints requests, 5xx answers, lost turns (a user turn answered 2xx that is
+missing from the transcript, unless an edit-and-resend of an earlier turn, answered after it,
+replaced it; or a message refused with a 4xx that is stored all the same),
+crossed replies (a reply, in its answer or in the transcript, that does not quote its own
+user message), and p50/p95 latency in milliseconds. Every request is bounded (``--timeout``
+seconds); the counts are fixed by the flags.
 
-- ``hostile_files``: ``--users`` normal users each chat in their own session (one request
-  at a time, whole replies), while one hostile client uploads, one after another, the files
-  of :data:`HOSTILE`, generated here (:mod:`tests.hostile_files`, seconds each): a ZIP of
-  ZIPs, a DOCX with a huge shared part, an XLSX with 3M shared strings, a 1 GiB upload
-  streamed, eight 100 MB JSON bodies in parallel. Uploaded files are parsed in the
-  background; their final parse states are reported.
-
-Other mixes (many clients on one session, parallel sessions, edit/close/message races)
-plug in as functions in :data:`MIXES` with the same signature.
-
-It prints, for normal users: requests, 5xx, p50/p95/max latency (seconds); for the
-hostile client: each file's HTTP status, time and parse state; and the peak RSS of the
-server process and of its parse subprocesses (MiB, sampled every 0.2 s from
-``/proc``). Targets: no normal request over 5 s, peak server RSS under 1.5 GB, 0 5xx.
+    python scripts/bench_service.py --only races
 """
 
 from __future__ import annotations
@@ -30,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -37,303 +34,438 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+
+import httpx
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-import httpx  # noqa: E402
-
-MiB = 1024 * 1024
 
 
-# -- the server -------------------------------------------------------------------------
-def free_port() -> int:
+# -- the servers -----------------------------------------------------------------------
+def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 @dataclass
-class Server:
+class Servers:
+    """The fake model and ``companion serve``, with the app key to call it."""
+
     base: str
     key: str
-    process: subprocess.Popen
+    procs: list[subprocess.Popen]
+    tmp: tempfile.TemporaryDirectory
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.tmp.cleanup()
 
 
-def start_server(data_dir: Path, api_base: str, *, log: Path) -> Server:
-    """``companion serve`` on loopback with the fake model; its app key. Raises RuntimeError if it does not come up in 300 s."""
+def start_servers(*, delay: float = 0.0) -> Servers:
+    """Start the fake model and ``companion serve`` on loopback; return once both answer."""
+    tmp = tempfile.TemporaryDirectory(prefix="bench-service-")
     env = {
         **os.environ,
         "PYTHONPATH": str(REPO),
-        "COMPANION_DATA_DIR": str(data_dir / "pg"),
-        "COMPANION_FILES_DIR": str(data_dir / "files"),
+        "COMPANION_DATA_DIR": str(Path(tmp.name) / "data"),
         "COMPANION_MODEL": "openai/fake-model",
-        "COMPANION_API_BASE": api_base,
-        "COMPANION_CONTEXT_WINDOW": "4096",
+        "COMPANION_CONTEXT_WINDOW": "8192",
         "OPENAI_API_KEY": "sk-bench",
-        "COMPANION_LOG_LEVEL": "warning",
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "HF_HUB_OFFLINE": "1",
+        "COMPANION_LOG_LEVEL": "error",
     }
-    env.pop("DATABASE_URL", None)
-    cli = [sys.executable, "-m", "runtime.cli"]
-    created = subprocess.run([*cli, "apps", "create", "bench"], env=env, capture_output=True, text=True, timeout=600, check=True)
+    procs: list[subprocess.Popen] = []
+    fake = subprocess.Popen(
+        [sys.executable, "-m", "tests.fake_llm", "--reply", "echo", "--delay", str(delay)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    procs.append(fake)
+    env["COMPANION_API_BASE"] = fake.stdout.readline().strip()
+    created = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "apps", "create", "bench"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+        check=True,
+    )
     key = created.stdout.strip().splitlines()[-1]
-    port = free_port()
-    out = open(log, "w")
-    process = subprocess.Popen([*cli, "serve", "--port", str(port)], env=env, stdout=out, stderr=subprocess.STDOUT)
+    port = _free_port()
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            cwd=REPO,
+        )
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"companion serve exited ({process.returncode}); see {log}")
+    while True:
         try:
             if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                return Server(base=base, key=key, process=process)
+                break
         except httpx.HTTPError:
             pass
+        if time.monotonic() > deadline or procs[-1].poll() is not None:
+            Servers(base, key, procs, tmp).stop()
+            raise RuntimeError("companion serve did not start")
         time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"companion serve did not answer /healthz in 300 s; see {log}")
+    return Servers(base, key, procs, tmp)
 
 
-# -- memory ---------------------------------------------------------------------------
-def rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def descendants(pid: int) -> list[int]:
-    out: list[int] = []
-    children: list[str] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):  # children of every thread, not only the main one
-        try:
-            children.extend((task / "children").read_text().split())
-        except OSError:
-            pass
-    for child in map(int, children):
-        out.append(child)
-        out.extend(descendants(child))
-    return out
-
-
-@dataclass
-class RssSampler:
-    """Peak RSS of the server and of its descendants (the parse subprocesses), MiB."""
-
-    pid: int
-    server_peak: float = 0.0
-    children_peak: float = 0.0
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            self.server_peak = max(self.server_peak, rss_mib(self.pid))
-            self.children_peak = max(self.children_peak, sum(rss_mib(c) for c in descendants(self.pid)))
-            self.stop.wait(0.2)
-
-
-# -- normal users -----------------------------------------------------------------------
+# -- counting --------------------------------------------------------------------------
 @dataclass
 class Tally:
+    """What one part saw."""
+
+    name: str
+    requests: int = 0
+    server_errors: int = 0
+    lost: int = 0
+    crossed: int = 0
+    busy: int = 0
+    """409 ``turn_in_progress`` answers (retried)."""
     latencies: list[float] = field(default_factory=list)
-    statuses: list[int] = field(default_factory=list)
+    """Seconds per request."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """``"METHOD route-kind status code"`` → count, for each 5xx or unanswered request."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, seconds: float, status: int) -> None:
-        with self.lock:
-            self.latencies.append(seconds)
-            self.statuses.append(status)
-
-    def summary(self) -> dict:
-        lat = sorted(self.latencies)
-        pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] if lat else 0.0  # noqa: E731
-        return {
-            "requests": len(lat),
-            "5xx": sum(1 for s in self.statuses if s >= 500),
-            "errors": sum(1 for s in self.statuses if s >= 400 or s == 0),
-            "p50_s": round(statistics.median(lat), 3) if lat else 0.0,
-            "p95_s": round(pick(0.95), 3),
-            "max_s": round(lat[-1], 3) if lat else 0.0,
-            "over_5s": sum(1 for x in lat if x > 5.0),
-        }
+    def row(self) -> str:
+        lat = sorted(self.latencies) or [0.0]
+        p50 = statistics.median(lat) * 1000
+        p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))] * 1000
+        return (
+            f"| {self.name} | {self.requests} | {self.server_errors} | {self.lost} | {self.crossed} | "
+            f"{self.busy} | {p50:.0f} | {p95:.0f} |"
+        )
 
 
-def normal_user(server: Server, user: str, until: float, tally: Tally) -> None:
-    """One user: a session, then one message at a time until ``until``, each timed (a
-    small file upload every fifth message, since normal users send files too)."""
-    with httpx.Client(base_url=server.base, headers={"Authorization": f"Bearer {server.key}"}, timeout=120) as http:
-        session = http.post("/v1/sessions", json={"user_id": user}).json()["id"]
-        n = 0
-        while time.monotonic() < until:
-            started = time.monotonic()
-            try:
-                if n % 5 == 4:
-                    r = http.post(f"/v1/users/{user}/files", files={"file": (f"note{n}.txt", f"note {n} of {user}".encode(), "text/plain")})
-                else:
-                    r = http.post(f"/v1/sessions/{session}/messages", json={"content": f"message {n} from {user}", "stream": False})
-                status = r.status_code
-            except httpx.HTTPError:
-                status = 0
-            tally.add(time.monotonic() - started, status)
-            n += 1
+def tag() -> str:
+    """A token that starts a message, so the echo reply quotes it (the fake quotes 57 characters)."""
+    return "m" + uuid.uuid4().hex[:12]
 
 
-# -- hostile files ----------------------------------------------------------------------
-def _zip_of_zips() -> bytes:
-    from tests import hostile_files as H
+class Client:
+    """One app's HTTP client that times and counts every request into a :class:`Tally`."""
 
-    return H.zip_of_zips(width=3, inner_members=20, member_chars=4 * MiB)  # about 12 MB, 240 MB unpacked
+    def __init__(self, servers: Servers, tally: Tally, *, timeout: float) -> None:
+        self.http = httpx.Client(
+            base_url=servers.base, headers={"Authorization": f"Bearer {servers.key}"}, timeout=timeout
+        )
+        self.tally = tally
 
-
-def _docx_huge_part() -> bytes:
-    from tests import hostile_files as H
-
-    return H.docx_huge_shared_part(300 * MiB)
-
-
-def _xlsx_strings() -> bytes:
-    from tests import hostile_files as H
-
-    return H.xlsx_many_shared_strings(3_000_000)
-
-
-HOSTILE: list[tuple[str, Callable[[], bytes]]] = [
-    ("zip-of-zips.zip", _zip_of_zips),
-    ("huge-part.docx", _docx_huge_part),
-    ("strings.xlsx", _xlsx_strings),
-]
-"""Hostile files uploaded as multipart files: (name, builder)."""
-
-
-def _streamed(total: int, piece: int = MiB) -> Iterator[bytes]:
-    block = b"x" * piece
-    sent = 0
-    while sent < total:
-        yield block
-        sent += piece
-
-
-def hostile_client(server: Server, until: float, report: list[dict]) -> None:
-    """Upload :data:`HOSTILE`, then a 1 GiB streamed upload and eight 100 MB JSON bodies, then
-    wait (until ``until``) for the uploaded files' parses to end."""
-    auth = {"Authorization": f"Bearer {server.key}"}
-    uploaded: list[tuple[str, str]] = []
-    with httpx.Client(base_url=server.base, headers=auth, timeout=120) as http:
-        for name, build in HOSTILE:
-            data = build()
-            started = time.monotonic()
-            try:
-                r = http.post("/v1/users/mallory/files", files={"file": (name, data, "application/octet-stream")})
-                status = r.status_code
-                if status == 201:
-                    uploaded.append((name, r.json()["id"]))
-            except httpx.HTTPError as exc:
-                status = f"{type(exc).__name__}"
-            report.append({"what": name, "bytes": len(data), "status": status, "seconds": round(time.monotonic() - started, 2)})
-        started = time.monotonic()
+    def call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        start = time.monotonic()
         try:
-            r = http.post(
-                "/v1/users/mallory/files",
-                content=_streamed(1024 * MiB),
-                headers={"Content-Type": "multipart/form-data; boundary=x", "Content-Length": str(1024 * MiB)},
-            )
-            status = r.status_code
-        except httpx.HTTPError as exc:  # the server may close the connection after its 413
-            status = f"{type(exc).__name__}"
-        report.append({"what": "1 GiB upload, streamed", "bytes": 1024 * MiB, "status": status, "seconds": round(time.monotonic() - started, 2)})
-
-    def big_json(k: int, out: list) -> None:
-        body = b'{"id": "' + b"a" * (100 * MiB) + b'"}'
-        started = time.monotonic()
-        try:
-            r = httpx.post(server.base + "/v1/users", content=body, headers={**auth, "Content-Type": "application/json"}, timeout=120)
-            status = r.status_code
+            response = self.http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
-            status = f"{type(exc).__name__}"
-        out.append({"what": f"100 MB JSON body #{k + 1}", "bytes": len(body), "status": status, "seconds": round(time.monotonic() - started, 2)})
+            with self.tally.lock:
+                self.tally.requests += 1
+                self.tally.server_errors += 1  # no answer at all counts with the 5xx
+                self._failed(method, path, type(exc).__name__)
+            raise
+        with self.tally.lock:
+            self.tally.requests += 1
+            self.tally.latencies.append(time.monotonic() - start)
+            if response.status_code >= 500:
+                self.tally.server_errors += 1
+                code = response.json().get("error", {}).get("code", "") if response.content else ""
+                self._failed(method, path, f"{response.status_code} {code}")
+        return response
 
-    results: list[dict] = []
-    threads = [threading.Thread(target=big_json, args=(k, results)) for k in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    report.extend(sorted(results, key=lambda r: r["what"]))
-    with httpx.Client(base_url=server.base, headers=auth, timeout=30) as http:
-        states: dict[str, str] = {}
-        while time.monotonic() < until:
-            states = {name: http.get(f"/v1/files/{fid}").json().get("parse_state", "?") for name, fid in uploaded}
-            if all(s not in ("pending", "parsing") for s in states.values()):
-                break
-            time.sleep(1)
-        for name, fid in uploaded:
-            info = http.get(f"/v1/files/{fid}").json()
-            report.append({"what": f"{name}: parse", "status": info.get("parse_state"), "error": (info.get("parse_error") or "")[:160]})
+    def _failed(self, method: str, path: str, what: str) -> None:
+        kind = path.rstrip("/").split("/")[-1] if not path.endswith("/messages") else "messages"
+        key = f"{method} {kind if not kind.startswith('s_') else 'session'} {what}"
+        self.tally.failures[key] = self.tally.failures.get(key, 0) + 1
+
+    def session(self, user: str) -> str:
+        return self.call("POST", "/v1/sessions", json={"user_id": user}).json()["id"]
+
+    def send(self, session_id: str, text: str, *, stream: bool, retries: int, seq: int | None = None) -> dict | None:
+        """Send (or, with ``seq``, edit-and-resend) ``text``; retry on 409 ``turn_in_progress``.
+        Returns the TurnDone, or ``None`` when the server refused (closed, busy past the retries)."""
+        path = f"/v1/sessions/{session_id}/messages" if seq is None else f"/v1/sessions/{session_id}/turns/{seq}/resend"
+        for attempt in range(retries + 1):
+            if stream:
+                done = self._stream(path, text)
+                if done is not None:
+                    return done if isinstance(done, dict) else None
+                continue
+            response = self.call("POST", path, json={"content": text, "stream": False})
+            if response.status_code == 409 and response.json()["error"]["code"] == "turn_in_progress":
+                with self.tally.lock:
+                    self.tally.busy += 1
+                time.sleep(random.uniform(0.05, 0.2) * (attempt + 1))
+                continue
+            return response.json() if response.status_code < 300 else None
+        return None
+
+    def _stream(self, path: str, text: str):
+        start = time.monotonic()
+        with self.http.stream("POST", path, json={"content": text, "stream": True}) as response:
+            status = response.status_code
+            event, done = None, False
+            if status < 300:
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        event = line.split(":", 1)[1].strip()
+                    elif line.startswith("data:") and event in ("done", "error"):
+                        done = json.loads(line.split(":", 1)[1]) if event == "done" else False
+                        if event == "error":
+                            with self.tally.lock:
+                                self.tally.server_errors += 1
+                                self._failed("POST", path, "stream error event")
+            else:
+                body = json.loads(response.read() or b"{}")
+        with self.tally.lock:
+            self.tally.requests += 1
+            self.tally.latencies.append(time.monotonic() - start)
+            if status >= 500:
+                self.tally.server_errors += 1
+                self._failed("POST", path, f"{status} (stream)")
+        if status == 409 and body.get("error", {}).get("code") == "turn_in_progress":
+            with self.tally.lock:
+                self.tally.busy += 1
+            time.sleep(random.uniform(0.05, 0.2))
+            return None
+        return done if status < 300 else False
 
 
-def mix_hostile_files(server: Server, *, users: int, duration: float) -> dict:
-    """Normal users chat while the hostile client uploads; the figures of both."""
-    until = time.monotonic() + duration
-    tally = Tally()
-    hostile: list[dict] = []
-    threads = [threading.Thread(target=normal_user, args=(server, f"user{k}", until, tally)) for k in range(users)]
-    threads.append(threading.Thread(target=hostile_client, args=(server, until, hostile)))
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(duration + 600)
-    return {"normal": tally.summary(), "hostile": hostile}
+_order = iter(range(1, 1 << 62))
+_order_lock = threading.Lock()
 
 
-MIXES: dict[str, Callable[..., dict]] = {"hostile_files": mix_hostile_files}
-"""Mix name → function(server, users=, duration=) returning its figures."""
+def acked_order() -> int:
+    """The next number in the order answers were received in (across all clients)."""
+    with _order_lock:
+        return next(_order)
+
+
+def check_reply(tally: Tally, text: str, done: dict | None) -> None:
+    """A 2xx answer must quote its own message."""
+    if done is not None and text.split()[0] not in done["content"]:
+        with tally.lock:
+            tally.crossed += 1
+
+
+def check_transcript(
+    client: Client,
+    session_id: str,
+    acked: list[tuple[str, int, int]],
+    *,
+    refused: list[str] = (),
+    replaced: tuple[int, int] | None = None,
+) -> None:
+    """Lost turns and crossed replies in the stored transcript of ``session_id``.
+
+    Args:
+        acked: ``(message, user_seq, order)`` of each user turn answered 2xx; ``order`` counts
+            answers as the clients received them (:func:`acked_order`).
+        refused: messages answered 4xx (busy past the retries, closed): none may be stored.
+        replaced: ``(from_seq, order)`` of an acknowledged edit-and-resend of turn ``from_seq``:
+            user turns with ``seq >= from_seq`` answered before it were replaced by it, by design
+            (turns of one session run one at a time, so a turn answered before the edit ran before it).
+    """
+    turns = client.call("GET", f"/v1/sessions/{session_id}/turns").json()
+    stored = {t["content"] for t in turns if t["role"] == "user"}
+    lost = sum(
+        1
+        for text, seq, order in acked
+        if text not in stored and not (replaced and seq >= replaced[0] and order < replaced[1])
+    )
+    lost += sum(1 for text in refused if text in stored)  # "not stored" told about a stored turn
+    crossed = 0
+    for before, turn in zip(turns, turns[1:], strict=False):
+        if turn["role"] == "assistant" and (
+            before["role"] != "user" or before["content"].split()[0] not in turn["content"]
+        ):
+            crossed += 1
+    with client.tally.lock:
+        client.tally.lost += lost
+        client.tally.crossed += crossed
+
+
+# -- the races -------------------------------------------------------------------------
+def race_one_session(servers: Servers, *, clients: int, retries: int, timeout: float) -> Tally:
+    tally = Tally(f"one session, {clients} clients")
+    setup = Client(servers, tally, timeout=timeout)
+    session_id = setup.session("crowd-" + uuid.uuid4().hex[:6])
+    acked: list[tuple[str, int, int]] = []
+    start = threading.Barrier(clients)
+
+    def one(i: int) -> None:
+        client = Client(servers, tally, timeout=timeout)
+        text = f"{tag()} client {i} says hello"
+        start.wait(30)
+        done = client.send(session_id, text, stream=i % 2 == 0, retries=retries)
+        check_reply(tally, text, done)
+        with tally.lock:
+            if done is not None:
+                acked.append((text, done["user_seq"], acked_order()))
+            else:
+                refused.append(text)
+
+    refused: list[str] = []
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(clients)))
+    check_transcript(setup, session_id, acked, refused=refused)
+    return tally
+
+
+def race_many_sessions(servers: Servers, *, sessions: int, turns: int, timeout: float) -> Tally:
+    tally = Tally(f"{sessions} sessions in parallel")
+
+    def one(i: int) -> None:
+        client = Client(servers, tally, timeout=timeout)
+        session_id = client.session(f"many-{i}-{uuid.uuid4().hex[:6]}")
+        acked, refused = [], []
+        for n in range(turns):
+            text = f"{tag()} session {i} turn {n}"
+            done = client.send(session_id, text, stream=i % 2 == 0, retries=3)
+            check_reply(tally, text, done)
+            if done is not None:
+                acked.append((text, done["user_seq"], acked_order()))
+            else:
+                refused.append(text)
+        check_transcript(client, session_id, acked, refused=refused)
+
+    with ThreadPoolExecutor(sessions) as pool:
+        list(pool.map(one, range(sessions)))
+    return tally
+
+
+def race_mix(servers: Servers, *, sessions: int, retries: int, timeout: float) -> Tally:
+    """Per session: two messages, an edit-and-resend of the first user turn and a close, at once."""
+    tally = Tally(f"edit/close/message mix, {sessions} sessions")
+
+    def one(i: int) -> None:
+        client = Client(servers, tally, timeout=timeout)
+        session_id = client.session(f"mix-{i}-{uuid.uuid4().hex[:6]}")
+        first = f"{tag()} first message"
+        done = client.send(session_id, first, stream=False, retries=retries)
+        check_reply(tally, first, done)
+        acked = [(first, done["user_seq"], acked_order())] if done else []
+        refused: list[str] = []
+        edits: list[tuple[int, int]] = []
+        start = threading.Barrier(4)
+
+        def message(n: int) -> None:
+            text = f"{tag()} racing message {n}"
+            start.wait(30)
+            got = client.send(session_id, text, stream=n == 0, retries=retries)
+            check_reply(tally, text, got)
+            with tally.lock:
+                if got is not None:
+                    acked.append((text, got["user_seq"], acked_order()))
+                else:
+                    refused.append(text)
+
+        def edit() -> None:
+            text = f"{tag()} edited first message"
+            start.wait(30)
+            edited = acked[0][1] if acked else 1
+            got = client.send(session_id, text, stream=False, retries=retries, seq=edited)
+            check_reply(tally, text, got)
+            with tally.lock:
+                if got is not None:
+                    order = acked_order()
+                    edits.append((edited, order))
+                    acked.append((text, got["user_seq"], order))
+                else:
+                    refused.append(text)
+
+        def close() -> None:
+            start.wait(30)
+            time.sleep(random.uniform(0.0, 0.3))
+            for attempt in range(retries + 1):
+                response = client.call("POST", f"/v1/sessions/{session_id}/close")
+                if response.status_code != 409:
+                    return
+                time.sleep(0.1 * (attempt + 1))
+
+        threads = [
+            threading.Thread(target=message, args=(0,)),
+            threading.Thread(target=message, args=(1,)),
+            threading.Thread(target=edit),
+            threading.Thread(target=close),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout * (retries + 2))
+        # an acknowledged turn older than an acknowledged edit may be replaced by it; newer ones must stay
+        check_transcript(client, session_id, acked, refused=refused, replaced=edits[0] if edits else None)
+
+    with ThreadPoolExecutor(min(sessions, 10)) as pool:
+        list(pool.map(one, range(sessions)))
+    return tally
+
+
+def run_races(servers: Servers, args: argparse.Namespace) -> list[Tally]:
+    """The race parts: one crowded session, many sessions, and the edit/close/message mix."""
+    return [
+        race_one_session(servers, clients=args.clients, retries=args.retries, timeout=args.timeout),
+        race_many_sessions(servers, sessions=args.sessions, turns=args.turns, timeout=args.timeout),
+        race_mix(servers, sessions=args.mix, retries=args.retries, timeout=args.timeout),
+    ]
+
+
+HEADER = (
+    "| part | requests | 5xx | lost turns | crossed replies | 409 busy (retried) | p50 ms | p95 ms |\n"
+    "|---|---|---|---|---|---|---|---|"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mix", choices=sorted(MIXES), default="hostile_files")
-    parser.add_argument("--users", type=int, default=8, help="normal users chatting at once")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds the mix runs (the hostile client's waits end by then)")
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--only", choices=("races", "files", "all"), default="all")
+    parser.add_argument("--clients", type=int, default=20, help="clients on the one session")
+    parser.add_argument("--sessions", type=int, default=50, help="sessions in parallel")
+    parser.add_argument("--turns", type=int, default=3, help="messages per parallel session")
+    parser.add_argument("--mix", type=int, default=10, help="sessions in the edit/close/message mix")
+    parser.add_argument("--retries", type=int, default=60, help="resends of a message answered 409 turn_in_progress")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    parser.add_argument("--users", type=int, default=8, help="files: normal users chatting while hostile files arrive")
+    parser.add_argument("--duration", type=float, default=60.0, help="files: seconds the hostile-files mix runs")
     args = parser.parse_args(argv)
+    if args.only == "files":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_hostile_files
 
-    from tests.fake_llm import FakeLLM
+        return bench_hostile_files.main(["--users", str(args.users), "--duration", str(args.duration)])
+    servers = start_servers()
+    tallies: list[Tally] = []
+    try:
+        if args.only in ("races", "all"):
+            tallies += run_races(servers, args)
+    finally:
+        servers.stop()
+    print(HEADER)
+    for t in tallies:
+        print(t.row())
+    for t in tallies:
+        for key, count in sorted(t.failures.items()):
+            print(f"{t.name}: {count} x {key}")
+    bad = sum(t.server_errors + t.lost + t.crossed for t in tallies)
+    if args.only in ("files", "all"):  # hostile files while normal users chat: its own servers and table
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import bench_hostile_files
 
-    with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp, FakeLLM() as fake:
-        tmp_path = Path(tmp)
-        server = start_server(tmp_path, fake.api_base, log=tmp_path / "serve.log")
-        sampler = RssSampler(server.process.pid)
-        threading.Thread(target=sampler.run, daemon=True).start()
-        try:
-            figures = MIXES[args.mix](server, users=args.users, duration=args.duration)
-        finally:
-            sampler.stop.set()
-            server.process.terminate()
-            try:
-                server.process.wait(30)
-            except subprocess.TimeoutExpired:
-                server.process.kill()
-        figures["peak_rss_mib"] = {"server": round(sampler.server_peak), "parse_subprocesses": round(sampler.children_peak)}
-    normal = figures["normal"]
-    print(f"mix {args.mix}: {args.users} normal users for {args.duration:g} s")
-    print(f"normal users: {normal['requests']} requests, {normal['5xx']} 5xx, {normal['errors']} errors, "
-          f"p50 {normal['p50_s']} s, p95 {normal['p95_s']} s, max {normal['max_s']} s, {normal['over_5s']} over 5 s")
-    print(f"peak RSS: server {figures['peak_rss_mib']['server']} MiB, parse subprocesses {figures['peak_rss_mib']['parse_subprocesses']} MiB")
-    print("hostile client:")
-    for row in figures["hostile"]:
-        print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))
-    if args.json:
-        args.json.write_text(json.dumps(figures, indent=1))
-    return 0
+        bad += bench_hostile_files.main(["--users", str(args.users), "--duration", str(args.duration)])
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ class Database:
 def connect(settings: Settings) -> Database:
     """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``."""
     if settings.database_url:
-        database = Database(settings.database_url, make_engine(settings.database_url), embedded=False)
+        database = Database(settings.database_url, make_engine(settings.database_url, pool_size=settings.db_pool_size), embedded=False)
     else:
         url = start_embedded(settings.data_dir)
-        database = Database(url, make_engine(url), embedded=True)
+        database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
     check_connection(database.engine)
     return database
 

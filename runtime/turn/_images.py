@@ -32,6 +32,7 @@ handled that turn; a text model reuses the cached transcript.
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
@@ -133,6 +134,9 @@ class TurnImages:
         self.spec = image_read_spec()
         self.spec_tokens = counter.count_text(json.dumps(self.spec, ensure_ascii=False))
         self._encoded: OrderedDict[str, EncodedImage] = OrderedDict()
+        """file id -> its encoded pixels, newest use last, at most ``ENCODED_CACHE``; shared by every
+        turn of the engine, so read, moved and evicted only under ``_encoded_lock``."""
+        self._encoded_lock = threading.Lock()
         self._unreadable: dict[str, str] = {}
         """file id -> the placeholder of a transcription that failed in this process (not cached:
         a later ``image_read`` may succeed)."""
@@ -321,9 +325,11 @@ class TurnImages:
         return "\n".join(parts) if len(parts) > 1 else ""
 
     def _encode(self, f: AttachedFile) -> EncodedImage | None:
-        if f.file_id in self._encoded:
-            self._encoded.move_to_end(f.file_id)
-            return self._encoded[f.file_id]
+        with self._encoded_lock:
+            hit = self._encoded.get(f.file_id)
+            if hit is not None:
+                self._encoded.move_to_end(f.file_id)
+                return hit
         if self.files is None:
             return None
         try:
@@ -332,9 +338,10 @@ class TurnImages:
         except FileParseError:
             log.warning("image.undecodable", file_id=f.file_id)
             return None
-        self._encoded[f.file_id] = encoded
-        while len(self._encoded) > ENCODED_CACHE:
-            self._encoded.popitem(last=False)
+        with self._encoded_lock:  # encoded outside the lock: two threads may both encode one image, never corrupt the cache
+            self._encoded[f.file_id] = encoded
+            while len(self._encoded) > ENCODED_CACHE:
+                self._encoded.popitem(last=False)
         return encoded
 
     def expand(self, context: AssembledContext, plan: ImagePlan) -> AssembledContext:

@@ -1,0 +1,83 @@
+"""The embedded PostgreSQL is never left running without an owner, however a process attached to it ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CHILD = """
+import sys, time
+from pathlib import Path
+from memory.database import start_embedded
+start_embedded(Path(sys.argv[1]))
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def attach(data_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+    )
+    assert child.stdout.readline().strip() == "ready"
+    return child
+
+
+def server_pid(data_dir: Path) -> int:
+    return int((data_dir / "pgdata" / "postmaster.pid").read_text().splitlines()[0])
+
+
+def stopped(pid: int, within: float = 30.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def owners(data_dir: Path) -> list[int]:
+    return json.loads((data_dir / "pgdata" / ".handle_pids.json").read_text())
+
+
+@pytest.fixture
+def data_dir(tmp_path):
+    yield tmp_path / "data"
+    pidfile = tmp_path / "data" / "pgdata" / "postmaster.pid"
+    if pidfile.exists():  # never leave a server behind, whatever the test found
+        try:
+            psutil.Process(int(pidfile.read_text().splitlines()[0])).terminate()
+        except psutil.Error:
+            pass
+
+
+def test_sigterm_of_the_only_attached_process_stops_the_server(data_dir):
+    child = attach(data_dir)
+    pid = server_pid(data_dir)
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(60) == 128 + signal.SIGTERM
+    assert stopped(pid)
+
+
+def test_a_later_start_adopts_a_server_whose_owner_was_killed(data_dir):
+    dead = attach(data_dir)
+    pid = server_pid(data_dir)
+    dead.kill()  # SIGKILL: no exit hook runs, its id stays in the owner list
+    dead.wait(30)
+    assert not stopped(pid, within=2)
+    later = attach(data_dir)
+    assert server_pid(data_dir) == pid  # the running server was adopted, not started twice
+    assert owners(data_dir) == [later.pid]
+    later.send_signal(signal.SIGINT)
+    later.wait(60)
+    assert stopped(pid)
