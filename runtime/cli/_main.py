@@ -2,7 +2,7 @@
 
 ::
 
-    companion replay PATH [--conversation ID] [--window TOKENS] [--report FILE]
+    companion replay PATH [--conversation ID] [--window TOKENS] [--report FILE] [--plot FILE.png|FILE.html]
     companion inspect SESSION
     companion chat --user USER --session SESSION [--persona FILE]
     companion db upgrade
@@ -66,6 +66,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not report_dir.is_dir():
             print(f"error: the directory of --report {args.report!r} does not exist; create it first.", file=sys.stderr)
             return EXIT_USAGE
+    if args.plot:
+        from runtime.service.replay_plot import check_plot_path
+
+        check_plot_path(args.plot)  # a bad --plot fails before the replay runs
     if args.window is not None:
         from runtime.accounting import Budgets
 
@@ -93,6 +97,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
             json.dumps({"window": engine.window, "wall_seconds": total, "conversations": [r.as_dict() for r in reports]}, indent=2, default=str),
             encoding="utf-8",
         )
+    if args.plot:
+        from runtime.service.replay_plot import write_plot
+
+        for written in write_plot(reports, args.plot):
+            console.print(f"plot written to {written}")
     return 1 if any(r.overflows for r in reports) else 0
 
 
@@ -848,6 +857,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--conversation", help="LoCoMo sample_id to replay (default: all)")
     replay.add_argument("--window", type=int, help="the model's context window in tokens; every budget scales to it")
     replay.add_argument("--report", help="write the figures as JSON to this file")
+    replay.add_argument(
+        "--plot", help="draw the replay per turn (context by source, compactions, archive, recall) to a .png or .html file"
+    )
     replay.set_defaults(func=cmd_replay)
 
     inspect = sub.add_parser("inspect", help="show a session's assembled context by source")
