@@ -36,6 +36,8 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+from tests.playground_env import fill_archive, lore_server  # noqa: E402,F401  (a fixture)
+
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1440,1000")
 
@@ -213,3 +215,36 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
     assert browser.find_element(By.ID, "send").get_attribute("disabled")
     shots(browser, "4-closed")
 
+
+
+def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary(browser, shots, lore_server):
+    base, key, engine = lore_server
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        session = http.post("/v1/sessions", json={"user_id": "ana"}).json()
+        fill_archive(engine, key, session["id"])
+        expected = http.get(f"/v1/sessions/{session['id']}/context").json()
+
+    browser.set_window_size(1440, 1500)
+    browser.get(base)
+    browser.find_element(By.ID, "key").send_keys(key)
+    browser.find_element(By.ID, "save-key").click()
+    wait(browser, lambda d: "connected" in text_of(d, "#status"))
+    Select(browser.find_element(By.ID, "user-select")).select_by_visible_text("ana")
+    wait(browser, lambda d: text_of(d, "#session-info") == session["id"], message="the session was not picked")
+    wait(browser, lambda d: d.find_element(By.ID, "context-pane").get_attribute("data-total") == str(expected["total_tokens"]))
+
+    cards = browser.find_elements(By.CSS_SELECTOR, "#recalled li.card")
+    assert len(cards) == len(expected["recalled"]) > 0
+    for card, seg in zip(cards, expected["recalled"]):
+        head = card.find_element(By.CSS_SELECTOR, ".card-head").text
+        assert head.startswith("2024-05-01") and f"score {seg['score']:.3f}" in head
+        badges = [b.text for b in card.find_elements(By.CSS_SELECTOR, ".badge")]
+        assert badges == [r.replace("_", " ") for r in seg["reasons"]]
+        assert card.find_element(By.CSS_SELECTOR, ".content").text == seg["content"].strip()
+    assert "fired by key lighthouse" in text_of(browser, "#lore") and "The old lighthouse" in text_of(browser, "#lore")
+    notices = text_of(browser, "#notices")
+    assert all(n["text"] in notices for n in expected["notices"]) and expected["notices"]
+    assert "older lines are archived and may be recalled" in text_of(browser, "#summary")
+    assert [r.get_attribute("data-source") for r in browser.find_elements(By.CSS_SELECTOR, "#sources tbody tr")] == [
+        "persona", "summary", "memory", "retrieval", "recent"]
+    shots(browser, "5-recall-lore-summary")

@@ -124,7 +124,7 @@ def _context_panel(ax, report: ReplayReport) -> None:
     )
     ax.axhline(report.window, color="black", linestyle="--", linewidth=1, label=f"window ({report.window:,})")
     _mark_compactions(ax, report, label=True)
-    ax.set_ylim(0, report.window * 1.08)
+    ax.set_ylim(0, report.window * 1.25)  # the legend sits in the band above the window line
     ax.set_xlim(0, max(report.turns, 1))
     ax.legend(loc="upper left", ncols=5, fontsize=8, framealpha=0.9)
 

@@ -259,10 +259,10 @@ async function send(event) {
   } catch (err) {
     report(err);
   } finally {
-    state.busy = false;
     reply.classList.remove("streaming");
-    renderSessionInfo();
     await Promise.all([loadTurns(), loadContext()]).catch(report);
+    state.busy = false;  // Send comes back once the turns and the context view show the new turn
+    renderSessionInfo();
   }
 }
 
