@@ -121,6 +121,11 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
 
     browser.get(f"{api_server}/playground")
     assert "companion playground" in browser.title
+    browser.find_element(By.ID, "key").send_keys("ck_not-a-key")
+    browser.find_element(By.ID, "save-key").click()
+    wait(browser, lambda d: "Key refused" in text_of(d, "#status"), message="a wrong key was not refused")
+    assert browser.execute_script("return localStorage.getItem('companion.playground.key')") is None
+    browser.find_element(By.ID, "key").clear()
     browser.find_element(By.ID, "key").send_keys(key)
     browser.find_element(By.ID, "save-key").click()
     wait(browser, lambda d: "connected" in text_of(d, "#status"), message="the key was not taken")

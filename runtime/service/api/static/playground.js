@@ -404,6 +404,7 @@ function renderContext(ctx, summary) {
 async function useKey(event) {
   if (event) event.preventDefault();
   const typed = $("key").value.trim();
+  const previous = state.key;
   if (typed) state.key = typed;
   if (!state.key) {
     setStatus("Paste an app key (companion apps create NAME) to start.");
@@ -416,6 +417,7 @@ async function useKey(event) {
     $("key").placeholder = "key saved in this browser";
     setStatus("connected", "ok");
   } catch (err) {
+    if (typed) state.key = previous;  // a refused key is not kept
     report(err);
   }
 }
