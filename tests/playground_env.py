@@ -4,16 +4,16 @@ session with dated turns (replies given, no model call) until recall has somethi
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from memory.apps import Directory
 from memory.tables import User
-from persona import LoreEntry, Lorebook, Persona
+from persona import Lorebook, LoreEntry, Persona
 from runtime.config import Settings
-from runtime.turn import Engine
 from runtime.llm import LiteLLMReplier
+from runtime.turn import Engine
 from tests.conftest import serve
 
 WINDOW = 1024
@@ -66,7 +66,7 @@ def fill_archive(engine: Engine, key: str, session_id: str) -> User:
     the cat and the lighthouse (recall and the lorebook both fire on it); returns the session's user."""
     directory = Directory(engine.store.engine)
     _, user = directory.session(directory.app_for_key(key).id, session_id)
-    at = datetime(2024, 5, 1, tzinfo=timezone.utc)
+    at = datetime(2024, 5, 1, tzinfo=UTC)
     for i in range(3):
         for j, topic in enumerate(TOPICS):
             at += timedelta(minutes=5)

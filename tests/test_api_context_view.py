@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from prompts import render, template
-from runtime.service.api.context_view import NOTICE_SOURCES, find_notices
 from runtime.context import AssembledContext
+from runtime.service.api.context_view import NOTICE_SOURCES, find_notices
 from tests.playground_env import fill_archive, lore_server  # noqa: F401  (a fixture)
 
 
@@ -46,7 +46,7 @@ def test_context_says_why_each_segment_was_recalled_and_which_key_fired_each_lor
 
 
 def test_turns_name_the_files_they_carry(lore_server):
-    base, key, engine = lore_server
+    base, key, _ = lore_server
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
         session = http.post("/v1/sessions", json={"user_id": "ana"}).json()
         uploaded = http.post("/v1/users/ana/files", files={"file": ("notes.txt", b"Tide tables for May.", "text/plain")}).json()

@@ -32,11 +32,14 @@ pytestmark = [
 ]
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed (pip install -e '.[test]')")
-from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.playground_env import fill_archive, lore_server  # noqa: E402,F401  (a fixture)
+from tests.playground_env import fill_archive, lore_server  # noqa: F401  (a fixture)
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1440,1000")

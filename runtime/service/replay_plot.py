@@ -26,18 +26,18 @@ import base64
 import html
 import io
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # before anything draws: a file backend, no display needed
 
-from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.figure import Figure
 
-from errors import ConfigurationError  # noqa: E402
-from runtime.accounting import SOURCES  # noqa: E402
-from runtime.service._replay import CATEGORIES, ReplayReport  # noqa: E402
+from errors import ConfigurationError
+from runtime.accounting import SOURCES
+from runtime.service._replay import CATEGORIES, ReplayReport
 
 FORMATS = (".png", ".html")
 """The file suffixes ``--plot`` takes."""

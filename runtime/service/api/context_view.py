@@ -14,8 +14,14 @@ import re
 
 from memory.recall import RecalledSegment
 from prompts import template
-from runtime.service.api.schemas import ContextOut, NoticeOut, RecalledOut, RetrievedOut, SourceOut
 from runtime.context import AssembledContext, RetrievalItem
+from runtime.service.api.schemas import (
+    ContextOut,
+    NoticeOut,
+    RecalledOut,
+    RetrievedOut,
+    SourceOut,
+)
 
 NOTICE_SOURCES: dict[str, str] = {
     "notice_examples_cut": "persona",
@@ -32,7 +38,7 @@ NOTICE_SOURCES: dict[str, str] = {
 summarizer's own count of lines left out of the summary)."""
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _notice_patterns() -> list[tuple[str, re.Pattern[str]]]:
     out = []
     for name, source in NOTICE_SOURCES.items():
