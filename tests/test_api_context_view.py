@@ -15,6 +15,8 @@ from runtime.context import AssembledContext
 from runtime.service.api.context_view import NOTICE_SOURCES, find_notices
 from tests.playground_env import fill_archive, lore_server  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.usefixtures("steady_fake_llm")  # reported usage steady, whatever ran before
+
 
 def test_context_says_why_each_segment_was_recalled_and_which_key_fired_each_lore_entry(lore_server):
     base, key, engine = lore_server
