@@ -32,14 +32,12 @@ pytestmark = [
 ]
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed (pip install -e '.[test]')")
-from selenium.common.exceptions import (
-    NoSuchElementException,
-    StaleElementReferenceException,
-)
-from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select, WebDriverWait
+# after the skip above, so that a missing selenium skips instead of failing collection
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
-from tests.playground_env import fill_archive, lore_server  # noqa: F401  (a fixture)
+from tests.playground_env import fill_archive, lore_server  # noqa: E402,F401  (a fixture)
 
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1440,1000")
@@ -243,7 +241,7 @@ def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary
 
     cards = browser.find_elements(By.CSS_SELECTOR, "#recalled li.card")
     assert len(cards) == len(expected["recalled"]) > 0
-    for card, seg in zip(cards, expected["recalled"]):
+    for card, seg in zip(cards, expected["recalled"], strict=True):
         head = card.find_element(By.CSS_SELECTOR, ".card-head").text
         assert head.startswith("2024-05-01") and f"score {seg['score']:.3f}" in head
         badges = [b.text for b in card.find_elements(By.CSS_SELECTOR, ".badge")]

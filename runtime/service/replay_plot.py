@@ -33,6 +33,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # before anything draws: a file backend, no display needed
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from errors import ConfigurationError
@@ -97,7 +98,7 @@ def _compaction_turns(report: ReplayReport) -> tuple[list[int], list[int]]:
     return done, failed
 
 
-def _mark_compactions(ax, report: ReplayReport, *, label: bool) -> None:
+def _mark_compactions(ax: Axes, report: ReplayReport, *, label: bool) -> None:
     done, failed = _compaction_turns(report)
     for n, turn in enumerate(done):
         ax.axvline(turn, color="#b3261e", linewidth=0.8, alpha=0.55, label="compaction" if label and n == 0 else None)
@@ -105,17 +106,17 @@ def _mark_compactions(ax, report: ReplayReport, *, label: bool) -> None:
         ax.axvline(turn, color="#b3261e", linewidth=1.2, linestyle=":", label="failed compaction" if label and n == 0 else None)
 
 
-def _context_panel(ax, report: ReplayReport) -> None:
-    points = [p for p in report.timeline if p.sources is not None]
+def _context_panel(ax: Axes, report: ReplayReport) -> None:
+    points = [(p, p.sources) for p in report.timeline if p.sources is not None]
     ax.set_title("context of each reply, by source", loc="left", fontsize=11)
     ax.set_ylabel("tokens")
     if not points:
         ax.text(0.5, 0.5, "no replies were replayed", ha="center", va="center", transform=ax.transAxes)
         return
-    turns = [p.turn for p in points]
-    layers = [[p.sources.get(s, 0) for p in points] for s in SOURCES]
-    other = [max((p.total_tokens or 0) - sum(p.sources.values()), 0) for p in points]
-    reserve = [p.reply_reserve for p in points]
+    turns = [p.turn for p, _ in points]
+    layers = [[by_source.get(s, 0) for _, by_source in points] for s in SOURCES]
+    other = [max((p.total_tokens or 0) - sum(by_source.values()), 0) for p, by_source in points]
+    reserve = [p.reply_reserve for p, _ in points]
     ax.stackplot(
         turns, *layers, other, reserve,
         labels=[*SOURCES, "overhead and priming", "reply reserve"],
@@ -129,7 +130,7 @@ def _context_panel(ax, report: ReplayReport) -> None:
     ax.legend(loc="upper left", ncols=5, fontsize=8, framealpha=0.9)
 
 
-def _archive_panel(ax, report: ReplayReport) -> None:
+def _archive_panel(ax: Axes, report: ReplayReport) -> None:
     ax.set_title("archive and summary", loc="left", fontsize=11)
     turns = [p.turn for p in report.timeline]
     ax.step(turns, [p.archived_segments for p in report.timeline], where="post", color="#2f5d8a", label="archived segments")
@@ -146,7 +147,7 @@ def _archive_panel(ax, report: ReplayReport) -> None:
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="upper left", fontsize=8)
 
 
-def _recall_panel(ax, report: ReplayReport) -> None:
+def _recall_panel(ax: Axes, report: ReplayReport) -> None:
     ax.set_title("evidence recall by category", loc="left", fontsize=11)
     categories = [c for c in ("all", *CATEGORIES.values()) if report.evidence_total.get(c)]
     if not categories:

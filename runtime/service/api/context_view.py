@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import functools
 import re
+from typing import Literal
 
-from memory.recall import RecalledSegment
 from prompts import template
-from runtime.context import AssembledContext, RetrievalItem
+from runtime.context import AssembledContext, RecalledItem, RetrievalItem
 from runtime.service.api.schemas import (
     ContextOut,
     NoticeOut,
@@ -38,6 +38,10 @@ NOTICE_SOURCES: dict[str, str] = {
 summarizer's own count of lines left out of the summary)."""
 
 
+REASONS: tuple[Literal["vector", "full_text", "neighbour"], ...] = ("vector", "full_text", "neighbour")
+"""Why a segment can be recalled, in the order the API lists them."""
+
+
 @functools.cache
 def _notice_patterns() -> list[tuple[str, re.Pattern[str]]]:
     out = []
@@ -59,24 +63,18 @@ def find_notices(context: AssembledContext) -> list[NoticeOut]:
     return found
 
 
-def recall_reasons(seg: RecalledSegment) -> list[str]:
-    """Why recall returned ``seg``: ``neighbour``, or the rankers that placed it (``vector``, ``full_text``)."""
-    if seg.neighbour_of is not None:
-        return ["neighbour"]
-    return [name for name, rank in (("vector", seg.vector_rank), ("full_text", seg.text_rank)) if rank is not None]
-
-
-def recalled_out(seg: RecalledSegment) -> RecalledOut:
+def recalled_out(seg: RecalledItem) -> RecalledOut:
     return RecalledOut(
         id=seg.id, session_id=seg.session_id, first_seq=seg.first_seq, last_seq=seg.last_seq,
-        session_date=seg.session_date, tokens=seg.tokens, content=seg.content, reasons=recall_reasons(seg),
+        session_date=seg.session_date, tokens=seg.tokens, content=seg.content, reasons=[r for r in REASONS if r in seg.reason.split("+")],
         score=seg.score, vector_rank=seg.vector_rank, text_rank=seg.text_rank, distance=seg.distance,
         neighbour_of=seg.neighbour_of,
     )
 
 
 def retrieved_out(item: RetrievalItem) -> RetrievedOut:
-    return RetrievedOut(kind=item.kind, label=item.label, key=item.key, distance=item.distance, text=item.text)
+    kind: Literal["lore", "knowledge"] = "lore" if item.kind == "lore" else "knowledge"
+    return RetrievedOut(kind=kind, label=item.label, key=item.key, distance=item.distance, text=item.text)
 
 
 def context_out(context: AssembledContext) -> ContextOut:
