@@ -263,7 +263,10 @@ def list_turns(session_id: str, app: App = Depends(current_app), svc: Services =
     """Every stored turn of the session, in order (rolled-out ones too, with their state)."""
     session, _ = svc.directory.session(app.id, session_id)
     files = svc.engine.store.turn_attachments(session.id, head_chars=0)
-    return [turn_out(t, [f.file_id for f in files.get(t.id, [])]) for t in svc.engine.store.turns(session.id)]
+    return [
+        turn_out(t, [f.file_id for f in files.get(t.id, [])] if t.id is not None else [])
+        for t in svc.engine.store.turns(session.id)
+    ]
 
 
 @router.get("/sessions/{session_id}/summary", response_model=SummaryOut, tags=["sessions"])
