@@ -23,7 +23,11 @@ LORE = Persona(
     system_prompt="You are Mira, a kind companion.",
     character_book=Lorebook(
         entries=(
-            LoreEntry(name="The old lighthouse", keys=("beacon", "lighthouse"), content="The lighthouse on the cape is closed."),
+            LoreEntry(
+                name="The old lighthouse",
+                keys=("beacon", "lighthouse"),
+                content="The lighthouse on the cape is closed.",
+            ),
             LoreEntry(name="Never fires", keys=("submarine",), content="Unused."),
         )
     ),
@@ -52,13 +56,14 @@ def lore_server(db_url, embedder, fake_llm, tmp_path):
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
     store = Store(make_engine(db_url))
     services = open_file_services(settings, store.engine)
-    engine = Engine(settings=settings, store=store, embedder=embedder, persona=LORE, replier=replier, file_services=services)
+    engine = Engine(
+        settings=settings, store=store, embedder=embedder, persona=LORE, replier=replier, file_services=services
+    )
     _, key = Directory(store.engine).create_app("playground-test")
     with serve(engine) as base:
         yield base, key, engine
     services.close()
     store.engine.dispose()
-
 
 
 def fill_archive(engine: Engine, key: str, session_id: str) -> User:
@@ -70,8 +75,18 @@ def fill_archive(engine: Engine, key: str, session_id: str) -> User:
     for i in range(3):
         for j, topic in enumerate(TOPICS):
             at += timedelta(minutes=5)
-            engine.turn(user_id=user.id, session_id=session_id, message=f"Day {i}: {topic}.", at=at,
-                        reply=f"That sounds like a lot, tell me more about it ({i}.{j}).")
-    engine.turn(user_id=user.id, session_id=session_id, message="Remember Pistachio? We walked to the lighthouse.",
-                at=at + timedelta(minutes=5), reply="I do!")
+            engine.turn(
+                user_id=user.id,
+                session_id=session_id,
+                message=f"Day {i}: {topic}.",
+                at=at,
+                reply=f"That sounds like a lot, tell me more about it ({i}.{j}).",
+            )
+    engine.turn(
+        user_id=user.id,
+        session_id=session_id,
+        message="Remember Pistachio? We walked to the lighthouse.",
+        at=at + timedelta(minutes=5),
+        reply="I do!",
+    )
     return user

@@ -38,7 +38,9 @@ def test_context_says_why_each_segment_was_recalled_and_which_key_fired_each_lor
         assert (seg["neighbour_of"] is not None) == (seg["reasons"] == ["neighbour"])
         assert seg["content"] in context["sources"]["memory"]["text"]
 
-    assert [(r["kind"], r["label"], r["key"]) for r in context["retrieved"]] == [("lore", "The old lighthouse", "lighthouse")]
+    assert [(r["kind"], r["label"], r["key"]) for r in context["retrieved"]] == [
+        ("lore", "The old lighthouse", "lighthouse")
+    ]
     assert context["retrieved"][0]["text"] in context["sources"]["retrieval"]["text"]
 
     summary_notices = [n for n in context["notices"] if n["source"] == "summary"]
@@ -51,9 +53,13 @@ def test_turns_name_the_files_they_carry(lore_server):
     base, key, _ = lore_server
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
         session = http.post("/v1/sessions", json={"user_id": "ana"}).json()
-        uploaded = http.post("/v1/users/ana/files", files={"file": ("notes.txt", b"Tide tables for May.", "text/plain")}).json()
-        done = http.post(f"/v1/sessions/{session['id']}/messages",
-                         json={"content": "Here are my notes.", "attachments": [uploaded["id"]], "stream": False})
+        uploaded = http.post(
+            "/v1/users/ana/files", files={"file": ("notes.txt", b"Tide tables for May.", "text/plain")}
+        ).json()
+        done = http.post(
+            f"/v1/sessions/{session['id']}/messages",
+            json={"content": "Here are my notes.", "attachments": [uploaded["id"]], "stream": False},
+        )
         assert done.status_code == 200, done.text
         turns = http.get(f"/v1/sessions/{session['id']}/turns").json()
         context = http.get(f"/v1/sessions/{session['id']}/context").json()
@@ -67,7 +73,12 @@ def test_every_cut_notice_template_is_found_in_its_source_text(name):
     notice = render(name, **values).strip()
     source = NOTICE_SOURCES[name]
     context = AssembledContext(
-        session_id="s", messages=[], sources={}, total_tokens=0, window=1024, reply_reserve=0,
+        session_id="s",
+        messages=[],
+        sources={},
+        total_tokens=0,
+        window=1024,
+        reply_reserve=0,
         source_text={source: f"some text\n{notice}\nmore [text in brackets]", "other": notice},
     )
     assert [(n.source, n.text) for n in find_notices(context)] == [(source, notice)]

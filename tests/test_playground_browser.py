@@ -27,11 +27,17 @@ CHROMEDRIVER = shutil.which("chromedriver")
 
 pytestmark = [
     pytest.mark.usefixtures("steady_fake_llm"),
-    pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium chromium-driver)"),
-    pytest.mark.skipif(CHROMEDRIVER is None, reason="chromedriver is not installed (Debian: apt-get install chromium-driver)"),
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium chromium-driver)"
+    ),
+    pytest.mark.skipif(
+        CHROMEDRIVER is None, reason="chromedriver is not installed (Debian: apt-get install chromium-driver)"
+    ),
 ]
 
-webdriver = pytest.importorskip("selenium.webdriver", reason="the selenium package is not installed (pip install -e '.[test]')")
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="the selenium package is not installed (pip install -e '.[test]')"
+)
 # after the skip above, so that a missing selenium skips instead of failing collection
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -39,8 +45,17 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from tests.playground_env import fill_archive, lore_server  # noqa: E402,F401  (a fixture)
 
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1440,1000")
+FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1440,1000",
+)
 
 REPLY = "The tide turns twice a day, and the old pier creaks a little louder every single evening."
 MARKUP = '<script>window.__pwned = 1</script><b>bold</b> <img src=x onerror="window.__pwned = 2">'
@@ -104,8 +119,14 @@ def send(driver, text: str) -> None:
 
 
 def wait_reply_done(driver) -> None:
-    wait(driver, lambda d: not d.find_elements(By.CSS_SELECTOR, "#messages .streaming")
-         and not d.find_element(By.ID, "send").get_attribute("disabled"), message="the reply never finished")
+    wait(
+        driver,
+        lambda d: (
+            not d.find_elements(By.CSS_SELECTOR, "#messages .streaming")
+            and not d.find_element(By.ID, "send").get_attribute("disabled")
+        ),
+        message="the reply never finished",
+    )
 
 
 def assistant_texts(driver) -> list[str]:
@@ -149,8 +170,9 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
     partial = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        text = browser.execute_script("const e = document.querySelector('#messages .streaming .content'); "
-                                      "return e ? e.textContent : null")
+        text = browser.execute_script(
+            "const e = document.querySelector('#messages .streaming .content'); return e ? e.textContent : null"
+        )
         if text is None:
             break
         if text and text != REPLY:
@@ -167,11 +189,16 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
     assert users_said == ["Tell me about the sea <script>alert('user text')</script>"]
 
     # 2. the context view follows: recent grew by the new turns
-    wait(browser, lambda d: int(d.find_element(By.ID, "context-pane").get_attribute("data-total")) > before,
-         message="the context view did not update")
+    wait(
+        browser,
+        lambda d: int(d.find_element(By.ID, "context-pane").get_attribute("data-total")) > before,
+        message="the context view did not update",
+    )
     assert source_tokens(browser, "recent") > 0
     assert "tokens +" in text_of(browser, "#context-total")
-    assert browser.find_elements(By.CSS_SELECTOR, "#bar .seg.s-recent") and browser.find_elements(By.CSS_SELECTOR, "#bar .seg.s-reserve")
+    assert browser.find_elements(By.CSS_SELECTOR, "#bar .seg.s-recent") and browser.find_elements(
+        By.CSS_SELECTOR, "#bar .seg.s-reserve"
+    )
     shots(browser, "1-after-first-reply")
 
     # 3. upload a file; it goes with the next message, then folds into retrieval for later turns
@@ -182,8 +209,11 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
     fake_llm.script.append("Got your tide notes.")
     send(browser, "Here are my tide notes.")
     wait_reply_done(browser)
-    wait(browser, lambda d: "tide-notes.txt" in d.find_elements(By.CSS_SELECTOR, "#messages .turn.user")[-1].text,
-         message="the sent message does not show its file")
+    wait(
+        browser,
+        lambda d: "tide-notes.txt" in d.find_elements(By.CSS_SELECTOR, "#messages .turn.user")[-1].text,
+        message="the sent message does not show its file",
+    )
     assert text_of(browser, "#attachments") == ""  # sent: nothing is left waiting
     # the reply was made with the file inline; the next reply's context holds it folded
     wait(browser, lambda d: "folded (retrieval)" in text_of(d, "#context-files"), message="the file was not folded")
@@ -208,9 +238,14 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
     fake_llm.script.append("Edited and answered.")
     send(browser, "Here are my tide notes, edited.")
     wait_reply_done(browser)
-    wait(browser, lambda d: [e.text for e in d.find_elements(By.CSS_SELECTOR, "#messages .turn.user .content")]
-         == ["Tell me about the sea <script>alert('user text')</script>", "Here are my tide notes, edited."],
-         message="the edit did not replace the later turns")
+    wait(
+        browser,
+        lambda d: (
+            [e.text for e in d.find_elements(By.CSS_SELECTOR, "#messages .turn.user .content")]
+            == ["Tell me about the sea <script>alert('user text')</script>", "Here are my tide notes, edited."]
+        ),
+        message="the edit did not replace the later turns",
+    )
     assert assistant_texts(browser) == [REPLY, "Edited and answered."]
 
     # 6. reset the breaker, close the session
@@ -220,7 +255,6 @@ def test_the_playground_chats_streams_shows_the_context_and_keeps_markup_as_text
     wait(browser, lambda d: "closed by api" in text_of(d, "#session-info"), message="the session did not close")
     assert browser.find_element(By.ID, "send").get_attribute("disabled")
     shots(browser, "4-closed")
-
 
 
 def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary(browser, shots, lore_server):
@@ -237,7 +271,10 @@ def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary
     wait(browser, lambda d: "connected" in text_of(d, "#status"))
     Select(browser.find_element(By.ID, "user-select")).select_by_visible_text("ana")
     wait(browser, lambda d: text_of(d, "#session-info") == session["id"], message="the session was not picked")
-    wait(browser, lambda d: d.find_element(By.ID, "context-pane").get_attribute("data-total") == str(expected["total_tokens"]))
+    wait(
+        browser,
+        lambda d: d.find_element(By.ID, "context-pane").get_attribute("data-total") == str(expected["total_tokens"]),
+    )
 
     cards = browser.find_elements(By.CSS_SELECTOR, "#recalled li.card")
     assert len(cards) == len(expected["recalled"]) > 0
@@ -252,5 +289,10 @@ def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary
     assert all(n["text"] in notices for n in expected["notices"]) and expected["notices"]
     assert "older lines are archived and may be recalled" in text_of(browser, "#summary")
     assert [r.get_attribute("data-source") for r in browser.find_elements(By.CSS_SELECTOR, "#sources tbody tr")] == [
-        "persona", "summary", "memory", "retrieval", "recent"]
+        "persona",
+        "summary",
+        "memory",
+        "retrieval",
+        "recent",
+    ]
     shots(browser, "5-recall-lore-summary")

@@ -24,7 +24,9 @@ WINDOW = 1024
 
 
 def _run(args, env, timeout=300):
-    return subprocess.run([sys.executable, "-m", "runtime.cli", *args], env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "runtime.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -66,7 +68,9 @@ def test_a_jsonl_replay_plots_to_a_self_contained_html_page(db_url, tmp_path):
         encoding="utf-8",
     )
     out = tmp_path / "plot.html"
-    result = _run(["replay", str(jsonl), "--window", str(WINDOW), "--plot", str(out)], {**os.environ, "DATABASE_URL": db_url})
+    result = _run(
+        ["replay", str(jsonl), "--window", str(WINDOW), "--plot", str(out)], {**os.environ, "DATABASE_URL": db_url}
+    )
     assert result.returncode == 0, result.stderr
     assert f"plot written to {out}" in " ".join(result.stdout.split())
     page = out.read_text(encoding="utf-8")
@@ -79,8 +83,10 @@ def test_a_jsonl_replay_plots_to_a_self_contained_html_page(db_url, tmp_path):
 
 @pytest.mark.parametrize(
     "target, says",
-    [pytest.param("plot.svg", "give a file ending in .png or .html", id="unknown-suffix"),
-     pytest.param("missing-dir/plot.png", "its directory does not exist", id="missing-directory")],
+    [
+        pytest.param("plot.svg", "give a file ending in .png or .html", id="unknown-suffix"),
+        pytest.param("missing-dir/plot.png", "its directory does not exist", id="missing-directory"),
+    ],
 )
 def test_a_bad_plot_path_fails_before_the_replay_runs(tmp_path, target, says):
     env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x", "PGCONNECT_TIMEOUT": "2"}

@@ -44,8 +44,13 @@ FORMATS = (".png", ".html")
 """The file suffixes ``--plot`` takes."""
 
 COLOURS = {
-    "persona": "#7a5195", "summary": "#ef5675", "memory": "#ffa600", "retrieval": "#58a65c", "recent": "#2f7bbf",
-    "other": "#b0b0b0", "reserve": "#555555",
+    "persona": "#7a5195",
+    "summary": "#ef5675",
+    "memory": "#ffa600",
+    "retrieval": "#58a65c",
+    "recent": "#2f7bbf",
+    "other": "#b0b0b0",
+    "reserve": "#555555",
 }
 """One colour per source, the same as the playground's context bar."""
 
@@ -63,7 +68,9 @@ def check_plot_path(path: str | Path) -> Path:
             setting="--plot",
         )
     if not target.resolve().parent.is_dir():
-        raise ConfigurationError(f"--plot {str(path)!r}: its directory does not exist; create it first.", setting="--plot")
+        raise ConfigurationError(
+            f"--plot {str(path)!r}: its directory does not exist; create it first.", setting="--plot"
+        )
     return target
 
 
@@ -103,7 +110,9 @@ def _mark_compactions(ax: Axes, report: ReplayReport, *, label: bool) -> None:
     for n, turn in enumerate(done):
         ax.axvline(turn, color="#b3261e", linewidth=0.8, alpha=0.55, label="compaction" if label and n == 0 else None)
     for n, turn in enumerate(failed):
-        ax.axvline(turn, color="#b3261e", linewidth=1.2, linestyle=":", label="failed compaction" if label and n == 0 else None)
+        ax.axvline(
+            turn, color="#b3261e", linewidth=1.2, linestyle=":", label="failed compaction" if label and n == 0 else None
+        )
 
 
 def _context_panel(ax: Axes, report: ReplayReport) -> None:
@@ -118,10 +127,14 @@ def _context_panel(ax: Axes, report: ReplayReport) -> None:
     other = [max((p.total_tokens or 0) - sum(by_source.values()), 0) for p, by_source in points]
     reserve = [p.reply_reserve for p, _ in points]
     ax.stackplot(
-        turns, *layers, other, reserve,
+        turns,
+        *layers,
+        other,
+        reserve,
         labels=[*SOURCES, "overhead and priming", "reply reserve"],
         colors=[COLOURS[s] for s in SOURCES] + [COLOURS["other"], COLOURS["reserve"]],
-        alpha=0.9, linewidth=0,
+        alpha=0.9,
+        linewidth=0,
     )
     ax.axhline(report.window, color="black", linestyle="--", linewidth=1, label=f"window ({report.window:,})")
     _mark_compactions(ax, report, label=True)
@@ -133,11 +146,19 @@ def _context_panel(ax: Axes, report: ReplayReport) -> None:
 def _archive_panel(ax: Axes, report: ReplayReport) -> None:
     ax.set_title("archive and summary", loc="left", fontsize=11)
     turns = [p.turn for p in report.timeline]
-    ax.step(turns, [p.archived_segments for p in report.timeline], where="post", color="#2f5d8a", label="archived segments")
+    ax.step(
+        turns, [p.archived_segments for p in report.timeline], where="post", color="#2f5d8a", label="archived segments"
+    )
     ax.set_ylabel("archived segments", color="#2f5d8a")
     ax.set_xlabel("turns stored")
     right = ax.twinx()
-    right.step(turns, [p.summary_tokens for p in report.timeline], where="post", color=COLOURS["summary"], label="summary tokens")
+    right.step(
+        turns,
+        [p.summary_tokens for p in report.timeline],
+        where="post",
+        color=COLOURS["summary"],
+        label="summary tokens",
+    )
     right.set_ylabel("summary tokens", color=COLOURS["summary"])
     right.set_ylim(bottom=0)
     ax.set_ylim(bottom=0)
@@ -151,15 +172,23 @@ def _recall_panel(ax: Axes, report: ReplayReport) -> None:
     ax.set_title("evidence recall by category", loc="left", fontsize=11)
     categories = [c for c in ("all", *CATEGORIES.values()) if report.evidence_total.get(c)]
     if not categories:
-        ax.text(0.5, 0.5, "no QA items with evidence in the input: nothing to measure", ha="center", va="center",
-                transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no QA items with evidence in the input: nothing to measure",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
         ax.set_xticks([])
         ax.set_yticks([])
         return
     xs = range(len(categories))
     width = 0.38
-    for offset, which, label, colour in ((-width / 2, "in_context", "in context", "#2f7bbf"),
-                                         (width / 2, "retrieval", "retrieval only", "#ffa600")):
+    for offset, which, label, colour in (
+        (-width / 2, "in_context", "in context", "#2f7bbf"),
+        (width / 2, "retrieval", "retrieval only", "#ffa600"),
+    ):
         values = [100 * (report.recall(which, c) or 0.0) for c in categories]
         drawn = ax.bar([x + offset for x in xs], values, width, label=label, color=colour)
         ax.bar_label(drawn, fmt="%.1f%%", fontsize=8, padding=2)
@@ -209,7 +238,9 @@ def write_plot(reports: Sequence[ReplayReport], path: str | Path) -> list[Path]:
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>companion replay</title>\n'
         "<style>body{font:14px system-ui,sans-serif;margin:24px;background:#fafafa}"
         "img{max-width:100%;height:auto;background:#fff;border:1px solid #ddd}</style></head><body>\n"
-        f"<h1>companion replay (window {reports[0].window:,} tokens)</h1>\n" + "\n".join(sections) + "\n</body></html>\n"
+        f"<h1>companion replay (window {reports[0].window:,} tokens)</h1>\n"
+        + "\n".join(sections)
+        + "\n</body></html>\n"
     )
     target.write_text(page, encoding="utf-8")
     return [target]

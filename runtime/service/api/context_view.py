@@ -65,9 +65,18 @@ def find_notices(context: AssembledContext) -> list[NoticeOut]:
 
 def recalled_out(seg: RecalledItem) -> RecalledOut:
     return RecalledOut(
-        id=seg.id, session_id=seg.session_id, first_seq=seg.first_seq, last_seq=seg.last_seq,
-        session_date=seg.session_date, tokens=seg.tokens, content=seg.content, reasons=[r for r in REASONS if r in seg.reason.split("+")],
-        score=seg.score, vector_rank=seg.vector_rank, text_rank=seg.text_rank, distance=seg.distance,
+        id=seg.id,
+        session_id=seg.session_id,
+        first_seq=seg.first_seq,
+        last_seq=seg.last_seq,
+        session_date=seg.session_date,
+        tokens=seg.tokens,
+        content=seg.content,
+        reasons=[r for r in REASONS if r in seg.reason.split("+")],
+        score=seg.score,
+        vector_rank=seg.vector_rank,
+        text_rank=seg.text_rank,
+        distance=seg.distance,
         neighbour_of=seg.neighbour_of,
     )
 
