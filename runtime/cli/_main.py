@@ -2,7 +2,7 @@
 
 ::
 
-    companion replay PATH [--conversation ID] [--window TOKENS] [--report FILE]
+    companion replay PATH [--conversation ID] [--window TOKENS] [--report FILE] [--plot FILE.png|FILE.html]
     companion inspect SESSION
     companion chat --user USER --session SESSION [--persona FILE]
     companion db upgrade
@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--conversation", help="LoCoMo sample_id to replay (default: all)")
     replay.add_argument("--window", type=int, help="the model's context window in tokens; every budget scales to it")
     replay.add_argument("--report", help="write the figures as JSON to this file")
+    replay.add_argument(
+        "--plot", help="draw the replay per turn (context by source, compactions, archive, recall) to a .png or .html file"
+    )
     replay.set_defaults(func=cmd_replay)
 
     inspect = sub.add_parser("inspect", help="show a session's assembled context by source")

@@ -24,6 +24,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if not report_dir.is_dir():
             print(f"error: the directory of --report {args.report!r} does not exist; create it first.", file=sys.stderr)
             return EXIT_USAGE
+    if args.plot:
+        from runtime.service.replay_plot import check_plot_path
+
+        check_plot_path(args.plot)  # a bad --plot fails before the replay runs
     if args.window is not None:
         from runtime.accounting import Budgets
 
@@ -51,6 +55,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
             json.dumps({"window": engine.window, "wall_seconds": total, "conversations": [r.as_dict() for r in reports]}, indent=2, default=str),
             encoding="utf-8",
         )
+    if args.plot:
+        from runtime.service.replay_plot import write_plot
+
+        for written in write_plot(reports, args.plot):
+            console.print(f"plot written to {written}")
     return 1 if any(r.overflows for r in reports) else 0
 
 

@@ -92,6 +92,8 @@ class AssembledContext:
     """Tokens kept free for the reply."""
     recalled: list[RecalledItem] = field(default_factory=list)
     """The archive segments shown in the memory block."""
+    retrieved: list[RetrievalItem] = field(default_factory=list)
+    """The lorebook entries and knowledge chunks shown (in the retrieval block or inserted at a depth), in order."""
     recent_seqs: list[int] = field(default_factory=list)
     """Seqs of the stored turns shown in the recent window."""
     source_text: dict[str, str] = field(default_factory=dict)
@@ -296,6 +298,7 @@ def assemble_context(
         window=window,
         reply_reserve=budgets.reply_reserve,
         recalled=recalled,
+        retrieved=list(found.shown),
         recent_seqs=shown,
         source_text=texts,
         post_history_messages=len(post_history),

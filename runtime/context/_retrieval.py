@@ -47,6 +47,10 @@ class RetrievalItem:
     """Set: a lore entry inserted as its own message this many messages before the newest (0: after it)."""
     role: str = "system"
     """The inserted message's role (with ``depth``)."""
+    key: str | None = None
+    """For a lorebook entry, the primary key that fired it; ``None`` for a constant entry or a chunk."""
+    distance: float | None = None
+    """For a knowledge chunk, its cosine distance to the query (0 to 2); ``None`` for a lorebook entry."""
 
     def message(self) -> Message:
         """The message an entry placed at a depth becomes."""
@@ -87,6 +91,7 @@ def retrieval_items(
                 label=f.entry.name or (f.key or "constant"),
                 depth=f.entry.depth if at_depth else None,
                 role=f.entry.role,
+                key=f.key,
             )
         )
     base = len(items)
@@ -98,6 +103,7 @@ def retrieval_items(
                 rank=base + i,
                 order=base + i,
                 label=f"{hit.source}#{hit.chunk_index}",
+                distance=hit.distance,
             )
         )
     return items

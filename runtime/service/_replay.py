@@ -16,7 +16,7 @@ import json
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable
@@ -58,6 +58,28 @@ class Conversation:
     qa: list[QAItem] = field(default_factory=list)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TurnPoint:
+    """The replay's state after one step (a user turn with its reply, or one lone turn)."""
+
+    turn: int
+    """Turns stored so far (the step's last turn, 1-based)."""
+    sources: dict[str, int] | None
+    """Tokens by source of the context the reply was made from; ``None`` for a lone turn (no reply, no context)."""
+    total_tokens: int | None
+    """That context's estimated size, tokens (framing, priming and overhead included)."""
+    reply_reserve: int
+    """Tokens kept free for the reply."""
+    compactions: int
+    """Successful compactions of the session so far."""
+    compaction_failures: int
+    """Consecutive failed compactions at this point (the breaker's count)."""
+    archived_segments: int
+    """Archived segments of the replay's user so far."""
+    summary_tokens: int
+    """Tokens of the session's summary at this point (0 before the first compaction)."""
+
+
 @dataclass(kw_only=True)
 class ReplayReport:
     """Figures of one replayed conversation. Token figures are tokens; times are seconds."""
@@ -84,6 +106,8 @@ class ReplayReport:
     wall_seconds: float = 0.0
     user_id: str = ""
     session_id: str = ""
+    timeline: list[TurnPoint] = field(default_factory=list)
+    """One point per replayed step, in order (for ``companion replay --plot``)."""
 
     def recall(self, which: str, category: str = "all") -> float | None:
         """Evidence recall as a fraction, ``which`` is ``in_context`` or ``retrieval``."""
@@ -93,6 +117,7 @@ class ReplayReport:
 
     def as_dict(self) -> dict:
         data = {k: v for k, v in self.__dict__.items()}
+        data["timeline"] = [asdict(p) for p in self.timeline]
         data["evidence_recall"] = {
             cat: {"in_context": self.recall("in_context", cat), "retrieval_only": self.recall("retrieval", cat), "n": n}
             for cat, n in self.evidence_total.items()
@@ -244,15 +269,18 @@ def replay_conversation(
     i = 0
     while i < len(turns):
         t = turns[i]
+        context = None
         if t.role == "user" and i + 1 < len(turns) and turns[i + 1].role == "assistant":
             result = engine.turn(user_id=user_id, session_id=session_id, message=t.text, at=t.at, reply=turns[i + 1].text)
-            _track(report, result.context)
+            context = result.context
+            _track(report, context)
             step = 2
         else:
             engine.add_turn(user_id=user_id, session_id=session_id, role=t.role, content=t.text, at=t.at)
             step = 1
         report.turns += step
         i += step
+        report.timeline.append(_point(engine, report, context))
         if on_turn:
             for _ in range(step):
                 on_turn()
@@ -266,6 +294,22 @@ def replay_conversation(
     _evaluate(engine, conv, report)
     report.wall_seconds = time.perf_counter() - started
     return report
+
+
+def _point(engine: Engine, report: ReplayReport, context) -> TurnPoint:
+    """The state after the step just replayed (three reads: compaction state, archive count, summary)."""
+    state = engine.store.compaction_state(report.session_id)
+    summary = engine.store.summary(report.session_id)
+    return TurnPoint(
+        turn=report.turns,
+        sources={name: r.tokens for name, r in context.sources.items()} if context is not None else None,
+        total_tokens=context.total_tokens if context is not None else None,
+        reply_reserve=engine.budgets.reply_reserve,
+        compactions=state.compactions,
+        compaction_failures=state.consecutive_failures,
+        archived_segments=engine.store.archive_count(user_id=report.user_id),
+        summary_tokens=summary.tokens if summary else 0,
+    )
 
 
 def _track(report: ReplayReport, context) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import Depends, FastAPI
 
 from memory.apps import Directory
-from runtime.service.api import files, openai_compat, profiles, sessions
+from runtime.service.api import files, openai_compat, playground, profiles, sessions
 from runtime.service.api.deps import Services, checked_params
 from runtime.service.api.errors import install_error_handlers
 from runtime.service.api.limits import MULTIPART_OVERHEAD_BYTES, BodyLimit
@@ -20,7 +20,8 @@ def create_app(engine: Engine) -> FastAPI:
     Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`), files
     (:mod:`runtime.service.api.files`), pinned profiles (:mod:`runtime.service.api.profiles`),
     ``POST /v1/chat/completions`` (:mod:`runtime.service.api.openai_compat`), ``GET /healthz``
-    (no key needed), and the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``).
+    (no key needed), the playground page at ``/`` and ``/playground`` (:mod:`runtime.service.api.playground`;
+    the page needs no key, its data calls do), and the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``).
     """
     app = FastAPI(
         title="companion-runtime",
@@ -40,6 +41,7 @@ def create_app(engine: Engine) -> FastAPI:
     app.include_router(openai_compat.router)
     app.include_router(files.router)
     app.include_router(profiles.router)
+    app.include_router(playground.router)
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict[str, str]:

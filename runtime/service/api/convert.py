@@ -27,7 +27,8 @@ def session_out(session: ChatSession, user: User) -> SessionOut:
     )
 
 
-def turn_out(turn: Turn) -> TurnOut:
+def turn_out(turn: Turn, attachments: list[str] | None = None) -> TurnOut:
+    """A stored turn; ``attachments`` are the ids of the files it carries, in order."""
     return TurnOut(
         seq=turn.seq,
         role=turn.role,
@@ -36,6 +37,7 @@ def turn_out(turn: Turn) -> TurnOut:
         state=turn.state.value if hasattr(turn.state, "value") else str(turn.state),
         interrupted=turn.interrupted,
         created_at=turn.created_at,
+        attachments=list(attachments or []),
     )
 
 

@@ -132,6 +132,7 @@ class TurnOut(BaseModel):
     state: str = Field(description="`context` (in the recent window), `summarized` or `archived`.")
     interrupted: bool
     created_at: datetime
+    attachments: list[str] = Field(default_factory=list, description="Ids of the files the turn carries, in order.")
 
 
 class SummaryOut(BaseModel):
@@ -152,12 +153,58 @@ class SourceOut(BaseModel):
     text: str | None = Field(default=None, description="What the source put into the prompt.")
 
 
+class RecalledOut(BaseModel):
+    """An archived segment shown in the ``memory`` source, and why recall chose it."""
+
+    id: int
+    session_id: str = Field(description="The session the segment was archived from.")
+    first_seq: int
+    last_seq: int
+    session_date: datetime = Field(description="When the segment's turns were said.")
+    tokens: int = Field(description="Estimated tokens of the segment, tokens.")
+    content: str
+    reasons: list[Literal["vector", "full_text", "neighbour"]] = Field(
+        description="Why it was recalled: ranked by embedding similarity (`vector`), by full-text match "
+        "(`full_text`), or added next to a hit (`neighbour`)."
+    )
+    score: float = Field(description="Reciprocal-rank-fusion score, sum of 1/(k + rank) over both rankers; 0 for a neighbour.")
+    vector_rank: int | None = Field(default=None, description="1-based rank by embedding similarity, if in the pool.")
+    text_rank: int | None = Field(default=None, description="1-based rank by full-text score, if in the pool.")
+    distance: float = Field(description="Cosine distance of the segment's key to the query, 0 to 2.")
+    neighbour_of: int | None = Field(default=None, description="For a neighbour, the id of the hit it sits next to.")
+
+
+class RetrievedOut(BaseModel):
+    """A lorebook entry or knowledge chunk shown in the ``retrieval`` source."""
+
+    kind: Literal["lore", "knowledge"]
+    label: str = Field(description="The lorebook entry's name (else its key), or `source#chunk`.")
+    key: str | None = Field(
+        default=None, description="For a lorebook entry, the key that fired it; null for a constant entry or a chunk."
+    )
+    distance: float | None = Field(default=None, description="For a knowledge chunk, its cosine distance to the query.")
+    text: str = Field(description="The entry as it appears in the block.")
+
+
+class NoticeOut(BaseModel):
+    source: str = Field(description="The source whose cut the notice reports.")
+    text: str = Field(description="The notice line exactly as the prompt carries it.")
+
+
 class ContextOut(BaseModel):
     session_id: str
-    total_tokens: int
-    window: int
-    reply_reserve: int
+    total_tokens: int = Field(description="Estimated tokens of the prompt, framing, reply priming and overhead included.")
+    window: int = Field(description="The model's context window, tokens.")
+    reply_reserve: int = Field(description="Tokens kept free for the reply.")
+    overhead_tokens: int = Field(
+        default=0, description="Tokens reserved beyond the messages (provider overhead, tool schema, image pixels), "
+        "part of total_tokens."
+    )
     sources: dict[str, SourceOut]
+    recalled: list[RecalledOut] = Field(default_factory=list, description="The segments in `memory`, oldest first.")
+    retrieved: list[RetrievedOut] = Field(default_factory=list, description="The items in `retrieval`, in block order.")
+    notices: list[NoticeOut] = Field(default_factory=list, description="Every cut notice the prompt carries.")
+    attached_files: list[str] = Field(default_factory=list, description="Ids of the files the prompt shows, in turn order.")
 
 
 class BreakerOut(BaseModel):

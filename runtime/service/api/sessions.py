@@ -14,6 +14,7 @@ from starlette.background import BackgroundTask
 
 from errors import InvalidMessageError, InvalidRequestError, SessionClosedError
 from memory.tables import App, TurnState
+from runtime.service.api.context_view import context_out
 from runtime.service.api.convert import session_out, turn_done, turn_out, user_out
 from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.errors import error_body
@@ -28,7 +29,6 @@ from runtime.service.api.schemas import (
     PersonaOut,
     SessionIn,
     SessionOut,
-    SourceOut,
     SummaryOut,
     TurnDone,
     TurnOut,
@@ -262,7 +262,11 @@ async def _sse(run) -> AsyncIterator[dict[str, str]]:
 def list_turns(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Every stored turn of the session, in order (rolled-out ones too, with their state)."""
     session, _ = svc.directory.session(app.id, session_id)
-    return [turn_out(t) for t in svc.engine.store.turns(session.id)]
+    files = svc.engine.store.turn_attachments(session.id, head_chars=0)
+    return [
+        turn_out(t, [f.file_id for f in files.get(t.id, [])] if t.id is not None else [])
+        for t in svc.engine.store.turns(session.id)
+    ]
 
 
 @router.get("/sessions/{session_id}/summary", response_model=SummaryOut, tags=["sessions"])
@@ -285,19 +289,12 @@ def get_summary(session_id: str, app: App = Depends(current_app), svc: Services 
 
 @router.get("/sessions/{session_id}/context", response_model=ContextOut, tags=["sessions"])
 def get_context(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
-    """The context the next reply would be made from, by source (a read; changes nothing)."""
+    """The context the next reply would be made from, by source (a read; changes nothing): tokens
+    against caps, the recalled segments with why each came back, the lorebook entries with the
+    key that fired them, and every cut notice."""
     session, user = svc.directory.session(app.id, session_id)
     context = svc.engine.assemble(user_id=user.id, session_id=session.id)
-    return ContextOut(
-        session_id=session.id,
-        total_tokens=context.total_tokens,
-        window=context.window,
-        reply_reserve=context.reply_reserve,
-        sources={
-            name: SourceOut(tokens=r.tokens, cap=r.cap, items=r.items, cut=r.cut, text=context.source_text.get(name))
-            for name, r in context.sources.items()
-        },
-    )
+    return context_out(context)
 
 
 @router.post(
