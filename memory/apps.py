@@ -25,8 +25,8 @@ from typing import Any
 from sqlalchemy import Engine, text
 from sqlmodel import Session, col, select
 
-from memory.database import storage_errors
 from errors import InvalidFieldError, InvalidRequestError, NotFoundError
+from memory.database import storage_errors
 from memory.files import file_not_found
 from memory.tables import App, ChatSession, FileRow, Summary, User
 
@@ -50,15 +50,21 @@ def check_text(value: object, *, field: str, max_chars: int | None = None) -> st
         InvalidFieldError: naming ``field``, with ``reason`` ``nul_byte``, ``invalid_utf8`` or ``too_long``.
     """
     if not isinstance(value, str):
-        raise InvalidFieldError(f"{field} must be a string, not {type(value).__name__}.", field=field, reason="invalid_type")
+        raise InvalidFieldError(
+            f"{field} must be a string, not {type(value).__name__}.", field=field, reason="invalid_type"
+        )
     nul = value.find("\x00")
     if nul >= 0:
-        raise InvalidFieldError(f"{field} contains a NUL byte at character {nul}; NUL cannot be stored.", field=field, reason="nul_byte")
+        raise InvalidFieldError(
+            f"{field} contains a NUL byte at character {nul}; NUL cannot be stored.", field=field, reason="nul_byte"
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidFieldError(
-            f"{field} is not valid UTF-8: character {exc.start} is a lone surrogate.", field=field, reason="invalid_utf8"
+            f"{field} is not valid UTF-8: character {exc.start} is a lone surrogate.",
+            field=field,
+            reason="invalid_utf8",
         ) from None
     if max_chars is not None and len(value) > max_chars:
         raise InvalidFieldError(
@@ -82,7 +88,9 @@ def check_name(value: str, *, field: str) -> str:
             f"{field} is {len(cleaned)} characters; at most {MAX_ID_CHARS} are allowed.", field=field, reason="too_long"
         )
     if any(ord(c) < 32 or ord(c) == 127 for c in cleaned):
-        raise InvalidFieldError(f"{field} must not contain control characters.", field=field, reason="control_character")
+        raise InvalidFieldError(
+            f"{field} must not contain control characters.", field=field, reason="control_character"
+        )
     return cleaned
 
 
@@ -150,7 +158,9 @@ class Directory:
 
     def users(self, app_id: str) -> list[User]:
         with storage_errors(), Session(self.engine) as db:
-            return list(db.exec(select(User).where(User.app_id == app_id).order_by(col(User.created_at), col(User.id))).all())
+            return list(
+                db.exec(select(User).where(User.app_id == app_id).order_by(col(User.created_at), col(User.id))).all()
+            )
 
     # -- files (HTTP API) ----------------------------------------------------------
     def file_owner(self, app_id: str, file_id: str) -> User:
@@ -163,7 +173,9 @@ class Directory:
         file_id = check_id(file_id, field="file_id")
         with storage_errors(), Session(self.engine) as db:
             user = db.exec(
-                select(User).join(FileRow, col(FileRow.user_id) == User.id).where(FileRow.id == file_id, User.app_id == app_id)
+                select(User)
+                .join(FileRow, col(FileRow.user_id) == User.id)
+                .where(FileRow.id == file_id, User.app_id == app_id)
             ).first()
         if user is None:
             raise file_not_found(file_id)
@@ -194,7 +206,9 @@ class Directory:
         with storage_errors(), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(ChatSession).where(ChatSession.user_id == user.id).order_by(col(ChatSession.created_at), col(ChatSession.id))
+                    select(ChatSession)
+                    .where(ChatSession.user_id == user.id)
+                    .order_by(col(ChatSession.created_at), col(ChatSession.id))
                 ).all()
             )
 
@@ -218,7 +232,9 @@ class Directory:
             db.execute(text("SELECT id FROM users WHERE id = :u FOR NO KEY UPDATE").bindparams(u=user_id))
             current = db.exec(
                 select(ChatSession)
-                .where(ChatSession.user_id == user_id, ChatSession.persona == persona, col(ChatSession.closed_at).is_(None))
+                .where(
+                    ChatSession.user_id == user_id, ChatSession.persona == persona, col(ChatSession.closed_at).is_(None)
+                )
                 .order_by(col(ChatSession.created_at).desc(), col(ChatSession.id).desc())
             ).first()
             session_id = current.id if current is not None else self._start(db, user_id=user_id, persona=persona)

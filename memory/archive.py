@@ -18,9 +18,10 @@ to that script through :func:`segment_exchanges`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Sequence
+from typing import Literal
 
 from memory.tables import Turn
 
@@ -98,7 +99,7 @@ def segment_exchanges(
         if key == "content":
             key_text = content
         elif key == "user":
-            key_text = "\n".join(line for t, line in zip(group, lines) if t.role == "user") or content
+            key_text = "\n".join(line for t, line in zip(group, lines, strict=False) if t.role == "user") or content
         elif key == "context":
             key_text = content if previous is None else turn_line(previous, assistant_name, user_name) + "\n" + content
         elif key == "window":

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import sqlalchemy.exc
 from sqlalchemy import Connection, Engine, create_engine, text
@@ -178,9 +179,9 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
             one more waits up to 30 s for a free one, then fails as :class:`StorageError`.
     """
     if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://"):]
+        url = "postgresql://" + url[len("postgres://") :]
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
     if not url.startswith("postgresql+psycopg://"):
         raise SchemaError(f"Only PostgreSQL URLs are supported (postgresql://...), got {url.split(':', 1)[0]!r}.")
     if pool_size < 1:

@@ -52,23 +52,65 @@ class TimeSpan:
     """The words that named it, as written."""
 
 
-_CN_DIGITS = {"零": 0, "〇": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9}
+_CN_DIGITS = {
+    "零": 0,
+    "〇": 0,
+    "一": 1,
+    "二": 2,
+    "两": 2,
+    "三": 3,
+    "四": 4,
+    "五": 5,
+    "六": 6,
+    "七": 7,
+    "八": 8,
+    "九": 9,
+}
 _CN_NUM = r"[0-9０-９零〇一二两三四五六七八九十]+"
 _EN_MONTHS = {
     m: i + 1
     for i, names in enumerate(
-        [("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"), ("may",), ("june", "jun"),
-         ("july", "jul"), ("august", "aug"), ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"),
-         ("december", "dec")]
+        [
+            ("january", "jan"),
+            ("february", "feb"),
+            ("march", "mar"),
+            ("april", "apr"),
+            ("may",),
+            ("june", "jun"),
+            ("july", "jul"),
+            ("august", "aug"),
+            ("september", "sep", "sept"),
+            ("october", "oct"),
+            ("november", "nov"),
+            ("december", "dec"),
+        ]
     )
     for m in names
 }
 _EN_MONTH = r"(?P<month>january|february|march|april|may|june|july|august|september|october|november|december|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?"
-_EN_WEEKDAYS = {d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])}
+_EN_WEEKDAYS = {
+    d: i for i, d in enumerate(["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"])
+}
 _CN_WEEKDAYS = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6, "末": 7}
 _EN_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "a couple of": 2, "couple of": 2, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a few": 3, "few": 3,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "a couple of": 2,
+    "couple of": 2,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a few": 3,
+    "few": 3,
 }
 _SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12, "春": 3, "夏": 6, "秋": 9, "冬": 12}
 
@@ -123,7 +165,9 @@ class _Resolver:
         except ValueError:  # 2月30日
             return None
 
-    def month_past(self, month: int, text: str, *, strictly_before: bool = False, year_offset: int | None = None) -> TimeSpan:
+    def month_past(
+        self, month: int, text: str, *, strictly_before: bool = False, year_offset: int | None = None
+    ) -> TimeSpan:
         if year_offset is not None:
             return self.month(self.today.year + year_offset, month, text)
         year = self.today.year
@@ -177,12 +221,27 @@ _CN_RULES: list[tuple[re.Pattern[str], str]] = [
 ]
 _EN_RULES: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"\b{_EN_MONTH}\s+(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(?P<year>\d{{4}}))?", re.I), "md"),
-    (re.compile(rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_EN_MONTH}\b(?:,?\s+(?P<year>\d{{4}}))?", re.I), "md"),
+    (
+        re.compile(rf"\b(?P<day>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?{_EN_MONTH}\b(?:,?\s+(?P<year>\d{{4}}))?", re.I),
+        "md",
+    ),
     (re.compile(rf"\b(?P<rel>last|this|in|during|since)\s+{_EN_MONTH}\b(?:\s+(?P<year>\d{{4}}))?", re.I), "month"),
     (re.compile(rf"\b{_EN_MONTH}\s+(?P<year>\d{{4}})\b", re.I), "month"),
     (re.compile(r"\b(?P<rel>the day before yesterday|yesterday|today|tonight|this morning)\b", re.I), "dayword"),
-    (re.compile(r"\b(?P<n>\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:a )?couple of|(?:a )?few)\s+(?P<unit>day|week|month|year)s?\s+ago\b", re.I), "ago"),
-    (re.compile(r"\b(?P<rel>last|this|on|past)\s+(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b", re.I), "weekday"),
+    (
+        re.compile(
+            r"\b(?P<n>\d+|an?|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|(?:a )?couple of|(?:a )?few)\s+(?P<unit>day|week|month|year)s?\s+ago\b",
+            re.I,
+        ),
+        "ago",
+    ),
+    (
+        re.compile(
+            r"\b(?P<rel>last|this|on|past)\s+(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend)\b",
+            re.I,
+        ),
+        "weekday",
+    ),
     (re.compile(r"\b(?P<rel>last|this|past)\s+(?P<unit>week|month|year)\b", re.I), "this_last"),
     (re.compile(r"\b(?P<rel>last|this|in|during)\s+(?P<season>spring|summer|autumn|fall|winter)\b", re.I), "season"),
 ]
@@ -243,7 +302,9 @@ def _english(r: _Resolver, kind: str, m: re.Match[str]) -> TimeSpan | None:
             return r.month(int(g["year"]), month, text)
         return r.month_past(month, text, strictly_before=(g.get("rel") or "").lower() == "last")
     if kind == "dayword":
-        back = {"today": 0, "tonight": 0, "this morning": 0, "yesterday": 1, "the day before yesterday": 2}[g["rel"].lower()]
+        back = {"today": 0, "tonight": 0, "this morning": 0, "yesterday": 1, "the day before yesterday": 2}[
+            g["rel"].lower()
+        ]
         return r.days(r.today - timedelta(days=back), 1, text)
     if kind == "ago":
         n = _en_int(g["n"])

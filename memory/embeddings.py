@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from errors import ConfigurationError
 
@@ -77,9 +78,7 @@ class SentenceTransformerEmbedder:
         if not texts:
             return []
         with self._lock:
-            vectors = self._model.encode(
-                list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
-            )
+            vectors = self._model.encode(list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False)
         return [v.tolist() for v in vectors]
 
 

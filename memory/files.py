@@ -30,18 +30,19 @@ import os
 import secrets
 import tempfile
 import unicodedata
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Iterable, Sequence, cast
+from typing import Any, cast
 
 import structlog
 from sqlalchemy import Engine, delete, func, or_, text, update
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
-from memory.database import storage_errors
 from errors import FileInputError, FileNotFound
+from memory.database import storage_errors
 from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
 
 log = structlog.get_logger("companion.files")
@@ -81,7 +82,9 @@ def blob_lock(db: Session, sha256: str) -> None:
     or rollback)."""
     key = int(sha256[:8], 16)
     db.execute(
-        text("SELECT pg_advisory_xact_lock(:c, :k)").bindparams(c=BLOB_LOCK_CLASS, k=key - (1 << 32) if key >= 1 << 31 else key)
+        text("SELECT pg_advisory_xact_lock(:c, :k)").bindparams(
+            c=BLOB_LOCK_CLASS, k=key - (1 << 32) if key >= 1 << 31 else key
+        )
     )
 
 
@@ -142,11 +145,11 @@ def clean_name(name: str) -> str:
     """
     base = unicodedata.normalize("NFC", str(name)).replace("\\", "/").rsplit("/", 1)[-1].strip()
     if not base or base in (".", ".."):
-        raise FileInputError(f"The file name {name!r} is empty; give the file a name such as notes.txt.", reason="bad_name")
-    if any(unicodedata.category(ch) == "Cc" for ch in base):
         raise FileInputError(
-            f"The file name {name!r} contains control characters; rename the file.", reason="bad_name"
+            f"The file name {name!r} is empty; give the file a name such as notes.txt.", reason="bad_name"
         )
+    if any(unicodedata.category(ch) == "Cc" for ch in base):
+        raise FileInputError(f"The file name {name!r} contains control characters; rename the file.", reason="bad_name")
     if len(base) > MAX_NAME_CHARS:
         raise FileInputError(
             f"The file name is {len(base)} characters long; at most {MAX_NAME_CHARS} are allowed. Rename the file.",
@@ -499,7 +502,9 @@ class FileStore:
         _require_durable(stored, "exported")
         return stored, self.read_bytes(stored)
 
-    def edit(self, file_id: str, *, user_id: str, data: bytes, name: str | None = None, mime: str | None = None) -> StoredFile:
+    def edit(
+        self, file_id: str, *, user_id: str, data: bytes, name: str | None = None, mime: str | None = None
+    ) -> StoredFile:
         """Replace the bytes of a durable file, keeping its id (and every turn's reference to it).
 
         The parse starts over (``pending``; the old extract is cleared); the old blob is
@@ -555,7 +560,11 @@ class FileStore:
     def list(self, *, user_id: str) -> list[StoredFile]:
         """The user's files, oldest first, without extracts."""
         with storage_errors(), Session(self.engine) as db:
-            rows = db.exec(_select_files(False).where(FileRow.user_id == user_id).order_by(col(FileRow.created_at), col(FileRow.id))).all()
+            rows = db.exec(
+                _select_files(False)
+                .where(FileRow.user_id == user_id)
+                .order_by(col(FileRow.created_at), col(FileRow.id))
+            ).all()
             return [_stored(r, with_extract=False) for r in rows]
 
     def pending_ids(self) -> builtins.list[str]:
@@ -563,14 +572,18 @@ class FileStore:
         with storage_errors(), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(FileRow.id).where(FileRow.parse_state == ParseState.pending).order_by(col(FileRow.created_at))
+                    select(FileRow.id)
+                    .where(FileRow.parse_state == ParseState.pending)
+                    .order_by(col(FileRow.created_at))
                 ).all()
             )
 
     def reference_count(self, file_id: str) -> int:
         """Turns (in any session) that carry ``file_id``."""
         with storage_errors(), Session(self.engine) as db:
-            return int(db.exec(select(func.count()).select_from(TurnFile).where(TurnFile.file_id == str(file_id))).one())
+            return int(
+                db.exec(select(func.count()).select_from(TurnFile).where(TurnFile.file_id == str(file_id))).one()
+            )
 
     # -- parse results ------------------------------------------------------------
     def claim_parse(self, file_id: str, *, stale_after: float = STALE_PARSE_SECONDS) -> bool:
@@ -602,7 +615,11 @@ class FileStore:
             result = db.exec(
                 update(FileRow)
                 .where(col(FileRow.id) == str(file_id), or_(col(FileRow.parse_state) == ParseState.pending, stale))
-                .values(parse_state=ParseState.parsing, parse_started_at=utcnow(), parse_attempts=col(FileRow.parse_attempts) + 1)
+                .values(
+                    parse_state=ParseState.parsing,
+                    parse_started_at=utcnow(),
+                    parse_attempts=col(FileRow.parse_attempts) + 1,
+                )
             )
             db.commit()
             return result.rowcount == 1

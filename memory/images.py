@@ -7,7 +7,7 @@ in the in-turn dedupe rule); a deleted file takes its row with it (ON DELETE CAS
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from sqlalchemy import Engine
 from sqlalchemy.dialects.postgresql import insert

@@ -8,9 +8,9 @@ the same transaction as the rest of the add; nothing is ever half-written.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Mapping, Sequence
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Engine, bindparam, text
@@ -60,7 +60,9 @@ def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Seque
     """In one transaction: for each source, delete the persona's chunks of it and write the new ones."""
     with storage_errors(), engine.begin() as conn:
         for source, chunks in sources.items():
-            conn.execute(text("DELETE FROM knowledge_chunks WHERE persona = :p AND source = :s"), {"p": persona, "s": source})
+            conn.execute(
+                text("DELETE FROM knowledge_chunks WHERE persona = :p AND source = :s"), {"p": persona, "s": source}
+            )
             if chunks:
                 conn.execute(
                     text(
@@ -118,7 +120,12 @@ def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[flo
         ).fetchall()
     return [
         KnowledgeHit(
-            id=r.id, source=r.source, chunk_index=r.chunk_index, content=r.content, tokens=r.tokens, distance=float(r.distance)
+            id=r.id,
+            source=r.source,
+            chunk_index=r.chunk_index,
+            content=r.content,
+            tokens=r.tokens,
+            distance=float(r.distance),
         )
         for r in rows
     ]

@@ -6,7 +6,7 @@ User-set facts change only by an explicit :meth:`Profiles.set`; merging learned 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sqlalchemy import Engine, text
 from sqlmodel import Session, select

@@ -43,9 +43,10 @@ Recall is a read: one ``SELECT`` per call (two with neighbour expansion), no
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Engine, Row, bindparam, text
@@ -219,12 +220,21 @@ def recall_segments(
         params.update(xs=exclude_session_id, xseq=int(exclude_from_seq))
     parts = {"dated_cte": "", "dated_score": "", "dated_join": "", "dated_where": ""}
     if when:
-        parts = {"dated_cte": _DATED_CTE, "dated_score": _DATED_SCORE, "dated_join": _DATED_JOIN, "dated_where": _DATED_WHERE}
-        params.update(when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight))
+        parts = {
+            "dated_cte": _DATED_CTE,
+            "dated_score": _DATED_SCORE,
+            "dated_join": _DATED_JOIN,
+            "dated_where": _DATED_WHERE,
+        }
+        params.update(
+            when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight)
+        )
     with storage_errors(exclude_session_id), engine.connect() as conn:
         hits = [
             _segment(r)
-            for r in conn.execute(text(_RANKED.format(exclude=exclude, **parts)).bindparams(_QUERY_VECTOR), params).fetchall()
+            for r in conn.execute(
+                text(_RANKED.format(exclude=exclude, **parts)).bindparams(_QUERY_VECTOR), params
+            ).fetchall()
         ]
         if session_cap is not None:
             hits = _cap_per_day(hits, session_cap)

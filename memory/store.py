@@ -17,9 +17,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import CursorResult, Engine, func, text, update
 from sqlmodel import Session, col, select
@@ -94,10 +95,10 @@ class Store:
 
     def __init__(self, engine: Engine, *, lock_slots: int | None = None) -> None:
         """Args:
-            engine: the runtime's engine (its pool serves every read and write).
-            lock_slots: session-level advisory locks held at once by this store, each on its own
-                connection outside ``engine``'s pool (:meth:`compaction_lock`); ``None``:
-                :data:`DEFAULT_LOCK_SLOTS`.
+        engine: the runtime's engine (its pool serves every read and write).
+        lock_slots: session-level advisory locks held at once by this store, each on its own
+            connection outside ``engine``'s pool (:meth:`compaction_lock`); ``None``:
+            :data:`DEFAULT_LOCK_SLOTS`.
         """
         self.engine = engine
         self._lock_engine = lock_engine(engine)
@@ -128,9 +129,7 @@ class Store:
                         session_id=session_id,
                     )
                 return session
-            db.execute(
-                text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id)
-            )
+            db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             created = cast(
                 "CursorResult[Any]",
                 db.execute(
@@ -245,7 +244,9 @@ class Store:
         from errors import SessionClosedError
 
         with storage_errors(session_id), Session(self.engine) as db:
-            row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)).first()
+            row = db.execute(
+                text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)
+            ).first()
             if row is not None and row[0] is not None:  # a closed session takes no new turns
                 raise SessionClosedError(
                     f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
@@ -273,9 +274,9 @@ class Store:
                 db.flush()
                 for position, file_id in enumerate(dict.fromkeys(file_ids)):
                     db.execute(
-                        text(
-                            "INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)"
-                        ).bindparams(t=turn.id, f=file_id, p=position)
+                        text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)").bindparams(
+                            t=turn.id, f=file_id, p=position
+                        )
                     )
             db.commit()
             db.refresh(turn)
@@ -321,7 +322,9 @@ class Store:
         with storage_errors(session_id), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(Turn.seq).where(Turn.session_id == session_id, Turn.state != TurnState.context).order_by(col(Turn.seq))
+                    select(Turn.seq)
+                    .where(Turn.session_id == session_id, Turn.state != TurnState.context)
+                    .order_by(col(Turn.seq))
                 ).all()
             )
 
@@ -375,7 +378,7 @@ class Store:
             ).first() or CompactionState(session_id=session_id)
             state.consecutive_failures += 1
             state.last_error = error[:2000]
-            state.recent_errors = [*(state.recent_errors or []), error[:500]][-max(threshold, 1):]
+            state.recent_errors = [*(state.recent_errors or []), error[:500]][-max(threshold, 1) :]
             if state.consecutive_failures >= threshold:
                 state.breaker_opened_at = utcnow()
             db.add(state)
@@ -492,7 +495,11 @@ class Store:
             return
         result = db.exec(
             update(Turn)
-            .where(col(Turn.session_id) == session_id, col(Turn.id).in_(list(turn_ids)), col(Turn.state) == TurnState.context)
+            .where(
+                col(Turn.session_id) == session_id,
+                col(Turn.id).in_(list(turn_ids)),
+                col(Turn.state) == TurnState.context,
+            )
             .values(state=to)
         )
         if result.rowcount != len(turn_ids):
@@ -522,15 +529,19 @@ class Store:
         order, each with the first ``head_chars`` characters of its extract. A read: nothing changes.
         """
         with storage_errors(session_id), Session(self.engine) as db:
-            rows = db.execute(
-                text(
-                    "SELECT tf.turn_id, tf.position, f.id AS file_id, f.name, f.mime, f.size_bytes, f.durability, "
-                    "f.parse_state, f.parse_error, f.page_count, f.body_start_page, "
-                    "left(f.extract, :head) AS text_head, length(f.extract) AS text_chars "
-                    "FROM turn_files tf JOIN turns t ON t.id = tf.turn_id JOIN files f ON f.id = tf.file_id "
-                    "WHERE t.session_id = :s ORDER BY t.seq, tf.position"
-                ).bindparams(s=session_id, head=max(int(head_chars), 0))
-            ).mappings().all()
+            rows = (
+                db.execute(
+                    text(
+                        "SELECT tf.turn_id, tf.position, f.id AS file_id, f.name, f.mime, f.size_bytes, f.durability, "
+                        "f.parse_state, f.parse_error, f.page_count, f.body_start_page, "
+                        "left(f.extract, :head) AS text_head, length(f.extract) AS text_chars "
+                        "FROM turn_files tf JOIN turns t ON t.id = tf.turn_id JOIN files f ON f.id = tf.file_id "
+                        "WHERE t.session_id = :s ORDER BY t.seq, tf.position"
+                    ).bindparams(s=session_id, head=max(int(head_chars), 0))
+                )
+                .mappings()
+                .all()
+            )
         out: dict[int, list[TurnFile]] = {}
         for row in rows:
             values = dict(row)
@@ -571,9 +582,9 @@ class Store:
                     reason="bad_edit",
                 )
             rolled = db.exec(
-                select(func.count()).select_from(Turn).where(
-                    Turn.session_id == session_id, Turn.seq >= seq, Turn.state != TurnState.context
-                )
+                select(func.count())
+                .select_from(Turn)
+                .where(Turn.session_id == session_id, Turn.seq >= seq, Turn.state != TurnState.context)
             ).one()
             if rolled:
                 raise InvalidMessageError(
@@ -597,12 +608,14 @@ class Store:
             )
             deleted = cast(
                 "CursorResult[Any]",
-                db.execute(text("DELETE FROM turns WHERE session_id = :s AND seq >= :q").bindparams(s=session_id, q=seq)),
+                db.execute(
+                    text("DELETE FROM turns WHERE session_id = :s AND seq >= :q").bindparams(s=session_id, q=seq)
+                ),
             ).rowcount
             db.commit()
         return {"turns": int(deleted), "file_ids": list(dict.fromkeys(file_ids))}
 
-    def delete_session(self, session_id: str, *, files: "FileStore | None" = None) -> dict[str, int]:
+    def delete_session(self, session_id: str, *, files: FileStore | None = None) -> dict[str, int]:
         """Delete a session and everything of it, in one transaction: its turns and their
         ``turn_files`` rows, the summary, the archived segments, the compaction state and the
         session row. The user stays; a later session that started from this one's summary
@@ -656,13 +669,19 @@ class Store:
     # -- counts ----------------------------------------------------------------
     def archive_count(self, *, user_id: str) -> int:
         with storage_errors(), Session(self.engine) as db:
-            return int(db.exec(select(func.count()).select_from(ArchivedSegment).where(ArchivedSegment.user_id == user_id)).one())
+            return int(
+                db.exec(
+                    select(func.count()).select_from(ArchivedSegment).where(ArchivedSegment.user_id == user_id)
+                ).one()
+            )
 
     def segments(self, *, session_id: str) -> list[ArchivedSegment]:
         """The session's archived segments in turn order."""
         with storage_errors(session_id), Session(self.engine) as db:
             return list(
                 db.exec(
-                    select(ArchivedSegment).where(ArchivedSegment.session_id == session_id).order_by(col(ArchivedSegment.first_seq))
+                    select(ArchivedSegment)
+                    .where(ArchivedSegment.session_id == session_id)
+                    .order_by(col(ArchivedSegment.first_seq))
                 ).all()
             )

@@ -5,9 +5,9 @@ Units: ``*_tokens`` fields are tokens; ``*_at`` fields are timezone-aware UTC ti
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Column, DateTime, Text
@@ -17,10 +17,10 @@ from sqlmodel import Field, SQLModel
 
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
-class TurnState(str, Enum):
+class TurnState(str, Enum):  # noqa: UP042  (str() and format() keep the member's qualified name)
     """Where a stored turn stands. Compaction changes the state; it never deletes a turn."""
 
     context = "context"
@@ -49,9 +49,9 @@ class User(SQLModel, table=True):
     id: str = Field(primary_key=True, max_length=200)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     # -- app scoping ---------------------------------------------------------------
-    app_id: Optional[str] = Field(default=None, foreign_key="apps.id", max_length=200)
+    app_id: str | None = Field(default=None, foreign_key="apps.id", max_length=200)
     """The app that owns this user (HTTP API); ``None`` for CLI and replay users."""
-    external_id: Optional[str] = Field(default=None, max_length=200)
+    external_id: str | None = Field(default=None, max_length=200)
     """The id the owning app knows the user by (unique per app); ``id`` is server-generated."""
 
 
@@ -66,17 +66,17 @@ class ChatSession(SQLModel, table=True):
     """Name of the persona this session talks as."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     # -- session life cycle ----------------------------------------------------------
-    closed_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    closed_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     """When the session was closed (it takes no new turns); ``None`` while open."""
-    closed_by: Optional[str] = Field(default=None, max_length=200)
+    closed_by: str | None = Field(default=None, max_length=200)
     """Who closed it: a close-job worker id, or ``api``."""
-    turn_owner: Optional[str] = Field(default=None, max_length=64)
+    turn_owner: str | None = Field(default=None, max_length=64)
     """The running turn's claim (:meth:`memory.store.Store.claim_turn`); ``None`` when no turn runs."""
-    turn_claimed_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    turn_claimed_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     """When that claim was taken (it lapses after the lease, in case its process died)."""
     last_activity_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     """Wall-clock time of the newest stored turn (or of creation): the close job's idleness test."""
-    carried_from: Optional[str] = Field(default=None, max_length=200)
+    carried_from: str | None = Field(default=None, max_length=200)
     """The previous session whose summary this one started from, if any."""
 
 
@@ -85,7 +85,7 @@ class Turn(SQLModel, table=True):
 
     __tablename__ = "turns"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="sessions.id", max_length=200)
     seq: int
     """Per-session sequence number, from 1, in the order turns were stored."""
@@ -94,15 +94,15 @@ class Turn(SQLModel, table=True):
     content: str = Field(sa_column=Column(Text, nullable=False))
     tokens: int
     """Estimated tokens of this message, framing included."""
-    usage_prompt_tokens: Optional[int] = None
+    usage_prompt_tokens: int | None = None
     """The provider's reported prompt tokens for the request that produced this turn, if known."""
-    usage_completion_tokens: Optional[int] = None
+    usage_completion_tokens: int | None = None
     """The provider's reported completion tokens for this turn, if known."""
-    request_estimate_tokens: Optional[int] = None
+    request_estimate_tokens: int | None = None
     """Our raw (uncalibrated) estimate of the request that produced this turn, tokens."""
-    request_messages: Optional[int] = None
+    request_messages: int | None = None
     """How many messages that request had."""
-    request_fingerprint: Optional[str] = Field(default=None, max_length=64)
+    request_fingerprint: str | None = Field(default=None, max_length=64)
     """SHA-256 of that request's messages (see ``runtime.accounting.fingerprint``)."""
     interrupted: bool = False
     """True for an assistant reply whose stream broke off; ``content`` is what arrived."""
@@ -137,7 +137,7 @@ class ArchivedSegment(SQLModel, table=True):
 
     __tablename__ = "archived_segments"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(foreign_key="users.id", max_length=200)
     session_id: str = Field(foreign_key="sessions.id", max_length=200)
     first_seq: int
@@ -160,9 +160,9 @@ class CompactionState(SQLModel, table=True):
 
     session_id: str = Field(primary_key=True, foreign_key="sessions.id", max_length=200)
     consecutive_failures: int = 0
-    breaker_opened_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    breaker_opened_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     """Set when the breaker opened; ``None`` while it is closed."""
-    last_error: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    last_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     recent_errors: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Reasons of the current run of consecutive failures, oldest first (at most the threshold)."""
     compactions: int = 0
@@ -176,16 +176,18 @@ class UserProfile(SQLModel, table=True):
     __tablename__ = "user_profiles"
 
     user_id: str = Field(primary_key=True, foreign_key="users.id", max_length=200)
-    name: Optional[str] = Field(default=None, max_length=200)
+    name: str | None = Field(default=None, max_length=200)
     """What the user wants to be called; also what ``{{user}}`` becomes."""
-    pronouns: Optional[str] = Field(default=None, max_length=100)
+    pronouns: str | None = Field(default=None, max_length=100)
     facts: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Facts the user or app set; only an explicit set changes them."""
     learned: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Facts merged from the profile section of summaries, oldest first."""
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
 # -- stored files ---------------------------------------------------------------
-class ParseState(str, Enum):
+class ParseState(str, Enum):  # noqa: UP042  (str() and format() keep the member's qualified name)
     """Where a stored file's parse stands. ``ready``, ``empty``, ``needs_ocr`` and ``failed`` are final."""
 
     pending = "pending"
@@ -208,7 +210,7 @@ FINAL_PARSE_STATES: frozenset[str] = frozenset(
 """The parse states that end a wait, as strings."""
 
 
-class Durability(str, Enum):
+class Durability(str, Enum):  # noqa: UP042  (str() and format() keep the member's qualified name)
     """How long a file id stays valid."""
 
     durable = "durable"
@@ -235,18 +237,18 @@ class FileRow(SQLModel, table=True):
     blob_path: str = Field(max_length=200)
     """Path of the blob relative to the files directory (content-addressed)."""
     durability: Durability = Field(default=Durability.durable, max_length=20)
-    session_id: Optional[str] = Field(default=None, max_length=200)
+    session_id: str | None = Field(default=None, max_length=200)
     """For an ephemeral id: the session it is valid in (``None``: the request only)."""
     parse_state: ParseState = Field(default=ParseState.pending, max_length=20)
-    parse_error: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
-    parse_started_at: Optional[datetime] = Field(default=None, sa_type=DateTime(timezone=True))
+    parse_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    parse_started_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     parse_attempts: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     """Parser claims since the bytes last changed; a claim past :data:`memory.files.MAX_PARSE_ATTEMPTS` fails the file."""
-    page_count: Optional[int] = None
+    page_count: int | None = None
     """Pages in ``extract``, once parsed."""
-    extract: Optional[str] = Field(default=None, sa_column=Column(Text, nullable=True))
+    extract: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     """The parsed text: pages separated by ``--- page N ---`` lines (``runtime.parsing.serialize``)."""
-    body_start_page: Optional[int] = None
+    body_start_page: int | None = None
     """First page after the front matter (outline, table-of-contents heuristic or catalog), 1-based."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
 
@@ -274,6 +276,6 @@ class ImageTranscript(SQLModel, table=True):
     """The description, never empty."""
     method: str = Field(max_length=20)
     """Which step of the fallback chain wrote it: ``primary``, ``backup``, ``direct``, ``ocr``, ``ocr_model``."""
-    model: Optional[str] = Field(default=None, max_length=200)
+    model: str | None = Field(default=None, max_length=200)
     """The model that wrote it (``None`` for local OCR)."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))

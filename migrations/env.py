@@ -23,7 +23,7 @@ def run_migrations_online() -> None:
     if not url:
         raise SystemExit("Set sqlalchemy.url in alembic.ini or DATABASE_URL, or use `companion db upgrade`.")
     if url.startswith("postgresql://"):
-        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        url = "postgresql+psycopg://" + url[len("postgresql://") :]
     engine = create_engine(url)
     with engine.connect() as conn:
         context.configure(connection=conn, target_metadata=None)

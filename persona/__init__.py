@@ -8,8 +8,8 @@ third-party packages (``regex`` for lorebook keys).
 """
 
 from persona._keys import CompiledKey, normalize, search
-from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, LoreEntry, Lorebook, entry_keys
 from persona._load import SUFFIXES, load_persona
+from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, Lorebook, LoreEntry, entry_keys
 from persona._macros import MacroContext, apply_macros, expand
 from persona._model import Persona
 from persona._plain import DEFAULT_PERSONA_FILE

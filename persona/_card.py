@@ -18,7 +18,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from errors import PersonaError
 from persona._fields import build_persona
@@ -43,7 +44,9 @@ def parse_card_json(raw: bytes | str, *, path: str, where: str = "") -> Persona:
         data = json.loads(raw.decode("utf-8-sig") if isinstance(raw, bytes) else raw.lstrip("\ufeff"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         field = f"{where}json".strip()
-        raise PersonaError(f"Persona file {path!r}: {field} is not valid JSON ({exc}).", path=path, field=field) from exc
+        raise PersonaError(
+            f"Persona file {path!r}: {field} is not valid JSON ({exc}).", path=path, field=field
+        ) from exc
     return parse_card(data, path=path)
 
 

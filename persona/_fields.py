@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from errors import PersonaError
 from persona._lorebook import parse_lorebook
@@ -25,7 +26,9 @@ def _text(data: Mapping[str, Any], key: str, *, where: str, path: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise PersonaError(f"Persona file {path!r}: {where} must be a string, got {type(value).__name__}.", path=path, field=where)
+        raise PersonaError(
+            f"Persona file {path!r}: {where} must be a string, got {type(value).__name__}.", path=path, field=where
+        )
     if "\x00" in value:
         raise PersonaError(f"Persona file {path!r}: {where} contains a NUL character.", path=path, field=where)
     return value.strip()
@@ -54,14 +57,18 @@ def build_persona(
     name = data.get("name")
     if not isinstance(name, str) or not name.strip():
         raise PersonaError(
-            f"Persona file {path!r} needs a non-empty string field {prefix + 'name'!r}.", path=path, field=prefix + "name"
+            f"Persona file {path!r} needs a non-empty string field {prefix + 'name'!r}.",
+            path=path,
+            field=prefix + "name",
         )
     if len(name.strip()) > MAX_NAME_CHARS:
         raise PersonaError(
             f"Persona name in {path!r} is longer than {MAX_NAME_CHARS} characters.", path=path, field=prefix + "name"
         )
     if "\x00" in name:
-        raise PersonaError(f"Persona file {path!r}: {prefix}name contains a NUL character.", path=path, field=prefix + "name")
+        raise PersonaError(
+            f"Persona file {path!r}: {prefix}name contains a NUL character.", path=path, field=prefix + "name"
+        )
     texts = {key: _text(data, key, where=prefix + key, path=path) for key in TEXT_FIELDS}
     if require_prompt and not (texts["system_prompt"] or texts["description"]):
         raise PersonaError(
@@ -79,7 +86,9 @@ def build_persona(
     elif isinstance(raw_examples, list) and all(isinstance(e, str) for e in raw_examples):
         examples = tuple(e.strip() for e in raw_examples if e.strip())
     else:
-        raise PersonaError(f"Persona file {path!r}: {where} must be a string or a list of strings.", path=path, field=where)
+        raise PersonaError(
+            f"Persona file {path!r}: {where} must be a string or a list of strings.", path=path, field=where
+        )
     nickname = _text(data, "nickname", where=prefix + "nickname", path=path)
     version = data.get("character_version")
     version = str(version).strip() if isinstance(version, (str, int, float)) and not isinstance(version, bool) else ""
@@ -89,7 +98,9 @@ def build_persona(
         raise PersonaError(f"Persona file {path!r}: {where} must be a list of strings.", path=path, field=where)
     tags = data.get("tags") or []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise PersonaError(f"Persona file {path!r}: {prefix}tags must be a list of strings.", path=path, field=prefix + "tags")
+        raise PersonaError(
+            f"Persona file {path!r}: {prefix}tags must be a list of strings.", path=path, field=prefix + "tags"
+        )
     return Persona(
         name=name.strip(),
         nickname=nickname,

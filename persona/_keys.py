@@ -47,8 +47,8 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from typing import Final
 from dataclasses import dataclass
+from typing import Final
 
 import regex
 

@@ -31,7 +31,9 @@ def load_persona(path: Path | str | None = None) -> Persona:
     except FileNotFoundError:
         raise PersonaError(f"Persona file {str(file)!r} does not exist.", path=str(file)) from None
     except OSError as exc:
-        raise PersonaError(f"Persona file {str(file)!r} cannot be read ({exc.strerror or exc}).", path=str(file)) from exc
+        raise PersonaError(
+            f"Persona file {str(file)!r} cannot be read ({exc.strerror or exc}).", path=str(file)
+        ) from exc
     suffix = file.suffix.lower()
     if raw.startswith(PNG_MAGIC) or suffix == ".png":
         return parse_card_png(raw, path=str(file))

@@ -27,8 +27,9 @@ Matching options and placement, from the entry's fields, SillyTavern's entry
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, overload
+from typing import Any, overload
 
 import structlog
 
@@ -163,7 +164,9 @@ def parse_lorebook(book: Any, *, field: str, path: str) -> Lorebook | None:
         raise PersonaError(f"Persona file {path!r}: {field} must be an object.", path=path, field=field)
     raw_entries = book.get("entries", [])
     if not isinstance(raw_entries, list):
-        raise PersonaError(f"Persona file {path!r}: {field}.entries must be a list.", path=path, field=f"{field}.entries")
+        raise PersonaError(
+            f"Persona file {path!r}: {field}.entries must be a list.", path=path, field=f"{field}.entries"
+        )
     entries = []
     ignored: Counter[str] = Counter()
     for i, raw in enumerate(raw_entries):
@@ -198,7 +201,11 @@ def _placement(raw: Mapping[str, Any], ext: Mapping[str, Any], *, where: str, pa
     st_position = ext.get("position")
     depth = _int(ext.get("depth"), field=f"{where}.extensions.depth", path=path, default=4)
     raw_role = ext.get("role")
-    role = raw_role.lower() if isinstance(raw_role, str) else _ST_ROLES.get(raw_role if isinstance(raw_role, int) else -1, "system")
+    role = (
+        raw_role.lower()
+        if isinstance(raw_role, str)
+        else _ST_ROLES.get(raw_role if isinstance(raw_role, int) else -1, "system")
+    )
     if role not in ROLES:
         role = "system"
     if isinstance(st_position, int) and not isinstance(st_position, bool):
@@ -214,7 +221,9 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
         raise PersonaError(f"Persona file {path!r}: {where} must be an object.", path=path, field=where)
     content = raw.get("content")
     if not isinstance(content, str):
-        raise PersonaError(f"Persona file {path!r}: {where}.content must be a string.", path=path, field=f"{where}.content")
+        raise PersonaError(
+            f"Persona file {path!r}: {where}.content must be a string.", path=path, field=f"{where}.content"
+        )
     found = raw.get("extensions")
     ext: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
     content, deco = parse_decorators(content)
@@ -232,18 +241,24 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
         placement = "before_char" if deco.position == "before_desc" else "after_char"
     if deco.depth is not None and deco.position is None:  # the spec: @@position wins over @@depth
         placement, depth = "depth", max(deco.depth, 0)
-    scan_depth = deco.scan_depth if deco.scan_depth is not None else _int(
-        ext.get("scan_depth"), field=f"{where}.extensions.scan_depth", path=path, default=None
+    scan_depth = (
+        deco.scan_depth
+        if deco.scan_depth is not None
+        else _int(ext.get("scan_depth"), field=f"{where}.extensions.scan_depth", path=path, default=None)
     )
     entry = LoreEntry(
         keys=keys,
         content=content.strip(),
-        secondary_keys=_str_list(raw.get("secondary_keys", raw.get("keysecondary")), field=f"{where}.secondary_keys", path=path),
+        secondary_keys=_str_list(
+            raw.get("secondary_keys", raw.get("keysecondary")), field=f"{where}.secondary_keys", path=path
+        ),
         selective=bool(raw.get("selective", False)),
         selective_logic=_logic(raw, field=where, path=path),
         constant=constant,
         enabled=bool(raw.get("enabled", not raw.get("disable", False))),
-        insertion_order=_int(raw.get("insertion_order", raw.get("order")), field=f"{where}.insertion_order", path=path, default=100),
+        insertion_order=_int(
+            raw.get("insertion_order", raw.get("order")), field=f"{where}.insertion_order", path=path, default=100
+        ),
         priority=_int(raw.get("priority"), field=f"{where}.priority", path=path, default=None),
         case_sensitive=_bool(raw, ext, "case_sensitive"),
         match_whole_words=_bool(raw, ext, "match_whole_words"),

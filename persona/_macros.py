@@ -45,8 +45,9 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 _INNER = re.compile(r"\{\{((?:(?!\{\{|\}\}).)*)\}\}", re.DOTALL)
 """A macro with no macro inside it."""
@@ -198,7 +199,7 @@ def _random(args: list[str], rest: str, ctx: MacroContext, field: str, depth: in
 def _pick(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     if not args:
         return None
-    digest = hashlib.sha256(f"{ctx.session}\x00{field}\x00{at}\x00{rest}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{ctx.session}\x00{field}\x00{at}\x00{rest}".encode()).digest()
     return args[int.from_bytes(digest[:8], "big") % len(args)]
 
 
@@ -236,7 +237,9 @@ def _reverse(args: list[str], rest: str, ctx: MacroContext, field: str, depth: i
     return args[0][::-1] if len(args) == 1 else None
 
 
-def _first_message(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
+def _first_message(
+    args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng
+) -> str | None:
     if depth >= MAX_DEPTH:
         return None
     index = 0

@@ -21,8 +21,8 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from errors import PersonaError
 from persona._fields import build_persona

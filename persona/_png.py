@@ -34,7 +34,9 @@ def parse_card_png(raw: bytes, *, path: str) -> Persona:
             image.load()
             chunks = dict(getattr(image, "text", {}) or {})
     except UnidentifiedImageError as exc:  # its message names an in-memory buffer, not the file
-        raise PersonaError(f"Persona file {path!r} is not a readable PNG (not an image format Pillow knows).", path=path, field="png") from exc
+        raise PersonaError(
+            f"Persona file {path!r} is not a readable PNG (not an image format Pillow knows).", path=path, field="png"
+        ) from exc
     except (OSError, SyntaxError, ValueError) as exc:
         raise PersonaError(f"Persona file {path!r} is not a readable PNG ({exc}).", path=path, field="png") from exc
     keyword = next((k for k in KEYWORDS if k in chunks), None)

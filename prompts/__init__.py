@@ -14,7 +14,7 @@ from string import Template
 TEMPLATE_DIR = Path(__file__).resolve().parent
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def template(name: str) -> Template:
     """The template ``prompts/<name>.txt``. Raises ``FileNotFoundError`` for an unknown name."""
     return Template((TEMPLATE_DIR / f"{name}.txt").read_text(encoding="utf-8").rstrip("\n"))

@@ -62,10 +62,10 @@ def run(pages: int, turns: int, model: str) -> dict:
     from memory.store import Store
     from persona import load_persona
     from runtime.config import Settings
-    from runtime.turn import Engine
     from runtime.files import open_file_services
     from runtime.llm import LiteLLMReplier
     from runtime.parsing import pages_of
+    from runtime.turn import Engine
     from tests.fake_llm import FakeLLM, ToolCalls
     from tests.file_fixtures import long_pdf
 
@@ -80,8 +80,14 @@ def run(pages: int, turns: int, model: str) -> dict:
     try:
         with FakeLLM() as fake:
             replier = LiteLLMReplier(model=f"openai/{model}", api_base=fake.api_base, api_key="sk-bench", timeout=30)
-            engine = Engine(settings=settings, store=Store(db), embedder=embedder, persona=persona, replier=replier,
-                            file_services=services)
+            engine = Engine(
+                settings=settings,
+                store=Store(db),
+                embedder=embedder,
+                persona=persona,
+                replier=replier,
+                file_services=services,
+            )
             started = time.perf_counter()
             data = long_pdf(pages)
             stored = services.files.add(user_id="bench", name="harbour-minutes.pdf", data=data)
@@ -94,13 +100,16 @@ def run(pages: int, turns: int, model: str) -> dict:
                     fake.script.append(ToolCalls([("file_read", {"file_id": stored.id, **TOOL_TURNS[i]})]))
                 fake.script.append(REPLY)
                 before = len(fake.requests)
-                engine.turn(user_id="bench", session_id="bench-1", message=question,
-                            attachments=[stored.id] if i == 0 else [])
+                engine.turn(
+                    user_id="bench", session_id="bench-1", message=question, attachments=[stored.id] if i == 0 else []
+                )
                 schema = engine.file_tool.tokens
-                per_turn_ours.append(sum(
-                    engine.counter.count_messages(r["messages"]) + (schema if r.get("tools") else 0)
-                    for r in fake.requests[before:]
-                ))
+                per_turn_ours.append(
+                    sum(
+                        engine.counter.count_messages(r["messages"]) + (schema if r.get("tools") else 0)
+                        for r in fake.requests[before:]
+                    )
+                )
             requests = len(fake.requests)
             # the baseline: the same turns, the full text under the first message, no tool
             full = "\n\n".join(pages_of(extract))
@@ -139,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=200)
     parser.add_argument("--turns", type=int, default=10, choices=range(1, len(QUESTIONS) + 1), metavar="1..10")
-    parser.add_argument("--model", default="gpt-4o-mini", help="tokenizer family to count with (default gpt-4o-mini: o200k)")
+    parser.add_argument(
+        "--model", default="gpt-4o-mini", help="tokenizer family to count with (default gpt-4o-mini: o200k)"
+    )
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     args = parser.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -147,15 +158,21 @@ def main(argv: list[str] | None = None) -> int:
 
     configure_logging("warning", "console")
     report = run(args.pages, args.turns, args.model)
-    print(f"{report['pages']}-page PDF: {report['extract_chars']:,} characters of text, "
-          f"{report['full_text_tokens']:,} tokens ({report['model']}); parsed in {report['parse_seconds']} s")
+    print(
+        f"{report['pages']}-page PDF: {report['extract_chars']:,} characters of text, "
+        f"{report['full_text_tokens']:,} tokens ({report['model']}); parsed in {report['parse_seconds']} s"
+    )
     print(f"{'turn':>4}  {'file ids + file_read':>21}  {'full text every turn':>21}")
-    for i, (a, b) in enumerate(zip(report["tokens_per_turn_file_ids"], report["tokens_per_turn_full_text"]), 1):
+    for i, (a, b) in enumerate(
+        zip(report["tokens_per_turn_file_ids"], report["tokens_per_turn_full_text"], strict=False), 1
+    ):
         mark = " (file_read)" if i - 1 in TOOL_TURNS else ""
         print(f"{i:>4}  {a:>21,}  {b:>21,}{mark}")
-    print(f"total {report['tokens_file_ids']:>20,}  {report['tokens_full_text']:>21,}   "
-          f"({report['requests']} requests; full text costs {report['ratio']}x, "
-          f"file ids save {report['saved_share']:.1%})")
+    print(
+        f"total {report['tokens_file_ids']:>20,}  {report['tokens_full_text']:>21,}   "
+        f"({report['requests']} requests; full text costs {report['ratio']}x, "
+        f"file ids save {report['saved_share']:.1%})"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0

@@ -39,9 +39,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -82,7 +82,9 @@ def start_server(data_dir: Path, api_base: str, *, log: Path) -> Server:
     }
     env.pop("DATABASE_URL", None)
     cli = [sys.executable, "-m", "runtime.cli"]
-    created = subprocess.run([*cli, "apps", "create", "bench"], env=env, capture_output=True, text=True, timeout=600, check=True)
+    created = subprocess.run(
+        [*cli, "apps", "create", "bench"], env=env, capture_output=True, text=True, timeout=600, check=True
+    )
     key = created.stdout.strip().splitlines()[-1]
     port = free_port()
     out = open(log, "w")
@@ -179,9 +181,15 @@ def normal_user(server: Server, user: str, until: float, tally: Tally) -> None:
             started = time.monotonic()
             try:
                 if n % 5 == 4:
-                    r = http.post(f"/v1/users/{user}/files", files={"file": (f"note{n}.txt", f"note {n} of {user}".encode(), "text/plain")})
+                    r = http.post(
+                        f"/v1/users/{user}/files",
+                        files={"file": (f"note{n}.txt", f"note {n} of {user}".encode(), "text/plain")},
+                    )
                 else:
-                    r = http.post(f"/v1/sessions/{session}/messages", json={"content": f"message {n} from {user}", "stream": False})
+                    r = http.post(
+                        f"/v1/sessions/{session}/messages",
+                        json={"content": f"message {n} from {user}", "stream": False},
+                    )
                 status = r.status_code
             except httpx.HTTPError:
                 status = 0
@@ -240,7 +248,9 @@ def hostile_client(server: Server, until: float, report: list[dict]) -> None:
                     uploaded.append((name, r.json()["id"]))
             except httpx.HTTPError as exc:
                 status = f"{type(exc).__name__}"
-            report.append({"what": name, "bytes": len(data), "status": status, "seconds": round(time.monotonic() - started, 2)})
+            report.append(
+                {"what": name, "bytes": len(data), "status": status, "seconds": round(time.monotonic() - started, 2)}
+            )
         started = time.monotonic()
         try:
             r = http.post(
@@ -251,17 +261,36 @@ def hostile_client(server: Server, until: float, report: list[dict]) -> None:
             status = r.status_code
         except httpx.HTTPError as exc:  # the server may close the connection after its 413
             status = f"{type(exc).__name__}"
-        report.append({"what": "1 GiB upload, streamed", "bytes": 1024 * MiB, "status": status, "seconds": round(time.monotonic() - started, 2)})
+        report.append(
+            {
+                "what": "1 GiB upload, streamed",
+                "bytes": 1024 * MiB,
+                "status": status,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
 
     def big_json(k: int, out: list) -> None:
         body = b'{"id": "' + b"a" * (100 * MiB) + b'"}'
         started = time.monotonic()
         try:
-            r = httpx.post(server.base + "/v1/users", content=body, headers={**auth, "Content-Type": "application/json"}, timeout=120)
+            r = httpx.post(
+                server.base + "/v1/users",
+                content=body,
+                headers={**auth, "Content-Type": "application/json"},
+                timeout=120,
+            )
             status = r.status_code
         except httpx.HTTPError as exc:
             status = f"{type(exc).__name__}"
-        out.append({"what": f"100 MB JSON body #{k + 1}", "bytes": len(body), "status": status, "seconds": round(time.monotonic() - started, 2)})
+        out.append(
+            {
+                "what": f"100 MB JSON body #{k + 1}",
+                "bytes": len(body),
+                "status": status,
+                "seconds": round(time.monotonic() - started, 2),
+            }
+        )
 
     results: list[dict] = []
     threads = [threading.Thread(target=big_json, args=(k, results)) for k in range(8)]
@@ -279,7 +308,13 @@ def hostile_client(server: Server, until: float, report: list[dict]) -> None:
             time.sleep(1)
         for name, fid in uploaded:
             info = http.get(f"/v1/files/{fid}").json()
-            report.append({"what": f"{name}: parse", "status": info.get("parse_state"), "error": (info.get("parse_error") or "")[:160]})
+            report.append(
+                {
+                    "what": f"{name}: parse",
+                    "status": info.get("parse_state"),
+                    "error": (info.get("parse_error") or "")[:160],
+                }
+            )
 
 
 def mix_hostile_files(server: Server, *, users: int, duration: float) -> dict:
@@ -304,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mix", choices=sorted(MIXES), default="hostile_files")
     parser.add_argument("--users", type=int, default=8, help="normal users chatting at once")
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds the mix runs (the hostile client's waits end by then)")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="seconds the mix runs (the hostile client's waits end by then)"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args(argv)
 
@@ -324,12 +361,19 @@ def main(argv: list[str] | None = None) -> int:
                 server.process.wait(30)
             except subprocess.TimeoutExpired:
                 server.process.kill()
-        figures["peak_rss_mib"] = {"server": round(sampler.server_peak), "parse_subprocesses": round(sampler.children_peak)}
+        figures["peak_rss_mib"] = {
+            "server": round(sampler.server_peak),
+            "parse_subprocesses": round(sampler.children_peak),
+        }
     normal = figures["normal"]
     print(f"mix {args.mix}: {args.users} normal users for {args.duration:g} s")
-    print(f"normal users: {normal['requests']} requests, {normal['5xx']} 5xx, {normal['errors']} errors, "
-          f"p50 {normal['p50_s']} s, p95 {normal['p95_s']} s, max {normal['max_s']} s, {normal['over_5s']} over 5 s")
-    print(f"peak RSS: server {figures['peak_rss_mib']['server']} MiB, parse subprocesses {figures['peak_rss_mib']['parse_subprocesses']} MiB")
+    print(
+        f"normal users: {normal['requests']} requests, {normal['5xx']} 5xx, {normal['errors']} errors, "
+        f"p50 {normal['p50_s']} s, p95 {normal['p95_s']} s, max {normal['max_s']} s, {normal['over_5s']} over 5 s"
+    )
+    print(
+        f"peak RSS: server {figures['peak_rss_mib']['server']} MiB, parse subprocesses {figures['peak_rss_mib']['parse_subprocesses']} MiB"
+    )
     print("hostile client:")
     for row in figures["hostile"]:
         print("  " + ", ".join(f"{k}={v}" for k, v in row.items()))

@@ -61,13 +61,11 @@ def run(turns: int) -> dict:
     from memory.embeddings import SentenceTransformerEmbedder
     from memory.store import Store
     from persona import load_persona
-    from runtime.config import Settings
-    from runtime.turn import Engine
-    from runtime.files import open_file_services
-    from runtime.llm import fit_image
-    from runtime.llm import LiteLLMReplier
     from runtime.accounting import counter_for
-    from runtime.llm import Transcriber
+    from runtime.config import Settings
+    from runtime.files import open_file_services
+    from runtime.llm import LiteLLMReplier, Transcriber, fit_image
+    from runtime.turn import Engine
     from tests.fake_llm import FakeLLM
     from tests.image_fixtures import noisy_photo
 
@@ -82,25 +80,45 @@ def run(turns: int) -> dict:
         with FakeLLM() as fake:
             fake.responder = lambda body: TRANSCRIPT if body.get("model") == "vision-bench" else REPLY
             for path, model in (("vision", "gpt-4o-mini"), ("text", "gpt-3.5-turbo")):
-                settings = Settings(database_url="unused", model=model, context_window=128_000,
-                                    files_dir=root / f"files-{path}", vision_model="openai/vision-bench",
-                                    vision_api_base=fake.api_base, ocr_languages="")
+                settings = Settings(
+                    database_url="unused",
+                    model=model,
+                    context_window=128_000,
+                    files_dir=root / f"files-{path}",
+                    vision_model="openai/vision-bench",
+                    vision_api_base=fake.api_base,
+                    ocr_languages="",
+                )
                 services = open_file_services(settings, db)
-                replier = LiteLLMReplier(model=f"openai/{model}", api_base=fake.api_base, api_key="sk-bench", timeout=30)
-                engine = Engine(settings=settings, store=Store(db), embedder=embedder, persona=load_persona(None),
-                                replier=replier, file_services=services,
-                                transcriber=Transcriber(settings, api_key="sk-bench"))
+                replier = LiteLLMReplier(
+                    model=f"openai/{model}", api_base=fake.api_base, api_key="sk-bench", timeout=30
+                )
+                engine = Engine(
+                    settings=settings,
+                    store=Store(db),
+                    embedder=embedder,
+                    persona=load_persona(None),
+                    replier=replier,
+                    file_services=services,
+                    transcriber=Transcriber(settings, api_key="sk-bench"),
+                )
                 counter = counter_for(model)
-                ids = [services.files.add(user_id=f"bench-{path}", name=f"photo{i + 1}.jpg", data=d).id
-                       for i, d in enumerate(photos)]
+                ids = [
+                    services.files.add(user_id=f"bench-{path}", name=f"photo{i + 1}.jpg", data=d).id
+                    for i, d in enumerate(photos)
+                ]
                 fake.requests.clear()
                 per_turn: list[int] = []
                 for i in range(turns):
                     before = len(fake.requests)
                     attach = [ids[PHOTO_TURNS.index(i)]] if i in PHOTO_TURNS else []
-                    engine.turn(user_id=f"bench-{path}", session_id=f"bench-{path}", message=f"Turn {i + 1}: "
-                                + ("here is another photo from my walk." if attach else "what do you think?"),
-                                attachments=attach)
+                    engine.turn(
+                        user_id=f"bench-{path}",
+                        session_id=f"bench-{path}",
+                        message=f"Turn {i + 1}: "
+                        + ("here is another photo from my walk." if attach else "what do you think?"),
+                        attachments=attach,
+                    )
                     per_turn.append(_messages_tokens(counter, fake.requests[before:]))
                 services.close()
                 # the baseline: every photo sent so far rides again, as pixels, on every turn
@@ -110,26 +128,47 @@ def run(turns: int) -> dict:
                 naive: list[int] = []
                 sent_so_far = 0
                 for i in range(turns):
-                    text = f"Turn {i + 1}: " + ("here is another photo from my walk." if i in PHOTO_TURNS else "what do you think?")
+                    text = f"Turn {i + 1}: " + (
+                        "here is another photo from my walk." if i in PHOTO_TURNS else "what do you think?"
+                    )
                     if i in PHOTO_TURNS:
                         sent_so_far += 1
                     if path == "vision":
-                        content = [{"type": "text", "text": text}] + ([parts[PHOTO_TURNS.index(i)]] if i in PHOTO_TURNS else [])
+                        content = [{"type": "text", "text": text}] + (
+                            [parts[PHOTO_TURNS.index(i)]] if i in PHOTO_TURNS else []
+                        )
                         history.append({"role": "user", "content": content if i in PHOTO_TURNS else text})
                         naive.append(counter.count_messages(history))
                     else:
-                        history.append({"role": "user", "content": text + "".join(
-                            f"\n\n[image {k + 1}] {TRANSCRIPT}" for k in range(sent_so_far) if PHOTO_TURNS[k] == i)})
-                        retranscribe = [{"role": "user", "content": [{"type": "text", "text": "Describe."}]
-                                         + parts[:sent_so_far]}] if sent_so_far else []
-                        naive.append(counter.count_messages(history) + (counter.count_messages(retranscribe) if retranscribe else 0))
+                        history.append(
+                            {
+                                "role": "user",
+                                "content": text
+                                + "".join(
+                                    f"\n\n[image {k + 1}] {TRANSCRIPT}"
+                                    for k in range(sent_so_far)
+                                    if PHOTO_TURNS[k] == i
+                                ),
+                            }
+                        )
+                        retranscribe = (
+                            [{"role": "user", "content": [{"type": "text", "text": "Describe."}] + parts[:sent_so_far]}]
+                            if sent_so_far
+                            else []
+                        )
+                        naive.append(
+                            counter.count_messages(history)
+                            + (counter.count_messages(retranscribe) if retranscribe else 0)
+                        )
                     history.append({"role": "assistant", "content": REPLY})
                 ours, base = sum(per_turn), sum(naive)
                 out[path] = {
                     "reply_model": model,
                     "requests": len(fake.requests),
                     "transcription_requests": sum(1 for r in fake.requests if r.get("model") == "vision-bench"),
-                    "encoded": [{"w": e.width, "h": e.height, "bytes": len(e.data), "quality": e.quality} for e in encoded],
+                    "encoded": [
+                        {"w": e.width, "h": e.height, "bytes": len(e.data), "quality": e.quality} for e in encoded
+                    ],
                     "tokens_per_turn": per_turn,
                     "tokens_per_turn_resend": naive,
                     "tokens": ours,
@@ -154,13 +193,17 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging("warning", "console")
     report = run(args.turns)
     e = report["vision"]["encoded"][0]
-    print(f"{report['photos']} photos (3000x2000 noise, sent as {e['w']}x{e['h']} JPEG q{e['quality']}, "
-          f"{e['bytes']:,} bytes) on turns {report['photo_turns']}, {report['turns']} turns")
+    print(
+        f"{report['photos']} photos (3000x2000 noise, sent as {e['w']}x{e['h']} JPEG q{e['quality']}, "
+        f"{e['bytes']:,} bytes) on turns {report['photo_turns']}, {report['turns']} turns"
+    )
     for path in ("vision", "text"):
         r = report[path]
-        print(f"{path:>6} path ({r['reply_model']}): {r['tokens']:,} tokens in {r['requests']} requests "
-              f"({r['transcription_requests']} transcriptions) vs {r['tokens_resend']:,} resending the images "
-              f"every turn: {r['ratio']}x, {r['saved_share']:.1%} saved")
+        print(
+            f"{path:>6} path ({r['reply_model']}): {r['tokens']:,} tokens in {r['requests']} requests "
+            f"({r['transcription_requests']} transcriptions) vs {r['tokens_resend']:,} resending the images "
+            f"every turn: {r['ratio']}x, {r['saved_share']:.1%} saved"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
     return 0

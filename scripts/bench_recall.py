@@ -51,7 +51,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ from memory.database import make_engine, upgrade  # noqa: E402
 from memory.recall import recall_segments  # noqa: E402
 
 DIM = 384
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def _server(url: str | None, root: Path | None):
@@ -148,7 +148,16 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, batch: 
                 u = int(owners[i])
                 seq[u] += 1
                 copy.write_row(
-                    (f"u{u}", f"u{u}:s", seq[u], seq[u], texts[i], len(texts[i]) // 4, T0 + timedelta(minutes=copied + i), vecs[i])
+                    (
+                        f"u{u}",
+                        f"u{u}:s",
+                        seq[u],
+                        seq[u],
+                        texts[i],
+                        len(texts[i]) // 4,
+                        T0 + timedelta(minutes=copied + i),
+                        vecs[i],
+                    )
                 )
         conn.commit()
         copied += n
@@ -250,32 +259,57 @@ def measure(conn, sa_engine, *, users: int, queries: int, seed: int, words, weig
                     conn.execute(s)
                 rows = conn.execute(("EXPLAIN (COSTS OFF) " if explain else "") + sql, {"q": q, "u": u}).fetchall()
             return [r[0] for r in rows]
+
         return run
 
     def scan_of(fn) -> str:
         """The scan node the plan uses, e.g. ``Bitmap Heap Scan`` or ``Index Scan using ..._hnsw``."""
         plan = fn(cases[0], explain=True)
-        return next((line.strip().lstrip("-> ").split(" on ")[0] + (" (hnsw)" if "hnsw" in line else "")
-                     for line in plan if "Scan" in line and "Bitmap Index" not in line), "?")
+        return next(
+            (
+                line.strip().lstrip("-> ").split(" on ")[0] + (" (hnsw)" if "hnsw" in line else "")
+                for line in plan
+                if "Scan" in line and "Bitmap Index" not in line
+            ),
+            "?",
+        )
 
     for case in cases[:5]:  # warm the cache and the plan
         plain(exact_sql, [])(case)
-    timed("hybrid recall (recall_segments)", lambda c: recall_segments(
-        sa_engine, user_id=c[0], query_embedding=c[1], query_text=c[2], limit=400, pool=200, token_budget=2000))
+    timed(
+        "hybrid recall (recall_segments)",
+        lambda c: recall_segments(
+            sa_engine, user_id=c[0], query_embedding=c[1], query_text=c[2], limit=400, pool=200, token_budget=2000
+        ),
+    )
     exact = timed("exact top-10, user btree", plain(exact_sql, []))
-    timed("exact top-10, no user index (seq scan)", plain(exact_sql, ["SET LOCAL enable_indexscan = off", "SET LOCAL enable_bitmapscan = off"]))
+    timed(
+        "exact top-10, no user index (seq scan)",
+        plain(exact_sql, ["SET LOCAL enable_indexscan = off", "SET LOCAL enable_bitmapscan = off"]),
+    )
     results["exact_recall_at_10"] = 1.0
     if hnsw:
         for ef in ef_values:
             name = f"hnsw iterative relaxed, ef_search={ef}"
-            found = timed(name, plain(hnsw_sql, [
-                "SET LOCAL enable_bitmapscan = off", "SET LOCAL enable_seqscan = off",
-                "SET LOCAL hnsw.iterative_scan = relaxed_order", f"SET LOCAL hnsw.ef_search = {int(ef)}",
-            ]))
-            hits = [len(set(f) & set(e)) / max(len(e), 1) for f, e in zip(found, exact)]
+            found = timed(
+                name,
+                plain(
+                    hnsw_sql,
+                    [
+                        "SET LOCAL enable_bitmapscan = off",
+                        "SET LOCAL enable_seqscan = off",
+                        "SET LOCAL hnsw.iterative_scan = relaxed_order",
+                        f"SET LOCAL hnsw.ef_search = {int(ef)}",
+                    ],
+                ),
+            )
+            hits = [len(set(f) & set(e)) / max(len(e), 1) for f, e in zip(found, exact, strict=False)]
             results[name]["recall_at_10"] = statistics.fmean(hits)
             results[name]["mean_rows"] = statistics.fmean(len(f) for f in found)
-            print(f"  {'':<44} recall@10 {results[name]['recall_at_10']:.3f} (mean rows returned {results[name]['mean_rows']:.1f})", flush=True)
+            print(
+                f"  {'':<44} recall@10 {results[name]['recall_at_10']:.3f} (mean rows returned {results[name]['mean_rows']:.1f})",
+                flush=True,
+            )
     with conn.transaction():
         plan = conn.execute(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + exact_sql, {"q": cases[0][1], "u": cases[0][0]}
@@ -292,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--embeddings", choices=["random", "real"], default="random")
-    parser.add_argument("--hnsw", action=argparse.BooleanOptionalAction, default=True, help="build and measure the HNSW index")
+    parser.add_argument(
+        "--hnsw", action=argparse.BooleanOptionalAction, default=True, help="build and measure the HNSW index"
+    )
     parser.add_argument("--ef", type=int, nargs="*", default=[40, 200, 1000])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--dir", type=Path, help="directory for the embedded server (default: a temp dir)")
@@ -304,18 +340,37 @@ def main(argv: list[str] | None = None) -> int:
         url = _new_database(admin)
         sa_engine = make_engine(url)
         upgrade(sa_engine, embedding_dim=DIM)
-        print(f"{args.segments:,} segments, {args.users:,} users (~{args.segments / args.users:.0f} per user), "
-              f"embeddings: {args.embeddings} ({'all-MiniLM-L6-v2' if args.embeddings == 'real' else 'random unit vectors'}, {DIM} dims)")
+        print(
+            f"{args.segments:,} segments, {args.users:,} users (~{args.segments / args.users:.0f} per user), "
+            f"embeddings: {args.embeddings} ({'all-MiniLM-L6-v2' if args.embeddings == 'real' else 'random unit vectors'}, {DIM} dims)"
+        )
         with psycopg.connect(url) as conn:
             loaded = load(conn, segments=args.segments, users=args.users, embeddings=args.embeddings, seed=args.seed)
             built = build_indexes(conn, hnsw=args.hnsw)
-            print(f"  table {built['table_size']}, btree {built['btree_size']}" + (f", hnsw {built['hnsw_size']}" if args.hnsw else ""))
-            measured = measure(conn, sa_engine, users=args.users, queries=args.queries, seed=args.seed,
-                               words=loaded["words"], weights=loaded["weights"], hnsw=args.hnsw, ef_values=args.ef)
+            print(
+                f"  table {built['table_size']}, btree {built['btree_size']}"
+                + (f", hnsw {built['hnsw_size']}" if args.hnsw else "")
+            )
+            measured = measure(
+                conn,
+                sa_engine,
+                users=args.users,
+                queries=args.queries,
+                seed=args.seed,
+                words=loaded["words"],
+                weights=loaded["weights"],
+                hnsw=args.hnsw,
+                ef_values=args.ef,
+            )
         print("\n".join("    " + line for line in measured["exact_plan"][:12]))
         result = {
-            "segments": args.segments, "users": args.users, "embeddings": args.embeddings, "queries": args.queries,
-            "load_s": loaded["load_s"], **{k: v for k, v in built.items()}, "latency": measured,
+            "segments": args.segments,
+            "users": args.users,
+            "embeddings": args.embeddings,
+            "queries": args.queries,
+            "load_s": loaded["load_s"],
+            **{k: v for k, v in built.items()},
+            "latency": measured,
         }
         if args.json:
             args.json.write_text(json.dumps(result, indent=1, default=str))

@@ -209,13 +209,18 @@ def _embedder(name: str, cache: Path | None):
     return CachedEmbedder(inner, cache / f"{name}.pkl") if cache else inner
 
 
-def retrieval_only(store: Store, embedder, counter, conv: Conversation, categories: dict, args, padding: list[SourceTurn]) -> Tally:
+def retrieval_only(
+    store: Store, embedder, counter, conv: Conversation, categories: dict, args, padding: list[SourceTurn]
+) -> Tally:
     """Archive the whole conversation (after ``padding``, its older turns), then recall each question alone."""
     user_id = f"eval:{conv.id}:{uuid.uuid4().hex[:6]}"
     session_id = f"{user_id}:s"
     store.ensure_session(session_id=session_id, user_id=user_id, persona=conv.companion_name)
     source = [*padding, *conv.turns]
-    turns = [Turn(session_id="-", seq=i + 1, role=t.role, content=t.text, tokens=0, created_at=t.at) for i, t in enumerate(source)]
+    turns = [
+        Turn(session_id="-", seq=i + 1, role=t.role, content=t.text, tokens=0, created_at=t.at)
+        for i, t in enumerate(source)
+    ]
     seq_of = {id(t): i + 1 for i, t in enumerate(source)}
     user_name = conv.user_name if "names" in args.on else None
     drafts = archive.segment_exchanges(
@@ -223,12 +228,26 @@ def retrieval_only(store: Store, embedder, counter, conv: Conversation, categori
     )
     vectors = embedder.embed([d.key for d in drafts])
     segments = [
-        NewSegment(first_seq=d.first_seq, last_seq=d.last_seq, content=_cjk(d.content, args), tokens=counter.count_text(d.content), session_date=d.session_date, embedding=v)
+        NewSegment(
+            first_seq=d.first_seq,
+            last_seq=d.last_seq,
+            content=_cjk(d.content, args),
+            tokens=counter.count_text(d.content),
+            session_date=d.session_date,
+            embedding=v,
+        )
         for d, v in zip(drafts, vectors, strict=True)
     ]
     store.commit_compaction(
-        session_id=session_id, user_id=user_id, turn_ids=[], segments=segments, summary_content="-",
-        summary_items=[], summary_first_seq=1, summary_last_seq=1, summary_tokens=1,
+        session_id=session_id,
+        user_id=user_id,
+        turn_ids=[],
+        segments=segments,
+        summary_content="-",
+        summary_items=[],
+        summary_first_seq=1,
+        summary_last_seq=1,
+        summary_tokens=1,
     )
     by_id = {t.turn_id: seq_of[id(t)] for t in conv.turns if t.turn_id}
     asked_at = conv.turns[-1].at + timedelta(days=1)
@@ -319,36 +338,58 @@ def print_table(title: str, tally: Tally) -> None:
     print(f"\n{title}  ({tally.questions} questions, {tally.total['all']} evidence turns)")
     print(f"{'budget':>7} {'tokens':>7} " + " ".join(f"{c:>11}" for c in tally.categories))
     for b in tally.budgets:
-        row = f"{b:>7} {tally.tokens[b] / max(tally.questions, 1):7.0f} " + " ".join(f"{_fmt(tally.recall(c, b)):>11}" for c in tally.categories)
+        row = f"{b:>7} {tally.tokens[b] / max(tally.questions, 1):7.0f} " + " ".join(
+            f"{_fmt(tally.recall(c, b)):>11}" for c in tally.categories
+        )
         print(row)
     print("  evidence turns per category: " + ", ".join(f"{c} {tally.total[c]}" for c in tally.categories))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "locomo_dev7.json", help="a LoCoMo-layout JSON file")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=REPO.parent / "shared" / "data" / "locomo_dev7.json",
+        help="a LoCoMo-layout JSON file",
+    )
     parser.add_argument("--split", choices=["tune", "report", "all"], default="tune")
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="comma-separated token budgets")
-    parser.add_argument("--haystack", action="store_true", help="pad each archive with the other conversations, a year earlier")
+    parser.add_argument(
+        "--haystack", action="store_true", help="pad each archive with the other conversations, a year earlier"
+    )
     parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
-    parser.add_argument("--components", default="dates", help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none")
+    parser.add_argument(
+        "--components", default="dates", help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none"
+    )
     parser.add_argument("--embedder", choices=["minilm", "use"], default="minilm")
-    parser.add_argument("--cjk", choices=["bigrams", "jieba"], default="bigrams", help="Chinese full-text lexemes: character bigrams (the runtime's) or jieba words")
+    parser.add_argument(
+        "--cjk",
+        choices=["bigrams", "jieba"],
+        default="bigrams",
+        help="Chinese full-text lexemes: character bigrams (the runtime's) or jieba words",
+    )
     parser.add_argument("--unit", choices=["turn", "exchange"], default=archive.UNIT)
     parser.add_argument("--key", choices=["content", "user", "context", "window"], default=archive.KEY)
     parser.add_argument("--mode", choices=["hybrid", "vector"], default="hybrid")
-    parser.add_argument("--neighbours", type=int, default=Settings().recall_neighbours, help="turns around each of the best hits to add")
+    parser.add_argument(
+        "--neighbours", type=int, default=Settings().recall_neighbours, help="turns around each of the best hits to add"
+    )
     parser.add_argument("--expand", type=int, default=EXPAND_HITS, help="best hits whose neighbours are added")
     parser.add_argument("--rrf-k", type=int, default=RRF_K, help="reciprocal-rank-fusion constant k")
     parser.add_argument("--pool", type=int, default=Settings().recall_pool, help="candidates per ranker before fusion")
-    parser.add_argument("--session-cap", type=int, default=None, help="hits per conversation day before other days' (diversity)")
+    parser.add_argument(
+        "--session-cap", type=int, default=None, help="hits per conversation day before other days' (diversity)"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")
     args = parser.parse_args(argv)
     args.budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
     args.on = {c.strip() for c in args.components.split(",") if c.strip() and c.strip() != "none"}
     if args.on - set(COMPONENTS):
-        parser.error(f"--components: unknown component(s) {sorted(args.on - set(COMPONENTS))}; known: {', '.join(COMPONENTS)}")
+        parser.error(
+            f"--components: unknown component(s) {sorted(args.on - set(COMPONENTS))}; known: {', '.join(COMPONENTS)}"
+        )
     if "diversity" in args.on and args.session_cap is None:
         parser.error("--components diversity needs --session-cap N")
 
@@ -368,11 +409,19 @@ def main(argv: list[str] | None = None) -> int:
                 conn.exec_driver_sql(JIEBA_TERMS)
         store = Store(db)
         counter = counter_for(Settings().model)
-        print(f"{args.data.name}: split {args.split} = {', '.join(c.id for c in convs)}; haystack {args.haystack}; "
-              f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {args.embedder}; unit={args.unit} key={args.key}; "
-              f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand}, "
-              f"session cap {args.session_cap}", flush=True)
-        results: dict = {"settings": {k: (str(v) if isinstance(v, Path) else sorted(v) if isinstance(v, set) else v) for k, v in vars(args).items()}}
+        print(
+            f"{args.data.name}: split {args.split} = {', '.join(c.id for c in convs)}; haystack {args.haystack}; "
+            f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {args.embedder}; unit={args.unit} key={args.key}; "
+            f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand}, "
+            f"session cap {args.session_cap}",
+            flush=True,
+        )
+        results: dict = {
+            "settings": {
+                k: (str(v) if isinstance(v, Path) else sorted(v) if isinstance(v, set) else v)
+                for k, v in vars(args).items()
+            }
+        }
         overall = Tally(list(categories.values()), args.budgets)
         per_conv = {}
         for conv in convs:
@@ -391,12 +440,16 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(embedder, CachedEmbedder):
             embedder.save()
             if embedder.texts:
-                print(f"embedded {embedder.texts} new texts in {embedder.seconds:.1f} s "
-                      f"({1000 * embedder.seconds / embedder.texts:.1f} ms each, batched)")
+                print(
+                    f"embedded {embedder.texts} new texts in {embedder.seconds:.1f} s "
+                    f"({1000 * embedder.seconds / embedder.texts:.1f} ms each, batched)"
+                )
         if RECALL_MS:
             ms = sorted(RECALL_MS)
-            print(f"recall per question (SQL and date parsing, no embedding): p50 {ms[len(ms) // 2]:.1f} ms, "
-                  f"p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms over {len(ms)} calls")
+            print(
+                f"recall per question (SQL and date parsing, no embedding): p50 {ms[len(ms) // 2]:.1f} ms, "
+                f"p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms over {len(ms)} calls"
+            )
         print(f"\nwall time {time.perf_counter() - started:.0f} s")
         if args.json:
             args.json.write_text(json.dumps(results, ensure_ascii=False, indent=1, default=str), encoding="utf-8")

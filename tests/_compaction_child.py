@@ -17,9 +17,8 @@ import time
 import runtime  # noqa: F401  (offline defaults for litellm)
 from memory.database import make_engine
 from memory.store import Store
-from runtime.compaction import Compactor
-from runtime.compaction import ExtractiveSummarizer, LiteLLMSummarizer
 from runtime.accounting import counter_for
+from runtime.compaction import Compactor, ExtractiveSummarizer, LiteLLMSummarizer
 
 
 class ConstantEmbedder:
@@ -47,8 +46,13 @@ def main(url: str, session: str, user: str, mode: str, api_base: str | None = No
 
         summarizer = ExtractiveSummarizer()
     compactor = Compactor(
-        store=Store(make_engine(url)), embedder=ConstantEmbedder(), summarizer=summarizer,
-        counter=counter_for("gpt-4o-mini"), keep_exchanges=2, target=0.6, breaker_threshold=3,
+        store=Store(make_engine(url)),
+        embedder=ConstantEmbedder(),
+        summarizer=summarizer,
+        counter=counter_for("gpt-4o-mini"),
+        keep_exchanges=2,
+        target=0.6,
+        breaker_threshold=3,
     )
     print("ready", flush=True)
     compactor.maybe_compact(session_id=session, user_id=user, recent_cap=300, summary_cap=400, assistant_name="Mira")

@@ -3,17 +3,17 @@ the test database, files stored and parsed by the real parsers, the model faked 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from memory.files import FileStore
 from runtime.config import Settings
-from runtime.turn import Engine
-from runtime.files import open_file_services
+from runtime.files import ParseService, open_file_services
 from runtime.llm import LiteLLMReplier
-from runtime.files import ParseService
+from runtime.turn import Engine
 from tests.conftest import PERSONA
 
 

@@ -4,7 +4,6 @@ database per test, the real all-MiniLM-L6-v2 embedder, and a loopback fake model
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import tempfile
 import uuid
@@ -17,10 +16,10 @@ from memory.database import make_engine, upgrade
 from memory.embeddings import SentenceTransformerEmbedder
 from memory.store import Store
 from persona import Persona
-from runtime.config import Settings
-from runtime.turn import Engine
 from runtime._offline import load_litellm
+from runtime.config import Settings
 from runtime.llm import LiteLLMReplier
+from runtime.turn import Engine
 from tests.fake_llm import FakeLLM
 
 REPO = Path(__file__).resolve().parent.parent
@@ -110,7 +109,9 @@ def make_engine_for(store, embedder, fake_llm):
     def build(*, window: int | None = None, summarizer=None, **overrides) -> Engine:
         settings = Settings(context_window=window, database_url="unused", **overrides)
         replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
-        return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier, summarizer=summarizer)
+        return Engine(
+            settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier, summarizer=summarizer
+        )
 
     return build
 
@@ -135,7 +136,9 @@ def api_engine(api_db_url, embedder, fake_llm, tmp_path_factory) -> Engine:
     """The API tests' engine, with file services (blobs in a temporary directory)."""
     from runtime.files import open_file_services
 
-    settings = Settings(context_window=API_WINDOW, database_url=api_db_url, files_dir=tmp_path_factory.mktemp("api-files"))
+    settings = Settings(
+        context_window=API_WINDOW, database_url=api_db_url, files_dir=tmp_path_factory.mktemp("api-files")
+    )
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
     store = Store(make_engine(api_db_url))
     services = open_file_services(settings, store.engine)

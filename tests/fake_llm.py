@@ -49,8 +49,13 @@ class HTTPError:
 def rate_limited(retry_after: float | None = None) -> HTTPError:
     """A 429 as OpenAI sends it, with ``Retry-After`` (seconds) when given."""
     headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
-    return HTTPError(429, "Rate limit reached for requests. Please try again later.", type="requests",
-                     code="rate_limit_exceeded", headers=headers)
+    return HTTPError(
+        429,
+        "Rate limit reached for requests. Please try again later.",
+        type="requests",
+        code="rate_limit_exceeded",
+        headers=headers,
+    )
 
 
 OVERFLOW: dict[str, HTTPError] = {
@@ -58,63 +63,87 @@ OVERFLOW: dict[str, HTTPError] = {
         400,
         "This model's maximum context length is 1024 tokens. However, your messages resulted in 1391 tokens. "
         "Please reduce the length of the messages.",
-        type="invalid_request_error", code="context_length_exceeded",
+        type="invalid_request_error",
+        code="context_length_exceeded",
     ),
     "azure": HTTPError(
         400,
         "This model's maximum context length is 1024 tokens. However, you requested 1391 tokens "
         "(1135 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
-        type="invalid_request_error", code="context_length_exceeded",
+        type="invalid_request_error",
+        code="context_length_exceeded",
     ),
     "vllm": HTTPError(
         400,
         "This model's maximum context length is 1024 tokens. However, you requested 1391 tokens "
         "(1135 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
-        type="BadRequestError", code=400,
+        type="BadRequestError",
+        code=400,
     ),
     "vllm-prompt": HTTPError(
         400,
         "The prompt (total length 1391) is longer than the model's maximum context length of 1024 tokens.",
-        type="BadRequestError", code=400,
+        type="BadRequestError",
+        code=400,
     ),
     "llama.cpp": HTTPError(
-        400, "the request exceeds the available context size, try increasing it",
-        type="exceed_context_size_error", code=400,
+        400,
+        "the request exceeds the available context size, try increasing it",
+        type="exceed_context_size_error",
+        code=400,
     ),
     "llama.cpp-sized": HTTPError(
-        400, "request (1391 tokens) exceeds the available context size (1024 tokens)",
-        type="exceed_context_size_error", code=400,
+        400,
+        "request (1391 tokens) exceeds the available context size (1024 tokens)",
+        type="exceed_context_size_error",
+        code=400,
     ),
     "llama.cpp-500": HTTPError(
-        500, "the request exceeds the available context size. try increasing the context size or enable context shift",
-        type="exceed_context_size_error", code=500,
+        500,
+        "the request exceeds the available context size. try increasing the context size or enable context shift",
+        type="exceed_context_size_error",
+        code=500,
     ),
     "anthropic": HTTPError(400, "prompt is too long: 1391 tokens > 1024 maximum", type="invalid_request_error"),
     "gemini": HTTPError(
-        400, "The input token count (1391) exceeds the maximum number of tokens allowed (1024).", type="INVALID_ARGUMENT", code=400
+        400,
+        "The input token count (1391) exceeds the maximum number of tokens allowed (1024).",
+        type="INVALID_ARGUMENT",
+        code=400,
     ),
     "mistral": HTTPError(
-        400, "Prompt contains 1391 tokens, too large for model with 1024 maximum context length", type="invalid_request_error"
+        400,
+        "Prompt contains 1391 tokens, too large for model with 1024 maximum context length",
+        type="invalid_request_error",
     ),
     "xai": HTTPError(
-        400, "This model's maximum prompt length is 1024 but the request contains 1391 tokens.", type="invalid_request_error"
+        400,
+        "This model's maximum prompt length is 1024 but the request contains 1391 tokens.",
+        type="invalid_request_error",
     ),
     "deepseek": HTTPError(
         400,
         "This model's maximum context length is 1024 tokens. However, you requested 1391 tokens "
         "(1135 in the messages, 256 in the completion). Please reduce the length of the messages or completion.",
-        type="invalid_request_error", code="invalid_request_error",
+        type="invalid_request_error",
+        code="invalid_request_error",
     ),
     "vllm-decoder": HTTPError(
         400,
         "The decoder prompt (length 1391) is longer than the maximum model length of 1024. Make sure that "
         "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens.",
-        type="BadRequestError", code=400,
+        type="BadRequestError",
+        code=400,
     ),
     "sglang": HTTPError(
-        400, "The input (1391 tokens) is longer than the model's context length (1024 tokens).", type="BadRequestError", code=400
+        400,
+        "The input (1391 tokens) is longer than the model's context length (1024 tokens).",
+        type="BadRequestError",
+        code=400,
     ),
-    "tgi": HTTPError(422, "Input validation error: `inputs` must have less than 1024 tokens. Given: 1391", type="validation"),
+    "tgi": HTTPError(
+        422, "Input validation error: `inputs` must have less than 1024 tokens. Given: 1391", type="validation"
+    ),
     "tgi-total": HTTPError(
         422,
         "Input validation error: `inputs` tokens + `max_new_tokens` must be <= 1024. Given: 1135 `inputs` tokens and "
@@ -132,7 +161,7 @@ OVERFLOW: dict[str, HTTPError] = {
     "openrouter": HTTPError(
         400,
         "This endpoint's maximum context length is 1024 tokens. However, you requested about 1391 tokens (1135 of text "
-        "input, 256 in the output). Please reduce the length of either one, or use the \"middle-out\" transform to "
+        'input, 256 in the output). Please reduce the length of either one, or use the "middle-out" transform to '
         "compress your prompt automatically.",
         code=400,
     ),
@@ -231,7 +260,9 @@ class FakeLLM:
                     self._whole(body, step)
 
             def _error(self, error: HTTPError) -> None:
-                data = json.dumps({"error": {"message": error.message, "type": error.type, "code": error.code}}).encode()
+                data = json.dumps(
+                    {"error": {"message": error.message, "type": error.type, "code": error.code}}
+                ).encode()
                 self.send_response(error.status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -257,9 +288,7 @@ class FakeLLM:
                         "object": "chat.completion",
                         "created": int(time.time()),
                         "model": body.get("model", "fake"),
-                        "choices": [
-                            {"index": 0, "message": message, "finish_reason": finish}
-                        ],
+                        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
                         "usage": self._usage(body),
                     }
                 ).encode()
@@ -275,19 +304,28 @@ class FakeLLM:
 
             def _stream(self, body: dict[str, Any], step: Any) -> None:
                 text = step.text if isinstance(step, Cut) else step
-                base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
-                        "model": body.get("model", "fake")}
+                base = {
+                    "id": "chatcmpl-fake",
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": body.get("model", "fake"),
+                }
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                self._event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+                self._event(
+                    {
+                        **base,
+                        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                    }
+                )
                 if isinstance(step, ToolCalls):
                     self._stream_calls(body, base, step)
                     return
                 for i, piece in enumerate(_pieces(text)):
                     if isinstance(step, Cut) and i >= step.after:
-                        self.wfile.write(b"40\r\ndata: {\"id\": \"chatcmpl-fa")  # a chunk that never ends
+                        self.wfile.write(b'40\r\ndata: {"id": "chatcmpl-fa')  # a chunk that never ends
                         self._hang_up()
                         return
                     if fake.stream_delay:
@@ -306,11 +344,17 @@ class FakeLLM:
                 for index, call in enumerate(fake._calls(step)):
                     args = call["function"]["arguments"]
                     half = len(args) // 2
-                    head = {"index": index, "id": call["id"], "type": "function",
-                            "function": {"name": call["function"]["name"], "arguments": args[:half]}}
+                    head = {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": args[:half]},
+                    }
                     tail = {"index": index, "function": {"arguments": args[half:]}}
                     for delta in (head, tail):
-                        self._event({**base, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}]})
+                        self._event(
+                            {**base, "choices": [{"index": 0, "delta": {"tool_calls": [delta]}, "finish_reason": None}]}
+                        )
                 self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
                 if (body.get("stream_options") or {}).get("include_usage"):
                     self._event({**base, "choices": [], "usage": self._usage(body)})
@@ -345,7 +389,9 @@ class FakeLLM:
             with self._lock:
                 self._call_ids += 1
                 call_id = f"call_{self._call_ids}"
-            out.append({"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}})
+            out.append(
+                {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+            )
         return out
 
     @property
@@ -353,7 +399,7 @@ class FakeLLM:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def __enter__(self) -> "FakeLLM":
+    def __enter__(self) -> FakeLLM:
         self.thread.start()
         return self
 

@@ -57,7 +57,12 @@ def _toc_page(pdf, entries: list[tuple[str, int]], *, flattened: bool = False) -
 
 
 def book_pdf(
-    *, outline: bool = True, toc: bool = True, title_page: bool = True, extra_pages: int = 0, flattened_toc: bool = False
+    *,
+    outline: bool = True,
+    toc: bool = True,
+    title_page: bool = True,
+    extra_pages: int = 0,
+    flattened_toc: bool = False,
 ) -> bytes:
     """A small book: a title page, a "Contents" page (dot leaders, numbered entries, page
     numbers), then one page per chapter of :data:`CHAPTERS` plus ``extra_pages`` more.
@@ -157,7 +162,11 @@ def pptx_bytes() -> bytes:
 
     deck = pptx.Presentation()
     for i, (title, body) in enumerate(
-        [("Quarterly review", "Sales grew in every region."), ("Risks", "Supply of copper is tight."), ("Next steps", "Hire two engineers.")],
+        [
+            ("Quarterly review", "Sales grew in every region."),
+            ("Risks", "Supply of copper is tight."),
+            ("Next steps", "Hire two engineers."),
+        ],
         start=1,
     ):
         slide = deck.slides.add_slide(deck.slide_layouts[1])
@@ -197,7 +206,8 @@ def epub_bytes() -> bytes:
     book.set_language("en")
     chapters = []
     for i, (title, text) in enumerate(
-        [("High Water", "The tide rises twice a day in the bay."), ("Low Water", "At low water the sandbanks show.")], start=1
+        [("High Water", "The tide rises twice a day in the bay."), ("Low Water", "At low water the sandbanks show.")],
+        start=1,
     ):
         chapter = epub.EpubHtml(title=title, file_name=f"chap_{i}.xhtml", lang="en")
         chapter.content = f"<html><body><h1>{title}</h1><p>{text}</p></body></html>"

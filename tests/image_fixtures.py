@@ -60,8 +60,10 @@ def huge(width: int = 6000, height: int = 4000) -> bytes:
     rng = random.Random(3)
     for _ in range(300):
         x, y = rng.randrange(width), rng.randrange(height)
-        draw.rectangle([x, y, x + rng.randrange(50, 800), y + rng.randrange(50, 800)],
-                       fill=(rng.randrange(256), rng.randrange(256), rng.randrange(256)))
+        draw.rectangle(
+            [x, y, x + rng.randrange(50, 800), y + rng.randrange(50, 800)],
+            fill=(rng.randrange(256), rng.randrange(256), rng.randrange(256)),
+        )
     return _png(image)
 
 

@@ -21,7 +21,7 @@ def test_usage_is_stored_and_used_as_the_next_turns_baseline(make_engine_for, st
     assert raw_first < MIN_CALIBRATION_TOKENS
     assert context.calibration == 1.0
     assert context.overhead_tokens == 500 - raw_first
-    added = context.messages[first_reply.request_messages:]
+    added = context.messages[first_reply.request_messages :]
     assert [m["content"] for m in added] == ["Nice to meet you, Ana.", "I live in Lisbon now."]
     assert context.baseline_tokens == 500 + sum(engine.counter.count_message(m) for m in added)
     assert context.total_tokens >= context.baseline_tokens
@@ -30,7 +30,9 @@ def test_usage_is_stored_and_used_as_the_next_turns_baseline(make_engine_for, st
 def test_a_provider_that_counts_more_shrinks_what_we_send(make_engine_for, store, fake_llm):
     engine = make_engine_for(window=1024)
     for i in range(8):
-        engine.turn(user_id="u1", session_id="cal", message=f"message {i}: " + "talk " * 30, reply=f"reply {i}: " + "ok " * 30)
+        engine.turn(
+            user_id="u1", session_id="cal", message=f"message {i}: " + "talk " * 30, reply=f"reply {i}: " + "ok " * 30
+        )
     honest = engine.assemble(user_id="u1", session_id="cal")
     fake_llm.prompt_tokens = 3 * honest.total_tokens  # the provider says we undercount 3x
     engine.turn(user_id="u1", session_id="cal", message="and now?")

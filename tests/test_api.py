@@ -18,7 +18,6 @@ from runtime.service.api import ERRORS
 pytestmark = pytest.mark.usefixtures("steady_fake_llm")
 
 
-
 def client(base: str, key: str | None) -> httpx.Client:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.Client(base_url=base, headers=headers, timeout=30)
@@ -56,7 +55,10 @@ def alice(api_server, new_app):
 def counts(engine, session_id: str) -> dict[str, int]:
     tables = ("turns", "summaries", "archived_segments", "compaction_state")
     with engine.connect() as conn:
-        out = {t: conn.execute(text(f"SELECT count(*) FROM {t} WHERE session_id = :s"), {"s": session_id}).scalar() for t in tables}
+        out = {
+            t: conn.execute(text(f"SELECT count(*) FROM {t} WHERE session_id = :s"), {"s": session_id}).scalar()
+            for t in tables
+        }
         out["sessions"] = conn.execute(text("SELECT count(*) FROM sessions WHERE id = :s"), {"s": session_id}).scalar()
     return out
 
@@ -64,17 +66,28 @@ def counts(engine, session_id: str) -> dict[str, int]:
 # -- schema, auth, errors -----------------------------------------------------------
 def test_openapi_schema_is_served_and_lists_the_routes(api_server):
     schema = httpx.get(f"{api_server}/openapi.json").json()
-    for path in ("/v1/users", "/v1/sessions", "/v1/sessions/{session_id}/messages", "/v1/sessions/{session_id}/turns",
-                 "/v1/sessions/{session_id}/summary", "/v1/sessions/{session_id}/context",
-                 "/v1/sessions/{session_id}/close", "/v1/sessions/{session_id}/breaker/reset", "/v1/chat/completions"):
+    for path in (
+        "/v1/users",
+        "/v1/sessions",
+        "/v1/sessions/{session_id}/messages",
+        "/v1/sessions/{session_id}/turns",
+        "/v1/sessions/{session_id}/summary",
+        "/v1/sessions/{session_id}/context",
+        "/v1/sessions/{session_id}/close",
+        "/v1/sessions/{session_id}/breaker/reset",
+        "/v1/chat/completions",
+    ):
         assert path in schema["paths"], path
     assert "delete" in schema["paths"]["/v1/sessions/{session_id}"]
 
 
 @pytest.mark.parametrize(
     "headers",
-    [pytest.param({}, id="no-key"), pytest.param({"Authorization": "Bearer ck_not-a-key"}, id="wrong-key"),
-     pytest.param({"Authorization": "Basic dXNlcjpwdw=="}, id="not-bearer")],
+    [
+        pytest.param({}, id="no-key"),
+        pytest.param({"Authorization": "Bearer ck_not-a-key"}, id="wrong-key"),
+        pytest.param({"Authorization": "Basic dXNlcjpwdw=="}, id="not-bearer"),
+    ],
 )
 def test_requests_without_a_valid_key_get_401_with_a_json_error(api_server, headers):
     response = httpx.get(f"{api_server}/v1/users", headers=headers)
@@ -107,7 +120,10 @@ def test_an_invalid_message_is_refused_before_anything_is_stored(alice, api_engi
     response = http.post(f"/v1/sessions/{session['id']}/messages", json={"content": "bad\x00byte", "stream": False})
     assert response.status_code == 422
     assert response.json()["error"] | {"message": ""} == {
-        "code": "invalid_message", "message": "", "type": "InvalidMessageError", "reason": "nul_byte"
+        "code": "invalid_message",
+        "message": "",
+        "type": "InvalidMessageError",
+        "reason": "nul_byte",
     }
     assert api_engine.store.turns(session["id"]) == []
 
@@ -127,7 +143,9 @@ def test_users_are_created_once_and_listed_per_app(api_server, new_app):
 def test_a_reply_streams_as_server_sent_events_and_both_turns_are_stored(alice, fake_llm):
     http, session = alice
     fake_llm.script.append("Lisbon is lovely in the spring, Alice.")
-    with http.stream("POST", f"/v1/sessions/{session['id']}/messages", json={"content": "I moved to Lisbon."}) as response:
+    with http.stream(
+        "POST", f"/v1/sessions/{session['id']}/messages", json={"content": "I moved to Lisbon."}
+    ) as response:
         assert response.status_code == 200
         assert response.headers["content-type"].startswith("text/event-stream")
         events = read_sse(response)
@@ -142,7 +160,8 @@ def test_a_reply_streams_as_server_sent_events_and_both_turns_are_stored(alice, 
     assert 0 < done["usage"]["prompt_estimate_tokens"] <= done["usage"]["window"]
     turns = http.get(f"/v1/sessions/{session['id']}/turns").json()
     assert [(t["seq"], t["role"], t["content"]) for t in turns] == [
-        (1, "user", "I moved to Lisbon."), (2, "assistant", "Lisbon is lovely in the spring, Alice.")
+        (1, "user", "I moved to Lisbon."),
+        (2, "assistant", "Lisbon is lovely in the spring, Alice."),
     ]
 
 
@@ -170,7 +189,9 @@ def test_a_client_that_disconnects_mid_stream_loses_nothing(alice, fake_llm, api
     fake_llm.stream_delay = 0.02
     fake_llm.script.append(reply)
     try:
-        with http.stream("POST", f"/v1/sessions/{session['id']}/messages", json={"content": "Tell me a story."}) as response:
+        with http.stream(
+            "POST", f"/v1/sessions/{session['id']}/messages", json={"content": "Tell me a story."}
+        ) as response:
             for line in response.iter_lines():
                 if line.startswith("event: delta"):
                     break  # hang up after the first piece
@@ -181,7 +202,8 @@ def test_a_client_that_disconnects_mid_stream_loses_nothing(alice, fake_llm, api
         fake_llm.stream_delay = 0.0
     turns = api_engine.store.turns(session["id"])
     assert [(t.role, t.content, t.interrupted) for t in turns] == [
-        ("user", "Tell me a story.", False), ("assistant", reply, False)
+        ("user", "Tell me a story.", False),
+        ("assistant", reply, False),
     ]
 
 

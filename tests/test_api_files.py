@@ -111,20 +111,22 @@ def _upload_with_disposition(http: httpx.Client, user: str, disposition: str, da
 @pytest.mark.parametrize(
     "disposition, name",
     [
-        pytest.param("form-data; name=\"file\"; filename*=UTF-8''%E6%97%A5%E8%A8%98.txt", "日記.txt", id="extended-alone"),
         pytest.param(
-            "form-data; name=\"file\"; filename=\"nikki.txt\"; filename*=UTF-8''%E6%97%A5%E8%A8%98.txt",
+            "form-data; name=\"file\"; filename*=UTF-8''%E6%97%A5%E8%A8%98.txt", "日記.txt", id="extended-alone"
+        ),
+        pytest.param(
+            'form-data; name="file"; filename="nikki.txt"; filename*=UTF-8\'\'%E6%97%A5%E8%A8%98.txt',
             "日記.txt",
             id="extended-after-ascii-fallback",
         ),
         pytest.param(
-            "form-data; name=\"file\"; filename*=utf-8''%E6%97%A5%E8%A8%98.txt; filename=\"nikki.txt\"",
+            'form-data; name="file"; filename*=utf-8\'\'%E6%97%A5%E8%A8%98.txt; filename="nikki.txt"',
             "日記.txt",
             id="extended-before-ascii-fallback",
         ),
         pytest.param("form-data; name=\"file\"; filename*=iso-8859-1'fr'%E9t%E9.txt", "été.txt", id="extended-latin-1"),
-        pytest.param("form-data; name=\"file\"; filename=\"日記.txt\"", "日記.txt", id="raw-utf8-plain"),
-        pytest.param("form-data; name=\"file\"; filename=\"notes.txt\"", "notes.txt", id="plain"),
+        pytest.param('form-data; name="file"; filename="日記.txt"', "日記.txt", id="raw-utf8-plain"),
+        pytest.param('form-data; name="file"; filename="notes.txt"', "notes.txt", id="plain"),
     ],
 )
 def test_an_upload_is_stored_under_its_rfc5987_name(app_a, disposition, name):
@@ -137,7 +139,9 @@ def test_an_upload_is_stored_under_its_rfc5987_name(app_a, disposition, name):
 
 def test_an_upload_whose_extended_name_does_not_decode_is_a_clear_error(app_a):
     http, _ = app_a
-    response = _upload_with_disposition(http, "alice", "form-data; name=\"file\"; filename*=no-such-charset''%E6.txt", b"x\n")
+    response = _upload_with_disposition(
+        http, "alice", "form-data; name=\"file\"; filename*=no-such-charset''%E6.txt", b"x\n"
+    )
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert (error["code"], error["param"]) == ("invalid_request", "file")
@@ -153,11 +157,15 @@ def test_an_empty_upload_is_refused(app_a):
 
 def test_an_ephemeral_upload_is_valid_only_in_its_session(app_a):
     http, session = app_a
-    stored = upload(http, "alice", "notes.md", ff.markdown_bytes(), durability="ephemeral", session_id=session["id"]).json()
+    stored = upload(
+        http, "alice", "notes.md", ff.markdown_bytes(), durability="ephemeral", session_id=session["id"]
+    ).json()
     assert (stored["durability"], stored["session_id"]) == ("ephemeral", session["id"])
     other = http.post("/v1/sessions", json={"user_id": "alice"}).json()
-    refused = http.post(f"/v1/sessions/{other['id']}/messages",
-                        json={"content": "see this", "attachments": [stored["id"]], "stream": False})
+    refused = http.post(
+        f"/v1/sessions/{other['id']}/messages",
+        json={"content": "see this", "attachments": [stored["id"]], "stream": False},
+    )
     assert refused.status_code == 404 and refused.json()["error"]["code"] == "file_not_found"
     # another user's session of the same app is as unknown as a missing one
     bob = http.post("/v1/sessions", json={"user_id": "bob"}).json()
@@ -171,8 +179,9 @@ def test_a_streamed_message_carries_a_file_shown_first_turn_style_then_folded(ap
     file_id = upload(http, "alice", "list.md", ff.markdown_bytes()).json()["id"]
     assert parsed(http, file_id)["parse_state"] == "ready"
     fake_llm.script.append("Corner bakery it is.")
-    with http.stream("POST", f"/v1/sessions/{session['id']}/messages",
-                     json={"content": "Here is my list", "attachments": [file_id]}) as response:
+    with http.stream(
+        "POST", f"/v1/sessions/{session['id']}/messages", json={"content": "Here is my list", "attachments": [file_id]}
+    ) as response:
         events = read_sse(response)
     assert events[-1]["event"] == "done", events[-1]
     sent = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"][-1]
@@ -191,8 +200,9 @@ def test_an_unanswered_message_with_a_file_shows_the_first_turn_block_in_the_con
     file_id = upload(http, "alice", "list.md", ff.markdown_bytes()).json()["id"]
     parsed(http, file_id)
     fake_llm.script.append((400, "Invalid value for 'temperature'."))
-    with http.stream("POST", f"/v1/sessions/{sid}/messages",
-                     json={"content": "Here is my list", "attachments": [file_id]}) as response:
+    with http.stream(
+        "POST", f"/v1/sessions/{sid}/messages", json={"content": "Here is my list", "attachments": [file_id]}
+    ) as response:
         events = read_sse(response)
     assert events[-1]["event"] == "error"
     pending = http.get(f"/v1/sessions/{sid}/context").json()["sources"]
@@ -211,8 +221,9 @@ def test_deleting_a_file_removes_it_from_the_next_context(app_a, api_engine):
     http, session = app_a
     file_id = upload(http, "alice", "list.md", ff.markdown_bytes()).json()["id"]
     parsed(http, file_id)
-    http.post(f"/v1/sessions/{session['id']}/messages",
-              json={"content": "My list", "attachments": [file_id], "stream": False})
+    http.post(
+        f"/v1/sessions/{session['id']}/messages", json={"content": "My list", "attachments": [file_id], "stream": False}
+    )
     assert file_id in context_text(http, session["id"])
 
     response = http.delete(f"/v1/files/{file_id}")
@@ -231,20 +242,29 @@ def test_another_apps_file_is_unknown_to_every_route_and_cannot_be_attached(api_
         file_id = upload(a, "alice", "secret.md", b"# A's secret\n\nThe code is 4711.\n").json()["id"]
         parsed(a, file_id)
         missing = b.get("/v1/files/file_00000000000000000000").json()["error"]
-        for method, path in [("GET", f"/v1/files/{file_id}"), ("GET", f"/v1/files/{file_id}/read"),
-                             ("DELETE", f"/v1/files/{file_id}")]:
+        for method, path in [
+            ("GET", f"/v1/files/{file_id}"),
+            ("GET", f"/v1/files/{file_id}/read"),
+            ("DELETE", f"/v1/files/{file_id}"),
+        ]:
             response = b.request(method, path)
             assert response.status_code == 404, (method, path)
             error = response.json()["error"]
-            assert (error["code"], error["type"]) == (missing["code"], missing["type"]) == ("file_not_found", "FileNotFound")
+            assert (
+                (error["code"], error["type"])
+                == (missing["code"], missing["type"])
+                == ("file_not_found", "FileNotFound")
+            )
             assert error["message"] == missing["message"].replace("file_00000000000000000000", file_id)
         assert b.get("/v1/users/alice/files").json()["error"]["code"] == "not_found"  # B has no alice yet
 
         # B's own alice cannot attach A's file: 404 before anything is stored
         b_session = b.post("/v1/sessions", json={"user_id": "alice"}).json()
         for stream in (False, True):
-            refused = b.post(f"/v1/sessions/{b_session['id']}/messages",
-                             json={"content": "read it", "attachments": [file_id], "stream": stream})
+            refused = b.post(
+                f"/v1/sessions/{b_session['id']}/messages",
+                json={"content": "read it", "attachments": [file_id], "stream": stream},
+            )
             assert refused.status_code == 404 and refused.json()["error"]["code"] == "file_not_found"
         assert b.get(f"/v1/sessions/{b_session['id']}/turns").json() == []
         assert b.get("/v1/users/alice/files").json() == []
@@ -263,14 +283,18 @@ def test_resending_an_edited_turn_replaces_it_and_its_reply(app_a, fake_llm):
     file_id = upload(http, "alice", "list.md", ff.markdown_bytes()).json()["id"]
     parsed(http, file_id)
 
-    with http.stream("POST", f"/v1/sessions/{sid}/turns/3/resend",
-                     json={"content": "I like ferries.", "attachments": [file_id]}) as response:
+    with http.stream(
+        "POST", f"/v1/sessions/{sid}/turns/3/resend", json={"content": "I like ferries.", "attachments": [file_id]}
+    ) as response:
         events = read_sse(response)
     done = json.loads(events[-1]["data"])
     assert events[-1]["event"] == "done" and (done["user_seq"], done["content"]) == (3, "Answer to the edit.")
     turns = http.get(f"/v1/sessions/{sid}/turns").json()
     assert [(t["seq"], t["content"]) for t in turns] == [
-        (1, "I live in Porto."), (2, "First answer."), (3, "I like ferries."), (4, "Answer to the edit.")
+        (1, "I live in Porto."),
+        (2, "First answer."),
+        (3, "I like ferries."),
+        (4, "Answer to the edit."),
     ]
     sent = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"]
     assert sent[-1].startswith("I like ferries.\n\nAttached files:") and "I like trains." not in "\n".join(sent)
@@ -284,14 +308,25 @@ def test_resending_an_edited_turn_replaces_it_and_its_reply(app_a, fake_llm):
 def test_the_profile_round_trips_and_enters_the_memory_source(app_a):
     http, session = app_a
     assert http.get("/v1/users/alice/profile").json() == {
-        "user_id": "alice", "name": None, "pronouns": None, "facts": [], "learned": [], "updated_at": None
+        "user_id": "alice",
+        "name": None,
+        "pronouns": None,
+        "facts": [],
+        "learned": [],
+        "updated_at": None,
     }
-    put = http.put("/v1/users/alice/profile",
-                   json={"name": "Ana", "pronouns": "she/her", "facts": ["Lives in Lisbon.", "Has a cat named Tom."]})
+    put = http.put(
+        "/v1/users/alice/profile",
+        json={"name": "Ana", "pronouns": "she/her", "facts": ["Lives in Lisbon.", "Has a cat named Tom."]},
+    )
     assert put.status_code == 200
     got = http.get("/v1/users/alice/profile").json()
     assert got == put.json()
-    assert (got["name"], got["pronouns"], got["facts"]) == ("Ana", "she/her", ["Lives in Lisbon.", "Has a cat named Tom."])
+    assert (got["name"], got["pronouns"], got["facts"]) == (
+        "Ana",
+        "she/her",
+        ["Lives in Lisbon.", "Has a cat named Tom."],
+    )
     # null leaves a field, facts replaces the set
     http.put("/v1/users/alice/profile", json={"facts": ["Has a dog named Rex."]})
     got = http.get("/v1/users/alice/profile").json()
@@ -339,14 +374,20 @@ def test_a_new_session_stores_and_returns_the_persona_greeting(greeting_server, 
         assert [(t["seq"], t["role"], t["content"]) for t in turns] == [
             (1, "assistant", "Hi Ana, I'm Mira. How was your day?")
         ]
-        assert "How was your day?" in http.get(f"/v1/sessions/{session['id']}/context").json()["sources"]["recent"]["text"]
+        assert (
+            "How was your day?" in http.get(f"/v1/sessions/{session['id']}/context").json()["sources"]["recent"]["text"]
+        )
 
 
 def test_an_alternate_greeting_is_chosen_at_session_creation(greeting_server, new_app):
     _, key = new_app()
     with client(greeting_server, key) as http:
         persona = http.get("/v1/persona").json()
-        assert persona["greetings"] == ["Hi {{user}}, I'm Mira. How was your day?", "Storm tonight, {{user}}.", "Quiet morning."]
+        assert persona["greetings"] == [
+            "Hi {{user}}, I'm Mira. How was your day?",
+            "Storm tonight, {{user}}.",
+            "Quiet morning.",
+        ]
         http.post("/v1/users", json={"id": "ana"})
         http.put("/v1/users/ana/profile", json={"name": "Ana"})
         session = http.post("/v1/sessions", json={"user_id": "ana", "greeting": 1}).json()
@@ -357,7 +398,11 @@ def test_an_alternate_greeting_is_chosen_at_session_creation(greeting_server, ne
 
 @pytest.mark.parametrize(
     "greeting, status",
-    [pytest.param(3, 400, id="past-the-last"), pytest.param(-1, 422, id="negative"), pytest.param("one", 422, id="not-a-number")],
+    [
+        pytest.param(3, 400, id="past-the-last"),
+        pytest.param(-1, 422, id="negative"),
+        pytest.param("one", 422, id="not-a-number"),
+    ],
 )
 def test_a_greeting_the_persona_lacks_is_refused_before_anything_is_stored(greeting_server, new_app, greeting, status):
     _, key = new_app()

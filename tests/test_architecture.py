@@ -40,13 +40,25 @@ def offending(package: str, forbidden: tuple[str, ...]) -> list[str]:
 
 
 RULES = [
-    pytest.param("runtime.accounting", ("memory", "runtime.turn", "runtime.service", "runtime.cli", "runtime.llm", "runtime.context"), id="accounting-pure"),
-    pytest.param("runtime.context", ("memory", "runtime.turn", "runtime.service", "runtime.cli", "runtime.files", "runtime.compaction"), id="context-pure"),
+    pytest.param(
+        "runtime.accounting",
+        ("memory", "runtime.turn", "runtime.service", "runtime.cli", "runtime.llm", "runtime.context"),
+        id="accounting-pure",
+    ),
+    pytest.param(
+        "runtime.context",
+        ("memory", "runtime.turn", "runtime.service", "runtime.cli", "runtime.files", "runtime.compaction"),
+        id="context-pure",
+    ),
     pytest.param("persona", ("memory", "runtime"), id="persona-pure"),
     pytest.param("runtime.parsing", ("runtime.turn", "runtime.service", "runtime.cli"), id="parsing-below-turn"),
     pytest.param("memory", ("runtime", "persona"), id="memory-below-runtime"),
     pytest.param("errors", ("memory", "runtime", "persona", "prompts"), id="errors-at-the-bottom"),
-    pytest.param("runtime.messages", ("memory", "runtime.accounting", "runtime.context", "runtime.llm", "runtime.turn"), id="messages-at-the-bottom"),
+    pytest.param(
+        "runtime.messages",
+        ("memory", "runtime.accounting", "runtime.context", "runtime.llm", "runtime.turn"),
+        id="messages-at-the-bottom",
+    ),
     pytest.param("runtime.llm", ("memory", "runtime.turn", "runtime.service", "runtime.cli"), id="llm-boundary"),
     pytest.param("runtime.compaction", ("runtime.turn", "runtime.service", "runtime.cli"), id="compaction-below-turn"),
     pytest.param("runtime.files", ("runtime.turn", "runtime.service", "runtime.cli"), id="files-below-turn"),
@@ -80,9 +92,16 @@ def test_importing_a_pure_package_loads_no_storage(package, forbidden):
 
 
 def test_every_package_exports_its_public_names():
-    for init in sorted(REPO.glob("runtime/*/__init__.py")) + [REPO / "persona/__init__.py", REPO / "memory/__init__.py"]:
+    for init in sorted(REPO.glob("runtime/*/__init__.py")) + [
+        REPO / "persona/__init__.py",
+        REPO / "memory/__init__.py",
+    ]:
         tree = ast.parse(init.read_text(encoding="utf-8"))
-        exported = [n for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)]
+        exported = [
+            n
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+        ]
         if init.parent.name in ("memory",):
             continue  # storage modules are imported by module (memory.store, memory.recall, ...)
         assert exported, f"{init.relative_to(REPO)} has no __all__"

@@ -48,14 +48,21 @@ def test_placeholder_needs_all_five_gates(candidate, expected):
     "name",
     [
         pytest.param("report.pdf", id="plain"),
-        pytest.param("a | b `c` # d [e] \"f\".txt", id="markup-in-name"),
+        pytest.param('a | b `c` # d [e] "f".txt', id="markup-in-name"),
         pytest.param("line\nbreak.md", id="newline"),
         pytest.param("x" * 400 + ".pdf", id="very-long"),
     ],
 )
 def test_runtime_placeholders_always_pass_the_gates(name):
-    f = AttachedFile(file_id="file_0123456789abcdef0123", name=name, mime="application/pdf", size_bytes=1,
-                     durability="durable", parse_state="ready", page_count=3)
+    f = AttachedFile(
+        file_id="file_0123456789abcdef0123",
+        name=name,
+        mime="application/pdf",
+        size_bytes=1,
+        durability="durable",
+        parse_state="ready",
+        page_count=3,
+    )
     line = placeholder(f)
     assert is_placeholder(line)
     assert placeholder_file_id(line) == "file_0123456789abcdef0123"
@@ -237,7 +244,11 @@ def test_chat_attach_stores_a_path_and_sends_it_with_the_next_line(db_url, fake_
     lines = f"/attach {note} file_ffffffffffffffffffff\nread my plan\n/attach {note}\nread it again\n/quit\n"
     done = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "chat", "--user", "ana", "--session", "c1"],
-        input=lines, capture_output=True, text=True, env=env, timeout=240,
+        input=lines,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
     )
     assert done.returncode == 0, done.stderr
     assert "No file 'file_ffffffffffffffffffff'" in done.stderr  # the bad id: nothing stored, chat goes on

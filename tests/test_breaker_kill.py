@@ -25,7 +25,7 @@ from tests.conftest import REPO
 from tests.test_compaction import add_exchanges, compact, compactor, snapshot
 
 
-def _line_reader(proc: subprocess.Popen) -> "queue.Queue[str | None]":
+def _line_reader(proc: subprocess.Popen) -> queue.Queue[str | None]:
     """The child's stdout lines, read by a thread (``None`` once it closes)."""
     lines: queue.Queue[str | None] = queue.Queue()
 
@@ -38,7 +38,7 @@ def _line_reader(proc: subprocess.Popen) -> "queue.Queue[str | None]":
     return lines
 
 
-def _wait_for_line(lines: "queue.Queue[str | None]", proc: subprocess.Popen, expected: str, timeout: float = 60) -> None:
+def _wait_for_line(lines: queue.Queue[str | None], proc: subprocess.Popen, expected: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -52,8 +52,16 @@ def _wait_for_line(lines: "queue.Queue[str | None]", proc: subprocess.Popen, exp
     raise AssertionError(f"the child did not print {expected!r} within {timeout} s")
 
 
-@pytest.mark.parametrize("mode", [pytest.param("model-hangs", id="while-the-model-hangs"), pytest.param("inside-commit", id="inside-the-transaction")])
-def test_sigkill_during_compaction_loses_no_turn_and_leaves_no_half_written_summary(store, embedder, db_url, fake_llm, tmp_path, mode):
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("model-hangs", id="while-the-model-hangs"),
+        pytest.param("inside-commit", id="inside-the-transaction"),
+    ],
+)
+def test_sigkill_during_compaction_loses_no_turn_and_leaves_no_half_written_summary(
+    store, embedder, db_url, fake_llm, tmp_path, mode
+):
     add_exchanges(store, 8)
     assert compact(compactor(store, embedder, ExtractiveSummarizer())).summarized  # an existing summary to protect
     add_exchanges(store, 6, start=8)
@@ -64,7 +72,10 @@ def test_sigkill_during_compaction_loses_no_turn_and_leaves_no_half_written_summ
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests._compaction_child", db_url, "s1", "u1", mode, fake_llm.api_base],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=(tmp_path / "child.err").open("w"), text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=(tmp_path / "child.err").open("w"),
+        text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
     )
     lines = _line_reader(proc)
@@ -92,7 +103,9 @@ def test_sigkill_during_compaction_loses_no_turn_and_leaves_no_half_written_summ
     assert snapshot(store) == before  # no archive row, summary or turn state half-written
     state = store.compaction_state("s1")
     assert (state.consecutive_failures, state.compactions, state.breaker_opened_at) == (
-        state_before.consecutive_failures, state_before.compactions, state_before.breaker_opened_at,
+        state_before.consecutive_failures,
+        state_before.compactions,
+        state_before.breaker_opened_at,
     )
     # the dead child's lock went with its connection: the next compaction runs
     deadline = time.monotonic() + 20

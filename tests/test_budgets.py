@@ -38,7 +38,9 @@ def test_bad_budget_raises_instead_of_being_fixed(values):
 
 
 def test_settings_read_budgets_and_window_from_environment():
-    s = Settings.from_env({"COMPANION_BUDGET_RECENT": "5000", "COMPANION_CONTEXT_WINDOW": "8192", "DATABASE_URL": "postgresql://x/y"})
+    s = Settings.from_env(
+        {"COMPANION_BUDGET_RECENT": "5000", "COMPANION_CONTEXT_WINDOW": "8192", "DATABASE_URL": "postgresql://x/y"}
+    )
     assert s.budgets.recent == 5000
     assert s.scaled_budgets.total == 8192
     assert s.database_url == "postgresql://x/y"

@@ -57,8 +57,11 @@ def chats(admin_url, fake_llm, tmp_path_factory):
     env.pop("COMPANION_PERSONA", None)
     no_window = {k: v for k, v in env.items() if k != "COMPANION_CONTEXT_WINDOW"}
     sessions = {
-        "quit": (["--user", "ana", "--session", "chat-1", "--persona", str(persona)], env,
-                 "Hello, I'm Ana.\n/context\nI just moved to Lisbon.\n/quit\nnever read\n"),
+        "quit": (
+            ["--user", "ana", "--session", "chat-1", "--persona", str(persona)],
+            env,
+            "Hello, I'm Ana.\n/context\nI just moved to Lisbon.\n/quit\nnever read\n",
+        ),
         "eof": (["--user", "bo", "--session", "chat-2"], env, "first\nsecond\n"),
         "unknown": (["--user", "cy", "--session", "chat-3"], no_window, "hello\n"),
     }
@@ -69,8 +72,12 @@ def chats(admin_url, fake_llm, tmp_path_factory):
     try:
         procs = {
             name: subprocess.Popen(
-                [sys.executable, "-m", "runtime.cli", "chat", *args], env=run_env,
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                [sys.executable, "-m", "runtime.cli", "chat", *args],
+                env=run_env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
             )
             for name, (args, run_env, _) in sessions.items()
         }
@@ -98,7 +105,7 @@ def test_chat_streams_replies_shows_the_context_and_quits(chats):
     assert "Juno> Nice to meet you, Ana. Welcome!" in out
     assert "Juno> Lisbon is lovely in spring." in out
     # /context prints the inspect table: every source with its tokens and cap
-    table = out[out.index("context of chat-1"): out.index("I just moved to Lisbon.")]
+    table = out[out.index("context of chat-1") : out.index("I just moved to Lisbon.")]
     for source in ("persona", "memory", "retrieval", "summary", "recent"):
         assert source in table
     assert "reserved of 1024 tokens" in table
@@ -107,8 +114,10 @@ def test_chat_streams_replies_shows_the_context_and_quits(chats):
     assert all(r["stream"] is True and r["stream_options"] == {"include_usage": True} for r in run.requests)
     turns = store.turns("chat-1")
     assert [(t.role, t.content) for t in turns] == [
-        ("user", "Hello, I'm Ana."), ("assistant", "Nice to meet you, Ana. Welcome!"),
-        ("user", "I just moved to Lisbon."), ("assistant", "Lisbon is lovely in spring."),
+        ("user", "Hello, I'm Ana."),
+        ("assistant", "Nice to meet you, Ana. Welcome!"),
+        ("user", "I just moved to Lisbon."),
+        ("assistant", "Lisbon is lovely in spring."),
     ]
     assert turns[-1].usage_prompt_tokens is not None and turns[-1].usage_completion_tokens == 7
 

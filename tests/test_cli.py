@@ -77,7 +77,9 @@ def test_report_into_a_missing_directory_is_refused_before_the_run(empty_db_url,
         pytest.param(["kb", "add", "", "notes.md"], "must be a non-empty string", id="empty-persona"),
         pytest.param(["chat", "--user", "ana", "--session", "x" * 201], "at most 200", id="long-session"),
         pytest.param(["serve", "--port", "99999"], "outside 0-65535", id="port-out-of-range"),
-        pytest.param(["jobs", "close-idle", "--once", "--idle-hours", "-1"], "0 or more hours", id="negative-idle-hours"),
+        pytest.param(
+            ["jobs", "close-idle", "--once", "--idle-hours", "-1"], "0 or more hours", id="negative-idle-hours"
+        ),
     ],
 )
 def test_bad_ids_and_numbers_are_refused_before_anything_runs(argv, says, capsys):

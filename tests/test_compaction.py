@@ -11,7 +11,7 @@ import inspect
 import json
 import re
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -22,13 +22,12 @@ from structlog.testing import capture_logs
 from errors import ModelCallError, SummarizationError
 from memory.recall import recall_segments
 from memory.tables import TurnState
-from runtime.compaction import Compactor, plan_rollout
-from runtime.service import user_turn_coverage
-from runtime.compaction import ExtractiveSummarizer, LiteLLMSummarizer, map_summarizer_error
 from runtime.accounting import counter_for
+from runtime.compaction import Compactor, ExtractiveSummarizer, LiteLLMSummarizer, map_summarizer_error, plan_rollout
 from runtime.llm import error_class_for
+from runtime.service import user_turn_coverage
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 SUMMARY_MODEL = "fake-summary"
 COUNTER = counter_for("gpt-4o-mini")
 
@@ -41,7 +40,9 @@ def _reset_structlog():
 
 
 def model_summarizer(fake_llm, timeout: float = 10.0) -> LiteLLMSummarizer:
-    return LiteLLMSummarizer(model=f"openai/{SUMMARY_MODEL}", api_base=fake_llm.api_base, api_key="sk-test", timeout=timeout)
+    return LiteLLMSummarizer(
+        model=f"openai/{SUMMARY_MODEL}", api_base=fake_llm.api_base, api_key="sk-test", timeout=timeout
+    )
 
 
 def summary_requests(fake_llm) -> list[dict]:
@@ -61,10 +62,16 @@ def add_exchanges(store, n: int, *, session="s1", user="u1", words=20, first_use
     store.ensure_session(session_id=session, user_id=user, persona="Mira")
     for i in range(start, start + n):
         content = first_user if (first_user and i == start) else user_text(i, words)
-        for role, body in (("user", content), ("assistant", f"reply {i}: " + " ".join(f"answer{i}y{j}" for j in range(words)))):
+        for role, body in (
+            ("user", content),
+            ("assistant", f"reply {i}: " + " ".join(f"answer{i}y{j}" for j in range(words))),
+        ):
             store.add_turn(
-                session_id=session, role=role, content=body,
-                tokens=COUNTER.count_message({"role": role, "content": body}), created_at=T0 + timedelta(minutes=i),
+                session_id=session,
+                role=role,
+                content=body,
+                tokens=COUNTER.count_message({"role": role, "content": body}),
+                created_at=T0 + timedelta(minutes=i),
             )
 
 
@@ -75,7 +82,9 @@ def compactor(store, embedder, summarizer, **kw) -> Compactor:
 
 
 def compact(c: Compactor, *, session="s1", user="u1", recent_cap=300, summary_cap=400):
-    return c.maybe_compact(session_id=session, user_id=user, recent_cap=recent_cap, summary_cap=summary_cap, assistant_name="Mira")
+    return c.maybe_compact(
+        session_id=session, user_id=user, recent_cap=recent_cap, summary_cap=summary_cap, assistant_name="Mira"
+    )
 
 
 def snapshot(store, session="s1"):
@@ -140,7 +149,9 @@ def test_breaker_state_survives_a_restart(make_engine_for, store, fake_llm):
     assert len(summary_requests(fake_llm)) == 3
     restarted = make_engine_for(window=1024, summarizer=model_summarizer(fake_llm))  # a new process, same database
     for i in range(8, 12):
-        restarted.turn(user_id="u1", session_id="s1", message=user_text(i, 30), reply="ok", at=T0 + timedelta(minutes=i))
+        restarted.turn(
+            user_id="u1", session_id="s1", message=user_text(i, 30), reply="ok", at=T0 + timedelta(minutes=i)
+        )
     assert len(summary_requests(fake_llm)) == 3
 
 
@@ -150,7 +161,9 @@ def test_a_success_resets_the_failure_count(store, embedder, fake_llm):
     c = compactor(store, embedder, model_summarizer(fake_llm))
     assert not compact(c).ok and not compact(c).ok
     assert store.compaction_state("s1").consecutive_failures == 2
-    fake_llm.responder = lambda body: model_json(quotes=[(1, user_text(0))], profile=["The user writes numbered messages."])
+    fake_llm.responder = lambda body: model_json(
+        quotes=[(1, user_text(0))], profile=["The user writes numbered messages."]
+    )
     with capture_logs() as events:
         assert compact(c).ok
     state = store.compaction_state("s1")
@@ -189,7 +202,10 @@ def test_half_open_retry_after_the_cooldown_closes_or_reopens_the_breaker(store,
     with capture_logs() as events:
         assert not compact(c).ok  # the half-open attempt fails
     assert len(summary_requests(fake_llm)) == 4
-    assert [e["event"] for e in events if e["event"].startswith("breaker.")] == ["breaker.half_open", "breaker.reopened"]
+    assert [e["event"] for e in events if e["event"].startswith("breaker.")] == [
+        "breaker.half_open",
+        "breaker.reopened",
+    ]
     reopened = store.compaction_state("s1").breaker_opened_at
     assert reopened > opened_at
     add_exchanges(store, 6, start=14)
@@ -243,18 +259,34 @@ def test_breaker_cli_shows_and_resets_the_state(store, db_url, monkeypatch, caps
 @pytest.mark.parametrize(
     "reply, reason",
     [
-        pytest.param(lambda: model_json(quotes=[(1, "I never liked my sister anyway")]), "not an exact quote", id="invented-quote"),
+        pytest.param(
+            lambda: model_json(quotes=[(1, "I never liked my sister anyway")]),
+            "not an exact quote",
+            id="invented-quote",
+        ),
         pytest.param(lambda: model_json(quotes=[(3, user_text(0))]), "not an exact quote", id="quote-of-another-turn"),
-        pytest.param(lambda: model_json(quotes=[(2, "reply 0: answer0y0")]), "not an exact quote", id="companion-quoted-as-user"),
-        pytest.param(lambda: model_json(quotes=[(15, user_text(7))]), "newer than the roll-out boundary", id="turn-after-boundary"),
-        pytest.param(lambda: model_json(profile=['The user said "I will quit my job tomorrow".']), "never said", id="invented-quote-in-a-note"),
+        pytest.param(
+            lambda: model_json(quotes=[(2, "reply 0: answer0y0")]), "not an exact quote", id="companion-quoted-as-user"
+        ),
+        pytest.param(
+            lambda: model_json(quotes=[(15, user_text(7))]),
+            "newer than the roll-out boundary",
+            id="turn-after-boundary",
+        ),
+        pytest.param(
+            lambda: model_json(profile=['The user said "I will quit my job tomorrow".']),
+            "never said",
+            id="invented-quote-in-a-note",
+        ),
         pytest.param(lambda: model_json(), "empty", id="empty-summary"),
         pytest.param(lambda: model_json(profile=["x " * 2000]), "exceed its cap", id="over-cap-without-quotes"),
         pytest.param(lambda: "Sure! Here is the summary: the user is nice.", "five-part JSON", id="not-json"),
         pytest.param(lambda: model_json(profile=['<summary of="x">nested</summary>']), "nests", id="nested-summary"),
     ],
 )
-def test_a_summary_that_fails_validation_is_rejected_and_changes_nothing_but_the_count(store, embedder, fake_llm, reply, reason):
+def test_a_summary_that_fails_validation_is_rejected_and_changes_nothing_but_the_count(
+    store, embedder, fake_llm, reply, reason
+):
     add_exchanges(store, 8)
     fake_llm.responder = lambda body: reply()
     before = snapshot(store)
@@ -278,13 +310,25 @@ def test_every_litellm_error_maps_to_summarization_error():
     import litellm
 
     request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
-    fill = {"message": "boom", "model": "m", "llm_provider": "openai", "request": request,
-            "response": httpx.Response(500, request=request), "status_code": 500}
+    fill = {
+        "message": "boom",
+        "model": "m",
+        "llm_provider": "openai",
+        "request": request,
+        "response": httpx.Response(500, request=request),
+        "status_code": 500,
+    }
     classes = list(dict.fromkeys(litellm.LITELLM_EXCEPTION_TYPES))
     assert len(classes) >= 15
     for cls in classes:
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
-        exc = cls(**{p.name: fill.get(p.name) for p in params if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD})
+        exc = cls(
+            **{
+                p.name: fill.get(p.name)
+                for p in params
+                if p.default is inspect.Parameter.empty and p.kind == p.POSITIONAL_OR_KEYWORD
+            }
+        )
         mapped = map_summarizer_error(exc, model="m", session_id="s1")
         assert isinstance(mapped, SummarizationError), cls
         assert mapped.session_id == "s1" and "'m'" in str(mapped)
@@ -297,7 +341,9 @@ def test_every_litellm_error_maps_to_summarization_error():
 def test_summary_over_its_cap_keeps_the_newest_quotes_and_drops_the_oldest_to_the_archive(store, embedder, fake_llm):
     add_exchanges(store, 10, words=30)
     rolled_users = [(t.seq, t.content) for t in store.turns("s1") if t.role == "user"][:7]
-    fake_llm.responder = lambda body: model_json(quotes=rolled_users, profile=["The user writes long numbered messages."])
+    fake_llm.responder = lambda body: model_json(
+        quotes=rolled_users, profile=["The user writes long numbered messages."]
+    )
     with capture_logs() as events:
         outcome = compact(compactor(store, embedder, model_summarizer(fake_llm)), recent_cap=500, summary_cap=300)
     assert outcome.ok and outcome.dropped_quotes >= 1
@@ -332,12 +378,16 @@ NAME_TURN = "Hi! My name is Ana Souza and I just moved to Lisbon for a job at th
 
 
 @pytest.mark.parametrize("kind", [pytest.param("extractive", id="extractive"), pytest.param("model", id="model")])
-def test_five_compactions_keep_the_summary_flat_within_its_cap_and_the_name_recoverable(make_engine_for, store, fake_llm, kind):
+def test_five_compactions_keep_the_summary_flat_within_its_cap_and_the_name_recoverable(
+    make_engine_for, store, fake_llm, kind
+):
     def merge(body):  # a fake model that merges like the template asks: carry over, add, quote exactly
         request = body["messages"][-1]["content"]
         previous = json.loads(request.split("CURRENT SUMMARY:\n", 1)[1].split("\n\nTURNS LEAVING", 1)[0])
         turns = re.findall(r"^\[seq (\d+), [\d-]+\] User: (.*)$", request, flags=re.M)
-        profile = previous["profile"] + (["The user is called Ana Souza."] if "Ana Souza" in request and not previous["profile"] else [])
+        profile = previous["profile"] + (
+            ["The user is called Ana Souza."] if "Ana Souza" in request and not previous["profile"] else []
+        )
         quotes = [(q["seq"], q["text"]) for q in previous["quotes"]] + [(int(s), t) for s, t in turns]
         return model_json(profile=profile, quotes=quotes)
 
@@ -346,7 +396,13 @@ def test_five_compactions_keep_the_summary_flat_within_its_cap_and_the_name_reco
     cap = engine.budgets.summary
     contents = []
     for i in range(24):
-        engine.turn(user_id="u1", session_id="s1", message=NAME_TURN if i == 0 else user_text(i, 40), reply=f"reply {i}", at=T0 + timedelta(minutes=i))
+        engine.turn(
+            user_id="u1",
+            session_id="s1",
+            message=NAME_TURN if i == 0 else user_text(i, 40),
+            reply=f"reply {i}",
+            at=T0 + timedelta(minutes=i),
+        )
         summary = store.summary("s1")
         if summary is not None and (not contents or contents[-1] != summary.content):
             contents.append(summary.content)
@@ -354,10 +410,14 @@ def test_five_compactions_keep_the_summary_flat_within_its_cap_and_the_name_reco
             assert summary.content.count("<summary") == 1 and summary.content.count("</summary>") == 1
     assert store.compaction_state("s1").compactions >= 5 and len(contents) >= 5
     if kind == "model":
-        assert all("<summary" not in r["messages"][-1]["content"] for r in summary_requests(fake_llm))  # merged from items
+        assert all(
+            "<summary" not in r["messages"][-1]["content"] for r in summary_requests(fake_llm)
+        )  # merged from items
         assert "Ana Souza" in store.summary("s1").content  # the profile fact was carried through every merge
     name_in_summary = "Ana Souza" in store.summary("s1").content
-    recalled = recall_segments(store.engine, user_id="u1", query_embedding=engine.embedder.embed(["What is my name?"])[0], limit=3)
+    recalled = recall_segments(
+        store.engine, user_id="u1", query_embedding=engine.embedder.embed(["What is my name?"])[0], limit=3
+    )
     assert name_in_summary or any(NAME_TURN in s.content for s in recalled)
     users, found = user_turn_coverage(engine, "s1")
     assert users == found == 24

@@ -47,7 +47,9 @@ def test_deleting_a_file_removes_every_reference_in_every_session(files_env, fak
     assert "Referenced files" in a_users[1] and kept in a_users[1]  # the other file keeps its block
     b_last = [m["content"] for m in engine.assemble(user_id="u1", session_id="B").messages if m["role"] == "user"][-1]
     assert b_last.startswith("again\n\nReferenced files") and pdf in b_last  # the PDF's reference stays
-    assistant = [m["content"] for m in engine.assemble(user_id="u1", session_id="A").messages if m["role"] == "assistant"]
+    assistant = [
+        m["content"] for m in engine.assemble(user_id="u1", session_id="A").messages if m["role"] == "assistant"
+    ]
     assert assistant[1] == "Noted."  # the echoed placeholder line (a genuine one, on its own line) is gone
     assert engine.delete_file(user_id="u1", file_id=gone) is False  # already gone
 
@@ -108,7 +110,11 @@ def test_edit_and_resend_keeps_earlier_files_and_cleans_replaced_ones_after_trun
         user_id="u1", session_id="S", seq=second.user_turn.seq, message="second, edited", attachments=[new]
     )
     turns = store.turns("S")
-    assert [(t.role, t.content) for t in turns][:3] == [("user", "first"), ("assistant", "got it"), ("user", "second, edited")]
+    assert [(t.role, t.content) for t in turns][:3] == [
+        ("user", "first"),
+        ("assistant", "got it"),
+        ("user", "second, edited"),
+    ]
     assert len(turns) == 4 and result.user_turn.seq == 3
     assert _exists(files_env, early)  # an earlier turn's file is kept
     assert not _exists(files_env, replaced)  # the replaced turn's file, referenced by nothing now
@@ -124,7 +130,9 @@ def test_resending_with_the_same_file_keeps_it(files_env, store):
     engine = files_env.build()
     doc = files_env.upload("u1", "doc.md", b"# doc\n")
     turn = engine.turn(user_id="u1", session_id="S", message="look", attachments=[doc], reply="ok")
-    engine.edit_turn(user_id="u1", session_id="S", seq=turn.user_turn.seq, message="look again", attachments=[doc], reply="ok")
+    engine.edit_turn(
+        user_id="u1", session_id="S", seq=turn.user_turn.seq, message="look again", attachments=[doc], reply="ok"
+    )
     assert _exists(files_env, doc)
     assert [t.content for t in store.turns("S")] == ["look again", "ok"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -15,7 +15,7 @@ from runtime.compaction import exchanges
 from runtime.service import load_conversations, replay_conversation, user_turn_coverage
 from tests.conftest import SAMPLE
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 def _turn_count(store) -> int:
@@ -31,8 +31,12 @@ def test_turns_are_stored_in_order_with_gap_free_seqs(make_engine_for, store, fa
     turns = store.turns("s1")
     assert [t.seq for t in turns] == [1, 2, 3, 4, 5, 6]
     assert [(t.role, t.content) for t in turns] == [
-        ("user", "first"), ("assistant", "one"), ("user", "second"),
-        ("assistant", "two"), ("user", "third"), ("assistant", "three"),
+        ("user", "first"),
+        ("assistant", "one"),
+        ("user", "second"),
+        ("assistant", "two"),
+        ("user", "third"),
+        ("assistant", "three"),
     ]
     # the model received the stored history in order, ending with the current message
     last_request = fake_llm.requests[-1]["messages"]
@@ -184,9 +188,24 @@ def test_recall_never_returns_another_users_segment_even_when_it_scores_higher(s
     texts = {"alice": "User: I planted tomatoes in the garden today", "bob": f"User: {query}"}
     for user, session in (("alice", "sa"), ("bob", "sb")):
         store.commit_compaction(
-            session_id=session, user_id=user, turn_ids=[],
-            segments=[NewSegment(first_seq=1, last_seq=2, content=texts[user], tokens=10, session_date=T0, embedding=embedder.embed([texts[user]])[0])],
-            summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=2, summary_tokens=1,
+            session_id=session,
+            user_id=user,
+            turn_ids=[],
+            segments=[
+                NewSegment(
+                    first_seq=1,
+                    last_seq=2,
+                    content=texts[user],
+                    tokens=10,
+                    session_date=T0,
+                    embedding=embedder.embed([texts[user]])[0],
+                )
+            ],
+            summary_content="s",
+            summary_items=[],
+            summary_first_seq=1,
+            summary_last_seq=2,
+            summary_tokens=1,
         )
     vector = embedder.embed([query])[0]
     bobs = recall_segments(store.engine, user_id="bob", query_embedding=vector, limit=5)

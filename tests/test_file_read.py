@@ -8,8 +8,7 @@ import pytest
 
 from errors import FileInputError, FileNotFound
 from memory.files import FileStore
-from runtime.files import FileReader, WindowLimits, read_window
-from runtime.files import ParseService
+from runtime.files import FileReader, ParseService, WindowLimits, read_window
 from runtime.parsing import serialize
 from tests import file_fixtures as F
 from tests.files_support import LONG, GatedParser, files, parser, parses  # noqa: F401  (fixtures)
@@ -46,7 +45,9 @@ def test_last_window_says_the_file_ends():
     "kwargs, limits, expected, note",
     [
         pytest.param({"max_pages": 3}, None, [1, 2, 3], None, id="fewer-pages"),
-        pytest.param({"max_pages": 50}, None, list(range(1, 9)), "max_pages 50 lowered to the limit of 8", id="clamped-pages"),
+        pytest.param(
+            {"max_pages": 50}, None, list(range(1, 9)), "max_pages 50 lowered to the limit of 8", id="clamped-pages"
+        ),
         pytest.param({}, WindowLimits(max_pages=8, max_chars=2500), [1, 2], None, id="char-limit"),
         pytest.param({"max_chars": 1100}, None, [1], None, id="asked-chars"),
         pytest.param({}, WindowLimits(max_pages=4, max_chars=28_000), [1, 2, 3, 4], None, id="configured-pages"),

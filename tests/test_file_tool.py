@@ -28,7 +28,10 @@ def test_structured_file_read_call_runs_and_its_result_is_not_stored(files_env, 
     fake_llm.script.extend([ToolCalls([("file_read", {"file_id": pdf, "max_pages": 2})]), _answer_from_tool])
     pieces: list[str] = []
     result = engine.turn(
-        user_id="u1", session_id="s1", message="What happens first?", attachments=[pdf],
+        user_id="u1",
+        session_id="s1",
+        message="What happens first?",
+        attachments=[pdf],
         on_delta=pieces.append if stream else None,
     )
     assert len(fake_llm.requests) == 2
@@ -60,10 +63,12 @@ def test_unknown_or_foreign_id_in_a_call_becomes_a_tool_result_and_the_reply_com
     engine = files_env.build()
     mine = files_env.upload("u1", "list.md", ff.markdown_bytes())
     theirs = files_env.upload("u2", "secret.md", b"# secret plans\n")
-    fake_llm.script.extend([
-        ToolCalls([("file_read", {"file_id": theirs}), ("file_read", {"file_id": "file_ffffffffffffffffffff"})]),
-        "Sorry, I could not open those.",
-    ])
+    fake_llm.script.extend(
+        [
+            ToolCalls([("file_read", {"file_id": theirs}), ("file_read", {"file_id": "file_ffffffffffffffffffff"})]),
+            "Sorry, I could not open those.",
+        ]
+    )
     result = engine.turn(user_id="u1", session_id="s1", message="read", attachments=[mine])
     results = [m["content"] for m in fake_llm.requests[1]["messages"] if m["role"] == "tool"]
     assert len(results) == 2
@@ -103,7 +108,7 @@ def test_pseudo_tool_call_text_in_a_reply_is_neither_executed_nor_cached(files_e
     fake = (
         f'[file_read(file_id="{pdf}", start_page=1)]\n'
         "Page 1: THE CAPTAIN WAS SECRETLY A CAT.\n"
-        f'[[file_read file_id={pdf} | page=1]]'
+        f"[[file_read file_id={pdf} | page=1]]"
     )
     fake_llm.script.extend([fake, "fine"])
     engine.turn(user_id="u1", session_id="s1", message="open it", attachments=[pdf])

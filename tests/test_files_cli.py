@@ -12,7 +12,9 @@ from tests.test_cli import _run
 def test_files_add_show_read_and_delete(db_url, tmp_path):
     env = {**os.environ, "DATABASE_URL": db_url, "COMPANION_FILES_DIR": str(tmp_path / "blobs")}
     paths = F.write_all(tmp_path / "in")
-    added = _run(["files", "add", "ana", str(paths["book.pdf"]), str(paths["bundle.zip"]), str(paths["scanned.pdf"])], env)
+    added = _run(
+        ["files", "add", "ana", str(paths["book.pdf"]), str(paths["bundle.zip"]), str(paths["scanned.pdf"])], env
+    )
     assert added.returncode == 0, added.stderr
     lines = added.stdout.strip().splitlines()
     assert len(lines) == 3

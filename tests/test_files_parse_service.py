@@ -12,6 +12,7 @@ from tests import file_fixtures as F
 from tests.files_support import LONG, files, parser  # noqa: F401  (fixtures)
 from tests.files_support import parses as service  # noqa: F401  (fixture)
 
+
 @pytest.mark.parametrize(
     "name, make, state, pages",
     [
@@ -148,8 +149,9 @@ def test_opening_a_runtime_parses_the_files_a_stopped_process_left_pending(files
     stored = files.add(user_id="u1", name="list.md", data=F.markdown_bytes())  # stored, never submitted
     assert files.get(stored.id, user_id="u1").parse_state == "pending"
     settings = Settings(database_url=db_url, files_dir=tmp_path / "files")
-    engine = open_engine(settings, with_model=False, embedder=embedder,
-                         database=Database(db_url, files.engine, embedded=False))
+    engine = open_engine(
+        settings, with_model=False, embedder=embedder, database=Database(db_url, files.engine, embedded=False)
+    )
     try:
         assert engine.file_services.parses.parses_started == 1  # started by opening, not by a wait
         assert engine.file_services.parses.wait(stored.id, LONG) == "ready"

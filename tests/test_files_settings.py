@@ -14,7 +14,12 @@ def test_file_settings_defaults_and_overrides(tmp_path):
     defaults = Settings.from_env({"COMPANION_DATA_DIR": str(tmp_path)})
     assert defaults.files_path == tmp_path / "files"
     assert (defaults.max_file_bytes, defaults.inline_file_chars) == (50 * 1024 * 1024, 20_000)
-    assert (defaults.file_read_pages, defaults.file_read_chars, defaults.file_read_wait, defaults.zip_depth) == (8, 28_000, 3.0, 2)
+    assert (defaults.file_read_pages, defaults.file_read_chars, defaults.file_read_wait, defaults.zip_depth) == (
+        8,
+        28_000,
+        3.0,
+        2,
+    )
     custom = Settings.from_env(
         {
             "COMPANION_FILES_DIR": str(tmp_path / "blobs"),

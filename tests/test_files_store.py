@@ -114,7 +114,10 @@ def test_delete_removes_turn_file_rows_and_the_unused_blob(files, store):
     shared = files.add(user_id="u2", name="b.txt", data=b"delete me")  # same blob, another user
     turn_id = _turn(store, "s1", "u1")
     with store.engine.begin() as conn:
-        conn.execute(text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, 0)"), {"t": turn_id, "f": stored.id})
+        conn.execute(
+            text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, 0)"),
+            {"t": turn_id, "f": stored.id},
+        )
     assert files.reference_count(stored.id) == 1
     assert files.delete(stored.id, user_id="u2") is False  # not u2's file
     assert files.delete(stored.id, user_id="u1") is True
@@ -172,7 +175,9 @@ def test_edit_replaces_the_bytes_of_a_durable_file_under_the_same_id(files):
     assert files.export(stored.id, user_id="u1")[1] == b"version two"
     assert len(blobs(files)) == 1  # the old blob went with its last row
     # a result computed from the old bytes is dropped
-    assert not files.set_parse_result(stored.id, state="ready", extract="--- page 1 ---\nversion one\n", sha256=stored.sha256)
+    assert not files.set_parse_result(
+        stored.id, state="ready", extract="--- page 1 ---\nversion one\n", sha256=stored.sha256
+    )
     assert files.state(stored.id) == "pending"
 
 

@@ -3,7 +3,7 @@ only summarizer failures, and the model summarizer makes exactly one request per
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import structlog
@@ -16,7 +16,7 @@ from runtime.compaction._summarizers import RolledTurn, validate_summary
 
 COUNTER = counter_for("gpt-4o-mini")
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
 @pytest.fixture(autouse=True)
@@ -55,8 +55,14 @@ def test_the_extractive_summary_is_valid_and_within_any_cap_of_a_window_from_256
     for i in range(12):
         turns.append(RolledTurn(seq=2 * i + 1, role="user", date="2026-03-01", text=sentence_message(i), chars=400))
         turns.append(RolledTurn(seq=2 * i + 2, role="assistant", date="2026-03-01", text="Sure. " * 60, chars=360))
-    previous = [{"role": "note", "section": "profile", "date": None, "text": "The user likes long messages " * 6}] if with_notes else []
-    draft = ExtractiveSummarizer().summarize(previous=previous, turns=turns, cap=cap, counter=COUNTER, omitted_before=1234)
+    previous = (
+        [{"role": "note", "section": "profile", "date": None, "text": "The user likes long messages " * 6}]
+        if with_notes
+        else []
+    )
+    draft = ExtractiveSummarizer().summarize(
+        previous=previous, turns=turns, cap=cap, counter=COUNTER, omitted_before=1234
+    )
     validate_summary(
         draft, cap=cap, counter=COUNTER, boundary_seq=24, user_turns={t.seq: t.text for t in turns if t.role == "user"}
     )
@@ -82,7 +88,9 @@ def test_the_model_summarizer_turns_off_every_hidden_retry_as_the_reply_path_doe
 
     monkeypatch.setattr(litellm, "completion", recording)
     fake_llm.script.extend([(500, "summary backend down"), "I hear you."])
-    summarizer = LiteLLMSummarizer(model="openai/fake-summary", api_base=fake_llm.api_base, api_key="sk-test", timeout=5)
+    summarizer = LiteLLMSummarizer(
+        model="openai/fake-summary", api_base=fake_llm.api_base, api_key="sk-test", timeout=5
+    )
     turn = RolledTurn(seq=1, role="user", date="2026-03-01", text="hello there", chars=11)
     with pytest.raises(SummarizationError):
         summarizer.summarize(previous=[], turns=[turn], cap=200, counter=COUNTER)
@@ -97,7 +105,10 @@ def _fill_session(store, n: int = 8):
     for i in range(n):
         for role, body in (("user", sentence_message(i, 200)), ("assistant", f"Reply {i}. " + "more words " * 20)):
             store.add_turn(
-                session_id="s1", role=role, content=body, tokens=COUNTER.count_message({"role": role, "content": body}),
+                session_id="s1",
+                role=role,
+                content=body,
+                tokens=COUNTER.count_message({"role": role, "content": body}),
                 created_at=T0 + timedelta(minutes=i),
             )
 
@@ -105,7 +116,15 @@ def _fill_session(store, n: int = 8):
 def _compactor(store, embedder, summarizer):
     from runtime.compaction import Compactor
 
-    return Compactor(store=store, embedder=embedder, summarizer=summarizer, counter=COUNTER, keep_exchanges=2, target=0.6, breaker_threshold=3)
+    return Compactor(
+        store=store,
+        embedder=embedder,
+        summarizer=summarizer,
+        counter=COUNTER,
+        keep_exchanges=2,
+        target=0.6,
+        breaker_threshold=3,
+    )
 
 
 def test_a_bug_in_the_summarizer_propagates_with_its_traceback_and_is_not_counted(store, embedder):
@@ -120,7 +139,9 @@ def test_a_bug_in_the_summarizer_propagates_with_its_traceback_and_is_not_counte
     compactor = _compactor(store, embedder, Buggy())
     for _ in range(3):
         with pytest.raises(KeyError):
-            compactor.maybe_compact(session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira")
+            compactor.maybe_compact(
+                session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira"
+            )
     state = store.compaction_state("s1")
     assert state.consecutive_failures == 0 and state.breaker_opened_at is None
 

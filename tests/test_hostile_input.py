@@ -37,12 +37,26 @@ BODY_CASES = [
     pytest.param("PUT", "/v1/users/ana/profile", '{"name": $V}', "name", id="profile-name"),
     pytest.param("PUT", "/v1/users/ana/profile", '{"pronouns": $V}', "pronouns", id="profile-pronouns"),
     pytest.param("PUT", "/v1/users/ana/profile", '{"facts": ["fine", $V]}', "facts", id="profile-fact"),
-    pytest.param("POST", "/v1/chat/completions", '{"user": $V, "messages": [{"role": "user", "content": "hi"}]}', "user", id="openai-user"),
-    pytest.param("POST", "/v1/chat/completions", '{"model": $V, "messages": [{"role": "user", "content": "hi"}]}', "model", id="openai-model"),
+    pytest.param(
+        "POST",
+        "/v1/chat/completions",
+        '{"user": $V, "messages": [{"role": "user", "content": "hi"}]}',
+        "user",
+        id="openai-user",
+    ),
+    pytest.param(
+        "POST",
+        "/v1/chat/completions",
+        '{"model": $V, "messages": [{"role": "user", "content": "hi"}]}',
+        "model",
+        id="openai-model",
+    ),
 ]
 
 
-@pytest.mark.parametrize("value", [pytest.param(json.dumps(NUL), id="nul"), pytest.param(SURROGATE_JSON, id="surrogate")])
+@pytest.mark.parametrize(
+    "value", [pytest.param(json.dumps(NUL), id="nul"), pytest.param(SURROGATE_JSON, id="surrogate")]
+)
 @pytest.mark.parametrize("method,path,template,field", BODY_CASES)
 def test_odd_bytes_in_a_body_field_answer_422_naming_it(api, method, path, template, field, value):
     r = api.request(method, path, content=raw_json(template, value), headers={"content-type": "application/json"})
@@ -84,7 +98,10 @@ def test_an_over_long_user_id_in_a_body_answers_422_not_a_storage_error(api):
     assert r.status_code == 422 and r.json()["error"]["param"] == "user"
 
 
-@pytest.mark.parametrize("bad", [pytest.param(NUL, id="nul"), pytest.param("a\ud800b", id="surrogate"), pytest.param("s" * 300, id="too-long")])
+@pytest.mark.parametrize(
+    "bad",
+    [pytest.param(NUL, id="nul"), pytest.param("a\ud800b", id="surrogate"), pytest.param("s" * 300, id="too-long")],
+)
 def test_the_python_api_refuses_odd_ids_and_profile_fields_naming_the_field(make_engine_for, store, bad):
     from memory.profiles import Profiles
 
@@ -124,7 +141,9 @@ def test_a_storage_error_answers_503_without_driver_text_or_socket_paths(embedde
     url = f"postgresql+psycopg://nobody@/nowhere?host={socket_dir}"
     settings = Settings(context_window=4096, database_url=url)
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
-    engine = Engine(settings=settings, store=Store(make_engine(url)), embedder=embedder, persona=PERSONA, replier=replier)
+    engine = Engine(
+        settings=settings, store=Store(make_engine(url)), embedder=embedder, persona=PERSONA, replier=replier
+    )
     with serve(engine) as base, client(base, "ck_whatever") as c:
         r = c.get("/v1/users")
     assert r.status_code == 503

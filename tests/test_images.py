@@ -9,20 +9,33 @@ from __future__ import annotations
 
 import socket
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from runtime.config import Settings
-from runtime.turn import Engine
-from runtime.files import open_file_services
-from runtime.llm import EDGES, QUALITIES, fit_image
-from runtime.context import TRANSCRIPT_MARKERS, marker, split_transcripts
-from runtime.llm import LiteLLMReplier
 from runtime.accounting import anthropic_image_tokens, openai_image_tokens
-from runtime.llm import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
-from runtime.llm import catalog_says, family, heuristic_says, image_tokens, sees_images
+from runtime.config import Settings
+from runtime.context import TRANSCRIPT_MARKERS, marker, split_transcripts
+from runtime.files import open_file_services
+from runtime.llm import (
+    EDGES,
+    QUALITIES,
+    ImageInput,
+    LiteLLMReplier,
+    Transcriber,
+    batch_timeout,
+    catalog_says,
+    family,
+    fit_image,
+    heuristic_says,
+    image_tokens,
+    sees_images,
+    split_reply,
+    tesseract_text,
+)
+from runtime.turn import Engine
 from tests import image_fixtures as img
 from tests.conftest import PERSONA
 from tests.fake_llm import Hang, HTTPError, ToolCalls
@@ -73,8 +86,13 @@ class ImagesEnv:
 @pytest.fixture
 def images_env(store, embedder, fake_llm, tmp_path):
     fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
-    base = Settings(database_url="unused", files_dir=tmp_path / "files", vision_model=f"openai/{VISION}",
-                    vision_api_base=fake_llm.api_base, ocr_languages="")
+    base = Settings(
+        database_url="unused",
+        files_dir=tmp_path / "files",
+        vision_model=f"openai/{VISION}",
+        vision_api_base=fake_llm.api_base,
+        ocr_languages="",
+    )
     services = open_file_services(base, store.engine)
     env = ImagesEnv(fake=fake_llm, build=lambda **kw: None, upload=lambda *a, **k: "")
 
@@ -89,8 +107,15 @@ def images_env(store, embedder, fake_llm, tmp_path):
     def build(*, model: str = "openai/fake-model", ocr=None, **overrides: Any) -> Engine:
         settings = base.model_copy(update={"model": model, **overrides})
         replier = LiteLLMReplier(model=model, api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
-        return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier,
-                      file_services=services, transcriber=Transcriber(settings, ocr=ocr, api_key="sk-test"))
+        return Engine(
+            settings=settings,
+            store=store,
+            embedder=embedder,
+            persona=PERSONA,
+            replier=replier,
+            file_services=services,
+            transcriber=Transcriber(settings, ocr=ocr, api_key="sk-test"),
+        )
 
     def upload(user_id: str, name: str, data: bytes) -> str:
         return services.files.add(user_id=user_id, name=name, data=data).id
@@ -119,26 +144,65 @@ def test_vision_capability_catalog_then_heuristics(model, sees):
 
 
 VISION_MODELS = [
-    "gpt-4o", "gpt-4o-mini", "gpt-4.1-nano", "gpt-5", "o1", "o3", "o4-mini",
-    "anthropic/claude-3-haiku-20240307", "claude-sonnet-4-20250514",
-    "gemini/gemini-2.0-flash", "gemini/gemini-1.5-pro", "gemini/gemma-3-27b-it",
-    "ollama/gemma3:4b", "ollama/gemma3", "gemma-3-12b-it", "ollama/gemma3n:e4b",
-    "ollama/llava", "ollama/llama3.2-vision", "groq/llama-3.2-11b-vision-preview",
-    "meta-llama/llama-4-scout-17b-16e-instruct", "mistral/pixtral-12b-2409",
-    "openrouter/qwen/qwen-2.5-vl-72b-instruct", "ollama/qwen2.5vl:7b", "qwen/qwen2.5-omni-7b",
-    "ollama/minicpm-v", "ollama/moondream", "xai/grok-2-vision-1212",
+    "gpt-4o",
+    "gpt-4o-mini",
+    "gpt-4.1-nano",
+    "gpt-5",
+    "o1",
+    "o3",
+    "o4-mini",
+    "anthropic/claude-3-haiku-20240307",
+    "claude-sonnet-4-20250514",
+    "gemini/gemini-2.0-flash",
+    "gemini/gemini-1.5-pro",
+    "gemini/gemma-3-27b-it",
+    "ollama/gemma3:4b",
+    "ollama/gemma3",
+    "gemma-3-12b-it",
+    "ollama/gemma3n:e4b",
+    "ollama/llava",
+    "ollama/llama3.2-vision",
+    "groq/llama-3.2-11b-vision-preview",
+    "meta-llama/llama-4-scout-17b-16e-instruct",
+    "mistral/pixtral-12b-2409",
+    "openrouter/qwen/qwen-2.5-vl-72b-instruct",
+    "ollama/qwen2.5vl:7b",
+    "qwen/qwen2.5-omni-7b",
+    "ollama/minicpm-v",
+    "ollama/moondream",
+    "xai/grok-2-vision-1212",
 ]
 TEXT_ONLY_MODELS = [
     # text-only members of vision families
-    "ollama/gemma3:1b", "gemma-3-1b-it", "openrouter/google/gemma-3-1b-it", "ollama/gemma3:270m",
-    "o1-preview", "o1-preview-2024-09-12", "o1-mini", "o3-mini",
-    "gpt-4o-realtime-preview", "gpt-4o-mini-tts", "gpt-4o-transcribe",
-    "gemini-pro", "vertex_ai/gemini-1.0-pro-002", "mistral/mistral-small-2501",
+    "ollama/gemma3:1b",
+    "gemma-3-1b-it",
+    "openrouter/google/gemma-3-1b-it",
+    "ollama/gemma3:270m",
+    "o1-preview",
+    "o1-preview-2024-09-12",
+    "o1-mini",
+    "o3-mini",
+    "gpt-4o-realtime-preview",
+    "gpt-4o-mini-tts",
+    "gpt-4o-transcribe",
+    "gemini-pro",
+    "vertex_ai/gemini-1.0-pro-002",
+    "mistral/mistral-small-2501",
     # the catalog's explicit supports_vision: false, for names the heuristics would call vision
-    "azure/gpt-4o-audio-preview-2024-12-17", "watsonx/meta-llama/llama-4-maverick-17b", "gemini/lyria-3-pro-preview",
+    "azure/gpt-4o-audio-preview-2024-12-17",
+    "watsonx/meta-llama/llama-4-maverick-17b",
+    "gemini/lyria-3-pro-preview",
     # plainly text-only
-    "gpt-3.5-turbo", "gpt-4", "deepseek/deepseek-chat", "deepseek/deepseek-reasoner", "text-embedding-3-small",
-    "ollama/llama3", "groq/llama-3.3-70b-versatile", "claude-2.1", "ollama/phi3", "mistral/codestral-latest",
+    "gpt-3.5-turbo",
+    "gpt-4",
+    "deepseek/deepseek-chat",
+    "deepseek/deepseek-reasoner",
+    "text-embedding-3-small",
+    "ollama/llama3",
+    "groq/llama-3.3-70b-versatile",
+    "claude-2.1",
+    "ollama/phi3",
+    "mistral/codestral-latest",
 ]
 
 
@@ -216,8 +280,9 @@ def test_an_old_wording_marker_is_recognised(images_env):
     photo = images_env.upload("u1", "old.png", img.small_png((9, 9, 9)))
     old = TRANSCRIPT_MARKERS[1].format(file_id=photo)
     assert old != TRANSCRIPT_MARKERS[0].format(file_id=photo)
-    images_env.build().turn(user_id="u1", session_id="so", message=f"from last year\n{old} A grey square.",
-                            attachments=[photo])
+    images_env.build().turn(
+        user_id="u1", session_id="so", message=f"from last year\n{old} A grey square.", attachments=[photo]
+    )
     assert images_env.calls() == []
     assert "A grey square." in "\n".join(text_of(m) for m in images_env.replies()[-1]["messages"])
 
@@ -244,8 +309,9 @@ def test_switch_text_to_vision_and_back(images_env):
 
 def test_old_untranscribed_image_is_a_reference_image_read_can_resolve(images_env):
     photo = images_env.upload("u1", "v.png", img.small_png((120, 0, 120)))
-    images_env.build(model="openai/acme-vl-13b").turn(user_id="u1", session_id="sr", message="look",
-                                                      attachments=[photo])
+    images_env.build(model="openai/acme-vl-13b").turn(
+        user_id="u1", session_id="sr", message="look", attachments=[photo]
+    )
     assert images_env.calls() == []  # seen as pixels, never transcribed
     images_env.script("fake-model", ToolCalls([("image_read", {"file_id": photo})]), "It was purple.")
     images_env.script(VISION, "A purple square.")
@@ -284,7 +350,7 @@ def test_several_new_images_go_in_one_call_split_by_markers(images_env):
     calls = images_env.calls()
     assert len(calls) == 1 and len(image_parts(calls[0]["messages"][0])) == 3
     sent = text_of([m for m in images_env.replies()[-1]["messages"] if m["role"] == "user"][-1])
-    for fid, word in zip(ids, ["First.", "Second.", "Third."]):
+    for fid, word in zip(ids, ["First.", "Second.", "Third."], strict=False):
         assert f"{marker(fid)}\n{word}" in sent
 
 
@@ -294,8 +360,13 @@ def _inputs(*datas: bytes) -> list[ImageInput]:
 
 
 def _settings(images_env, **kw: Any) -> Settings:
-    return Settings(database_url="unused", vision_model=f"openai/{VISION}", vision_api_base=images_env.fake.api_base,
-                    ocr_languages="", **kw)
+    return Settings(
+        database_url="unused",
+        vision_model=f"openai/{VISION}",
+        vision_api_base=images_env.fake.api_base,
+        ocr_languages="",
+        **kw,
+    )
 
 
 def test_chain_primary(images_env):
@@ -316,7 +387,8 @@ def test_chain_backup_after_a_failure_and_after_a_timeout(images_env):
 
 def test_chain_direct_bypasses_a_dead_gateway(images_env):
     settings = _settings(images_env, vision_backup_model=f"openai/{BACKUP}").model_copy(
-        update={"vision_api_base": _dead_base(), "vision_direct_api_base": images_env.fake.api_base})
+        update={"vision_api_base": _dead_base(), "vision_direct_api_base": images_env.fake.api_base}
+    )
     images_env.script(VISION, "Direct route.")
     [t] = Transcriber(settings, api_key="sk").transcribe(_inputs(img.small_png()))
     assert (t.method, t.text) == ("direct", "Direct route.")
@@ -338,7 +410,8 @@ def test_chain_local_ocr_then_ocr_only_prompt(images_env):
 def test_chain_failed_batch_retries_each_image_alone(images_env):
     images_env.script(VISION, DOWN, "Alone one.", "Alone two.")
     out = Transcriber(_settings(images_env), api_key="sk").transcribe(
-        _inputs(img.small_png((1, 1, 1)), img.small_png((2, 2, 2))))
+        _inputs(img.small_png((1, 1, 1)), img.small_png((2, 2, 2)))
+    )
     assert [(t.method, t.text) for t in out] == [("primary", "Alone one."), ("primary", "Alone two.")]
     assert [len(image_parts(c["messages"][0])) for c in images_env.calls()] == [2, 1, 1]
 
@@ -383,7 +456,9 @@ def test_image_tokens_follow_the_provider_family():
     assert family("gpt-4o") == "openai" and family("claude-3-5-sonnet") == "anthropic" and family("llava") == "other"
     assert image_tokens("gpt-4o", 1568, 882) == openai_image_tokens(1568, 882) == 85 + 170 * 6
     assert image_tokens("claude-3-5-sonnet", 1568, 882) == anthropic_image_tokens(1568, 882) > 1500
-    assert image_tokens("ollama/llava", 1568, 882) == max(openai_image_tokens(1568, 882), anthropic_image_tokens(1568, 882))
+    assert image_tokens("ollama/llava", 1568, 882) == max(
+        openai_image_tokens(1568, 882), anthropic_image_tokens(1568, 882)
+    )
 
 
 def test_pixels_count_against_the_budgets(images_env):

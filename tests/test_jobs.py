@@ -15,15 +15,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from errors import ConfigurationError, SessionClosedError
 from memory.apps import Directory
 from memory.database import make_engine
-from errors import ConfigurationError, SessionClosedError
 from memory.store import Store
 from memory.tables import TurnState, utcnow
 from runtime.accounting import Budgets
 from runtime.config import Settings
-from runtime.turn import Engine
 from runtime.service import close_idle_sessions
+from runtime.turn import Engine
 from tests.conftest import PERSONA
 
 HOUR = 3600.0
@@ -38,7 +38,9 @@ def seed_idle_sessions(engine, n: int, *, idle_hours: float = 7.0, turns_each: i
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO users (id) VALUES (:u)"), [{"u": f"u-{s}"} for s in ids])
         conn.execute(
-            text("INSERT INTO sessions (id, user_id, persona, created_at, last_activity_at) VALUES (:s, :u, :p, :at, :at)"),
+            text(
+                "INSERT INTO sessions (id, user_id, persona, created_at, last_activity_at) VALUES (:s, :u, :p, :at, :at)"
+            ),
             [{"s": s, "u": f"u-{s}", "p": PERSONA.name, "at": at} for s in ids],
         )
         conn.execute(text("INSERT INTO compaction_state (session_id) VALUES (:s)"), [{"s": s} for s in ids])
@@ -48,7 +50,13 @@ def seed_idle_sessions(engine, n: int, *, idle_hours: float = 7.0, turns_each: i
                 "VALUES (:s, :q, :r, :c, 12, 'context', :at, false)"
             ),
             [
-                {"s": s, "q": q, "r": "user" if q % 2 else "assistant", "c": f"Line {q} of {s}: I like green tea.", "at": at}
+                {
+                    "s": s,
+                    "q": q,
+                    "r": "user" if q % 2 else "assistant",
+                    "c": f"Line {q} of {s}: I like green tea.",
+                    "at": at,
+                }
                 for s in ids
                 for q in range(1, turns_each + 1)
             ],
@@ -59,7 +67,10 @@ def seed_idle_sessions(engine, n: int, *, idle_hours: float = 7.0, turns_each: i
 def worker_engine(db_url: str, embedder, **settings) -> Engine:
     """An engine with its own connection pool, as a separate worker process would have."""
     return Engine(
-        settings=Settings(database_url=db_url, **settings), store=Store(make_engine(db_url)), embedder=embedder, persona=PERSONA
+        settings=Settings(database_url=db_url, **settings),
+        store=Store(make_engine(db_url)),
+        embedder=embedder,
+        persona=PERSONA,
     )
 
 
@@ -86,7 +97,9 @@ def test_two_workers_close_200_idle_sessions_exactly_once(db_url, embedder):
     assert a and b, "both workers took part"
     with workers[0].store.engine.connect() as conn:
         closed_by = dict(conn.execute(text("SELECT id, closed_by FROM sessions WHERE closed_at IS NOT NULL")).all())
-        per_session = dict(conn.execute(text("SELECT session_id, count(*) FROM archived_segments GROUP BY session_id")).all())
+        per_session = dict(
+            conn.execute(text("SELECT session_id, count(*) FROM archived_segments GROUP BY session_id")).all()
+        )
         left = conn.execute(text("SELECT count(*) FROM turns WHERE state = 'context'")).scalar()
     assert closed_by == {**{s: "w0" for s in a}, **{s: "w1" for s in b}}
     assert per_session == {s: 2 for s in ids}  # each session's two turns archived once, never twice
@@ -103,7 +116,9 @@ def test_sessions_active_within_the_threshold_stay_open(db_url, embedder):
     store = Store(engine)
     assert all(store.get_session(s).closed_at is None for s in fresh)
     # measured from a later "now", the fresh ones are idle too
-    later = close_idle_sessions(worker_engine(db_url, embedder), idle_seconds=6 * HOUR, now=utcnow() + timedelta(hours=6))
+    later = close_idle_sessions(
+        worker_engine(db_url, embedder), idle_seconds=6 * HOUR, now=utcnow() + timedelta(hours=6)
+    )
     assert sorted(later.closed) == sorted(fresh)
 
 
@@ -145,7 +160,10 @@ def test_a_returning_user_starts_from_the_previous_summary_and_it_stays_valid(ma
     second = directory.start_session(user_id=user.id, persona=PERSONA.name)
     assert second.carried_from == first.id
     carried = engine.store.summary(second.id)
-    assert [i["text"] for i in carried.items if i["role"] == "user"] == ["My dog is called Pixel.", "I work as a nurse in Braga."]
+    assert [i["text"] for i in carried.items if i["role"] == "user"] == [
+        "My dog is called Pixel.",
+        "I work as a nurse in Braga.",
+    ]
     assert all(i["seq"] <= 0 and i["carried_from"] == first.id for i in carried.items)
     engine.turn(user_id=user.id, session_id=second.id, message="Guess what happened today?", reply="Tell me!")
     context = engine.assemble(user_id=user.id, session_id=second.id)
@@ -154,7 +172,9 @@ def test_a_returning_user_starts_from_the_previous_summary_and_it_stays_valid(ma
 
     # the new session compacts: the carried quotes pass validation and stay, flat
     for i in range(8):
-        engine.turn(user_id=user.id, session_id=second.id, message=f"Today's story part {i}: " + "la " * 20, reply="Mm.")
+        engine.turn(
+            user_id=user.id, session_id=second.id, message=f"Today's story part {i}: " + "la " * 20, reply="Mm."
+        )
     summary = engine.store.summary(second.id)
     state = engine.store.compaction_state(second.id)
     assert (state.compactions >= 1, state.consecutive_failures) == (True, 0)
@@ -184,7 +204,10 @@ def test_close_idle_once_from_the_command_line(db_url, fake_llm):
     }
     done = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "jobs", "close-idle", "--once", "--worker", "cron-1"],
-        env=env, capture_output=True, text=True, timeout=240,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert done.returncode == 0, done.stderr
     assert "claimed 3, closed 3, failed 0" in done.stdout
@@ -205,7 +228,11 @@ def test_jobs_run_starts_the_scheduler_and_ctrl_c_exits_cleanly(db_url, fake_llm
         "COMPANION_LOG_FORMAT": "json",
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runtime.cli", "jobs", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "runtime.cli", "jobs", "run"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         events = []

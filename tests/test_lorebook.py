@@ -10,10 +10,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from errors import PersonaError
-from persona import LoreEntry, Lorebook, load_persona
-from runtime.context import key_matches, match_entries, scan_text
-from runtime.context import RetrievalItem, fit_retrieval, retrieval_items
+from persona import Lorebook, LoreEntry, load_persona
 from runtime.accounting import counter_for
+from runtime.context import RetrievalItem, fit_retrieval, key_matches, match_entries, retrieval_items, scan_text
 from tests.cards import v2_card, v3_card
 
 COUNTER = counter_for("gpt-4o-mini")
@@ -75,7 +74,9 @@ def test_chinese_and_english_keys_fire_within_the_scan_depth():
     ],
 )
 def test_secondary_keys_follow_the_selective_logic(logic, text, fires):
-    book = Lorebook(entries=(entry(["dragon"], secondary_keys=("cave", "gold"), selective=True, selective_logic=logic),))
+    book = Lorebook(
+        entries=(entry(["dragon"], secondary_keys=("cave", "gold"), selective=True, selective_logic=logic),)
+    )
     assert bool(match_entries(book, text)) is fires
 
 
@@ -163,7 +164,12 @@ def _fires(book: Lorebook, text: str) -> bool:
         pytest.param(_raw(["/cat/"], use_regex=False), "a cat", False, id="use-regex-false-keeps-it-literal"),
         pytest.param(_raw(["/cat/"], use_regex=False), "see /cat/ here", True, id="use-regex-false-literal-hit"),
         pytest.param(_raw(["cat"], use_regex=True), "concatenate", False, id="st-export-bare-key-stays-a-word"),
-        pytest.param(_raw(["dragon"], secondary_keys=["/ca(ve|stle)/i"], selective=True), "dragon CASTLE", True, id="regex-secondary-key"),
+        pytest.param(
+            _raw(["dragon"], secondary_keys=["/ca(ve|stle)/i"], selective=True),
+            "dragon CASTLE",
+            True,
+            id="regex-secondary-key",
+        ),
     ],
 )
 def test_regex_keys_fire_with_their_flags(tmp_path, entry, text, fires):
@@ -173,7 +179,9 @@ def test_regex_keys_fire_with_their_flags(tmp_path, entry, text, fires):
 @pytest.mark.parametrize(
     "entry, field",
     [
-        pytest.param(_raw(["ok", "/(unclosed/"], name="Broken"), "data.character_book.entries[0].keys[1]", id="unbalanced"),
+        pytest.param(
+            _raw(["ok", "/(unclosed/"], name="Broken"), "data.character_book.entries[0].keys[1]", id="unbalanced"
+        ),
         pytest.param(_raw(["/x/q"], name="Broken"), "data.character_book.entries[0].keys[0]", id="unknown-flag"),
         pytest.param(
             _raw(["ok"], name="Broken", secondary_keys=["/[z-a]/"], selective=True),
@@ -204,12 +212,18 @@ def test_a_catastrophic_regex_is_time_limited_and_counts_as_no_match(tmp_path):
     "entry, text, fires",
     [
         pytest.param(_raw(["Hogwart"]), "off to Hogwarts", False, id="whole-words-by-default"),
-        pytest.param(_raw(["Hogwart"], extensions={"match_whole_words": False}), "off to Hogwarts", True, id="st-extension-off"),
+        pytest.param(
+            _raw(["Hogwart"], extensions={"match_whole_words": False}), "off to Hogwarts", True, id="st-extension-off"
+        ),
         pytest.param(_raw(["Hogwart"], match_whole_words=False), "off to Hogwarts", True, id="field-off"),
-        pytest.param(_raw(["Hogwart"], extensions={"match_whole_words": None}), "off to Hogwarts", False, id="st-null-is-default"),
+        pytest.param(
+            _raw(["Hogwart"], extensions={"match_whole_words": None}), "off to Hogwarts", False, id="st-null-is-default"
+        ),
         pytest.param(_raw(["Mira"]), "ask mira", True, id="case-insensitive-by-default"),
         pytest.param(_raw(["Mira"], case_sensitive=True), "ask mira", False, id="case-sensitive-field"),
-        pytest.param(_raw(["Mira"], extensions={"case_sensitive": True}), "ask mira", False, id="case-sensitive-extension"),
+        pytest.param(
+            _raw(["Mira"], extensions={"case_sensitive": True}), "ask mira", False, id="case-sensitive-extension"
+        ),
         pytest.param(_raw(["Mira"], extensions={"case_sensitive": True}), "ask Mira", True, id="case-sensitive-hit"),
     ],
 )
@@ -281,7 +295,12 @@ def test_decorators_are_parsed_and_never_reach_the_prompt(tmp_path):
 
 def test_each_ignored_decorator_is_logged_once_per_load(tmp_path):
     with capture_logs() as logs:
-        _book(tmp_path, _raw(["a"], "@@frobnicate\nA"), _raw(["b"], "@@frobnicate 2\nB"), _raw(["c"], "@@is_user_icon x\nC"))
+        _book(
+            tmp_path,
+            _raw(["a"], "@@frobnicate\nA"),
+            _raw(["b"], "@@frobnicate 2\nB"),
+            _raw(["c"], "@@is_user_icon x\nC"),
+        )
     events = sorted((e["decorator"], e["entries"]) for e in logs if e["event"] == "lorebook.decorator_ignored")
     assert events == [("frobnicate", 2), ("is_user_icon", 1)]
 
@@ -318,20 +337,38 @@ def test_an_entrys_own_scan_depth_wins(tmp_path):
 def _turns(*pairs):
     from memory.tables import Turn
 
-    return [Turn(session_id="s", seq=i + 1, role=role, content=text, tokens=COUNTER.count_message({"role": role, "content": text}))
-            for i, (role, text) in enumerate(pairs)]
+    return [
+        Turn(
+            session_id="s",
+            seq=i + 1,
+            role=role,
+            content=text,
+            tokens=COUNTER.count_message({"role": role, "content": text}),
+        )
+        for i, (role, text) in enumerate(pairs)
+    ]
 
 
 def _assemble(persona, turns, budgets=None):
     from runtime.accounting import Budgets
     from runtime.context import assemble_context
 
-    budgets = budgets or Budgets.create(persona=1000, memory=200, retrieval=400, summary=200, recent=2000, reply_reserve=200)
+    budgets = budgets or Budgets.create(
+        persona=1000, memory=200, retrieval=400, summary=200, recent=2000, reply_reserve=200
+    )
     fired = match_entries(persona.character_book, scan_text(turns[-1].content, [t.content for t in turns[:-1]], 2))
     items = retrieval_items(fired, [], char=persona.char_name, user="U")
     return assemble_context(
-        session_id="s", persona=persona, summary=None, candidates=[], turns=turns, pending=None, budgets=budgets,
-        window=budgets.total, counter=COUNTER, retrieval=items,
+        session_id="s",
+        persona=persona,
+        summary=None,
+        candidates=[],
+        turns=turns,
+        pending=None,
+        budgets=budgets,
+        window=budgets.total,
+        counter=COUNTER,
+        retrieval=items,
     )
 
 
@@ -340,7 +377,12 @@ def _assemble(persona, turns, budgets=None):
     [
         pytest.param(_raw(["lamp"], "@@depth 1\n@@role user\nDEPTH-LORE"), -2, "user", id="v3-depth-1"),
         pytest.param(_raw(["lamp"], "@@depth 0\nDEPTH-LORE"), -1, "system", id="v3-depth-0-after-newest"),
-        pytest.param(_raw(["lamp"], "DEPTH-LORE", extensions={"position": 4, "depth": 2, "role": 2}), -3, "assistant", id="st-at-depth"),
+        pytest.param(
+            _raw(["lamp"], "DEPTH-LORE", extensions={"position": 4, "depth": 2, "role": 2}),
+            -3,
+            "assistant",
+            id="st-at-depth",
+        ),
         pytest.param(_raw(["lamp"], "@@depth 50\nDEPTH-LORE"), 1, "system", id="deeper-than-the-chat-goes-first"),
     ],
 )
@@ -348,7 +390,10 @@ def test_entries_at_a_depth_go_among_the_recent_turns_and_count_to_retrieval(tmp
     from persona import load_persona as load
 
     path = tmp_path / "c.json"
-    path.write_text(json.dumps(v3_card(character_book={"extensions": {}, "entries": [entry]}, post_history_instructions="")), encoding="utf-8")
+    path.write_text(
+        json.dumps(v3_card(character_book={"extensions": {}, "entries": [entry]}, post_history_instructions="")),
+        encoding="utf-8",
+    )
     persona = load(path)
     turns = _turns(("user", "hello"), ("assistant", "hi"), ("user", "the lamp?"))
     context = _assemble(persona, turns)
@@ -406,6 +451,9 @@ def test_an_entry_at_a_depth_reaches_the_model_among_the_recent_turns(tmp_path, 
     engine.turn(user_id="u1", session_id="s1", message="hello")
     result = engine.turn(user_id="u1", session_id="s1", message="a storm is coming")
     sent = fake_llm.requests[-1]["messages"]
-    assert sent[-2:] == [{"role": "system", "content": "[Aria fears storms.]"}, {"role": "user", "content": "a storm is coming"}]
+    assert sent[-2:] == [
+        {"role": "system", "content": "[Aria fears storms.]"},
+        {"role": "user", "content": "a storm is coming"},
+    ]
     assert "@@" not in json.dumps(fake_llm.requests, ensure_ascii=False)
     assert result.context.sources["retrieval"].tokens >= engine.counter.count_message(sent[-2])

@@ -10,7 +10,6 @@ import litellm
 import litellm.exceptions
 import pytest
 
-from memory.database import make_engine
 from errors import (
     ContextOverflowError,
     ModelAuthError,
@@ -19,11 +18,12 @@ from errors import (
     ModelUnavailableError,
     UnknownModelError,
 )
+from memory.database import make_engine
 from memory.tables import TurnState
-from runtime.service import Database, open_engine, settings_for_model
 from runtime.config import Settings
-from runtime.turn import Engine
 from runtime.llm import LiteLLMReplier, RetryPolicy, error_class_for, map_model_error, retry_after
+from runtime.service import Database, open_engine, settings_for_model
+from runtime.turn import Engine
 from tests.conftest import PERSONA
 from tests.fake_llm import OVERFLOW, OVERFLOW_LIMIT, Cut, Hang, HTTPError, rate_limited
 
@@ -32,7 +32,9 @@ from tests.fake_llm import OVERFLOW, OVERFLOW_LIMIT, Cut, Hang, HTTPError, rate_
 def engine_with(store, embedder, fake_llm):
     """An engine whose replier talks to the loopback server with the given retry policy."""
 
-    def build(*, window: int | None = None, retries: int = 0, total_seconds: float = 30.0, timeout: float = 10.0) -> Engine:
+    def build(
+        *, window: int | None = None, retries: int = 0, total_seconds: float = 30.0, timeout: float = 10.0
+    ) -> Engine:
         replier = LiteLLMReplier(
             model="openai/fake-model",
             api_base=fake_llm.api_base,
@@ -70,8 +72,15 @@ def _bare(cls: type[BaseException], message: str = "something failed", status: i
     """An instance of ``cls`` without running its (provider-specific) constructor."""
     exc = cls.__new__(cls)
     exc.args = (message,)
-    for name, value in (("message", message), ("status_code", status), ("num_retries", None), ("max_retries", None),
-                        ("body", None), ("response", None), ("litellm_response_headers", None)):
+    for name, value in (
+        ("message", message),
+        ("status_code", status),
+        ("num_retries", None),
+        ("max_retries", None),
+        ("body", None),
+        ("response", None),
+        ("litellm_response_headers", None),
+    ):
         try:
             setattr(exc, name, value)
         except AttributeError:  # a read-only property on some classes
@@ -93,11 +102,33 @@ def test_every_litellm_exception_class_maps_to_a_specific_error_of_ours():
 @pytest.mark.parametrize(
     "cls, status, message, expected",
     [
-        pytest.param(litellm.ContextWindowExceededError, 400, "too long", ContextOverflowError, id="context-window-exceeded"),
-        pytest.param(litellm.BadRequestError, 400, OVERFLOW["vllm-prompt"].message, ContextOverflowError, id="vllm-wording-in-plain-400"),
-        pytest.param(litellm.BadRequestError, 400, OVERFLOW["llama.cpp"].message, ContextOverflowError, id="llama-cpp-wording-in-plain-400"),
-        pytest.param(litellm.APIError, 400, OVERFLOW["openai"].message, ContextOverflowError, id="openai-wording-in-generic-error"),
-        pytest.param(litellm.BadRequestError, 400, "messages[0].role is invalid", ModelRequestError, id="plain-bad-request"),
+        pytest.param(
+            litellm.ContextWindowExceededError, 400, "too long", ContextOverflowError, id="context-window-exceeded"
+        ),
+        pytest.param(
+            litellm.BadRequestError,
+            400,
+            OVERFLOW["vllm-prompt"].message,
+            ContextOverflowError,
+            id="vllm-wording-in-plain-400",
+        ),
+        pytest.param(
+            litellm.BadRequestError,
+            400,
+            OVERFLOW["llama.cpp"].message,
+            ContextOverflowError,
+            id="llama-cpp-wording-in-plain-400",
+        ),
+        pytest.param(
+            litellm.APIError,
+            400,
+            OVERFLOW["openai"].message,
+            ContextOverflowError,
+            id="openai-wording-in-generic-error",
+        ),
+        pytest.param(
+            litellm.BadRequestError, 400, "messages[0].role is invalid", ModelRequestError, id="plain-bad-request"
+        ),
         pytest.param(litellm.ContentPolicyViolationError, 400, "flagged", ModelRequestError, id="content-policy"),
         pytest.param(litellm.NotFoundError, 404, "no such model", ModelRequestError, id="not-found"),
         pytest.param(litellm.AuthenticationError, 401, "bad key", ModelAuthError, id="auth"),
@@ -105,9 +136,11 @@ def test_every_litellm_exception_class_maps_to_a_specific_error_of_ours():
         pytest.param(litellm.RateLimitError, 429, "slow down", ModelUnavailableError, id="rate-limit"),
         pytest.param(litellm.InternalServerError, 500, "boom", ModelUnavailableError, id="internal"),
         pytest.param(
-            litellm.InternalServerError, 500,
+            litellm.InternalServerError,
+            500,
             "OpenAIException - Missing credentials. Please pass an `api_key`, or set the `OPENAI_API_KEY` environment variable.",
-            ModelAuthError, id="no-api-key-reported-as-500",
+            ModelAuthError,
+            id="no-api-key-reported-as-500",
         ),
         pytest.param(litellm.ServiceUnavailableError, 503, "overloaded", ModelUnavailableError, id="unavailable"),
         pytest.param(litellm.Timeout, 408, "timed out", ModelUnavailableError, id="timeout"),
@@ -159,8 +192,18 @@ def test_streamed_and_whole_replies_are_stored_identically(engine_with, store, f
     assert len(pieces) > 5 and "".join(pieces) == text
     assert "stream" not in fake_llm.requests[0]
     assert fake_llm.requests[1]["stream"] is True and fake_llm.requests[1]["stream_options"] == {"include_usage": True}
-    fields = ("role", "content", "tokens", "usage_prompt_tokens", "usage_completion_tokens", "request_estimate_tokens",
-              "request_messages", "request_fingerprint", "interrupted", "state")
+    fields = (
+        "role",
+        "content",
+        "tokens",
+        "usage_prompt_tokens",
+        "usage_completion_tokens",
+        "request_estimate_tokens",
+        "request_messages",
+        "request_fingerprint",
+        "interrupted",
+        "state",
+    )
     a, b = store.turns("whole")[-1], store.turns("streamed")[-1]
     assert {f: getattr(a, f) for f in fields} == {f: getattr(b, f) for f in fields}
     assert b.content == text and b.usage_prompt_tokens == fake_llm.prompt_tokens and b.usage_completion_tokens == 7
@@ -183,7 +226,7 @@ def test_streamed_usage_is_stored_and_used_as_the_next_turns_baseline(engine_wit
         # a request this small sets no factor; the provider's excess is kept as a per-request overhead
         assert result.context.calibration == 1.0
         assert result.context.overhead_tokens == 500 - first.request_estimate_tokens
-        added = result.context.messages[first.request_messages:]
+        added = result.context.messages[first.request_messages :]
         assert [m["content"] for m in added] == ["Nice to meet you, Ana.", "I live in Lisbon now."]
         assert result.context.baseline_tokens == 500 + sum(engine.counter.count_message(m) for m in added)
     finally:
@@ -206,11 +249,13 @@ def test_each_providers_overflow_wording_is_an_overflow_with_its_stated_limit(wo
         pytest.param(429, "Throttling error: Too many tokens, please wait before trying again.", id="bedrock-throttle"),
         pytest.param(400, "Rate limit reached: token limit exceeded for this minute", id="rate-limited-proxy"),
         pytest.param(
-            400, "max_tokens: 10000 > 4096, which is the maximum allowed number of output tokens for claude-3-5-sonnet",
+            400,
+            "max_tokens: 10000 > 4096, which is the maximum allowed number of output tokens for claude-3-5-sonnet",
             id="anthropic-max-tokens",
         ),
         pytest.param(
-            413, "Request too large for model `llama-3.3-70b-versatile` on tokens per minute (TPM): Limit 6000, Requested 14810",
+            413,
+            "Request too large for model `llama-3.3-70b-versatile` on tokens per minute (TPM): Limit 6000, Requested 14810",
             id="groq-tokens-per-minute",
         ),
         pytest.param(400, "Invalid 'messages[1].content': string too long.", id="string-too-long"),
@@ -324,14 +369,28 @@ def test_retries_stop_at_the_retry_time_limit(engine_with, store, fake_llm):
 @pytest.mark.parametrize(
     "error, expected",
     [
-        pytest.param(HTTPError(401, "Incorrect API key provided: sk-test.", type="invalid_request_error", code="invalid_api_key"),
-                     ModelAuthError, id="401"),
-        pytest.param(HTTPError(403, "You are not allowed to use this model.", type="invalid_request_error"),
-                     ModelAuthError, id="403"),
-        pytest.param(HTTPError(400, "Invalid value for 'temperature'.", type="invalid_request_error"),
-                     ModelRequestError, id="400"),
-        pytest.param(HTTPError(404, "The model 'fake-model' does not exist.", type="invalid_request_error"),
-                     ModelRequestError, id="404"),
+        pytest.param(
+            HTTPError(
+                401, "Incorrect API key provided: sk-test.", type="invalid_request_error", code="invalid_api_key"
+            ),
+            ModelAuthError,
+            id="401",
+        ),
+        pytest.param(
+            HTTPError(403, "You are not allowed to use this model.", type="invalid_request_error"),
+            ModelAuthError,
+            id="403",
+        ),
+        pytest.param(
+            HTTPError(400, "Invalid value for 'temperature'.", type="invalid_request_error"),
+            ModelRequestError,
+            id="400",
+        ),
+        pytest.param(
+            HTTPError(404, "The model 'fake-model' does not exist.", type="invalid_request_error"),
+            ModelRequestError,
+            id="404",
+        ),
     ],
 )
 def test_auth_errors_and_bad_requests_fail_fast_with_one_request(engine_with, store, fake_llm, error, expected):
@@ -386,7 +445,9 @@ def test_an_unknown_model_without_a_window_is_a_clear_error_at_start():
 
 
 def test_an_unknown_model_with_a_window_override_works(db_url, embedder, fake_llm):
-    settings = Settings(model="openai/no-such-model", api_base=fake_llm.api_base, context_window=2048, database_url=db_url)
+    settings = Settings(
+        model="openai/no-such-model", api_base=fake_llm.api_base, context_window=2048, database_url=db_url
+    )
     database = Database(db_url, make_engine(db_url), embedded=False)
     try:
         engine = open_engine(settings, embedder=embedder, database=database)
@@ -425,7 +486,9 @@ def test_a_missing_api_key_fails_at_once_as_an_auth_error_not_an_outage(monkeypa
     """The real litellm path with no key configured: one attempt, ModelAuthError, no retries."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     slept: list[float] = []
-    replier = LiteLLMReplier(model="gpt-4o-mini", timeout=5, retry=RetryPolicy(retries=3, total_seconds=30), sleep=slept.append)
+    replier = LiteLLMReplier(
+        model="gpt-4o-mini", timeout=5, retry=RetryPolicy(retries=3, total_seconds=30), sleep=slept.append
+    )
     with pytest.raises(ModelAuthError, match="OPENAI_API_KEY"):
         replier.reply([{"role": "user", "content": "hi"}], session_id="s")
     assert slept == []

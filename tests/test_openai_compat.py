@@ -15,7 +15,6 @@ from tests.conftest import PERSONA
 pytestmark = pytest.mark.usefixtures("steady_fake_llm")
 
 
-
 @pytest.fixture
 def sdk(api_server, new_app):
     _, key = new_app()
@@ -50,7 +49,8 @@ def test_only_the_newest_user_message_is_taken_and_the_runtime_builds_the_rest(s
     assert "CLIENT" not in flat
     assert PERSONA.system_prompt in flat
     assert [m["content"] for m in sent if m["role"] == "user"] == [
-        "Hello, I'm Ana and I live in Porto.", "Do you remember where I live?"
+        "Hello, I'm Ana and I live in Porto.",
+        "Do you remember where I live?",
     ]  # the runtime's own history of the same session
 
 
@@ -89,11 +89,18 @@ def test_with_include_usage_every_chunk_before_the_last_carries_null_usage(sdk, 
 
     fake_llm.script.append("Still calm.")
     with httpx.Client(base_url=api_server, headers={"Authorization": f"Bearer {sdk.api_key}"}, timeout=30) as http:
-        body = {"model": "companion", "user": "dee", "messages": [{"role": "user", "content": "And now?"}], "stream": True}
+        body = {
+            "model": "companion",
+            "user": "dee",
+            "messages": [{"role": "user", "content": "And now?"}],
+            "stream": True,
+        }
         with_usage = _sse_objects(http, {**body, "stream_options": {"include_usage": True}})
         fake_llm.script.append("Still calm.")
         without = _sse_objects(http, body)
-    assert [("usage" in c, c.get("usage") is None) for c in with_usage] == [(True, True)] * (len(with_usage) - 1) + [(True, False)]
+    assert [("usage" in c, c.get("usage") is None) for c in with_usage] == [(True, True)] * (len(with_usage) - 1) + [
+        (True, False)
+    ]
     assert not any("usage" in c for c in without)  # not asked for: no usage key at all, as OpenAI does
 
 
@@ -101,7 +108,7 @@ def _sse_objects(http: httpx.Client, body: dict) -> list[dict]:
     """The JSON objects of a streamed chat completion's ``data:`` lines, without ``[DONE]``."""
     with http.stream("POST", "/v1/chat/completions", json=body) as response:
         assert response.status_code == 200
-        lines = [line[len("data:"):].strip() for line in response.iter_lines() if line.startswith("data:")]
+        lines = [line[len("data:") :].strip() for line in response.iter_lines() if line.startswith("data:")]
     assert lines[-1] == "[DONE]"
     return [json.loads(line) for line in lines[:-1]]
 
@@ -116,11 +123,15 @@ def test_the_session_header_picks_the_session_and_a_closed_one_continues_in_a_ne
             extra_headers={"X-Session-Id": session["id"]},
         )
         assert raw.headers["x-session-id"] == session["id"]
-        assert [t["content"] for t in http.get(f"/v1/sessions/{session['id']}/turns").json()][0] == "My favourite colour is teal."
+        assert [t["content"] for t in http.get(f"/v1/sessions/{session['id']}/turns").json()][
+            0
+        ] == "My favourite colour is teal."
         http.post(f"/v1/sessions/{session['id']}/close")
         with pytest.raises(openai.ConflictError) as closed:
             sdk.chat.completions.create(
-                model="companion", messages=[{"role": "user", "content": "hi"}], extra_headers={"X-Session-Id": session["id"]}
+                model="companion",
+                messages=[{"role": "user", "content": "hi"}],
+                extra_headers={"X-Session-Id": session["id"]},
             )
         assert closed.value.body["code"] == "session_closed"
         raw = sdk.chat.completions.with_raw_response.create(
@@ -139,7 +150,9 @@ def test_another_apps_session_and_a_bad_key_are_refused(sdk, api_server, new_app
         foreign = other.post("/v1/sessions", json={"user_id": "dee"}).json()
     with pytest.raises(openai.NotFoundError):
         sdk.chat.completions.create(
-            model="companion", messages=[{"role": "user", "content": "hi"}], extra_headers={"X-Session-Id": foreign["id"]}
+            model="companion",
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"X-Session-Id": foreign["id"]},
         )
     bad = openai.OpenAI(base_url=f"{api_server}/v1", api_key="ck_wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from errors import FileParseError
-from runtime.parsing import Extract, ParseLimits, format_of, pages_of, parse_document, score_page, serialize, toc_body_start
+from runtime.parsing import (
+    Extract,
+    ParseLimits,
+    format_of,
+    pages_of,
+    parse_document,
+    score_page,
+    serialize,
+    toc_body_start,
+)
 from tests import file_fixtures as F
 
 
@@ -85,7 +94,9 @@ def test_outline_decides_the_body_start_before_the_heuristic():
 @pytest.mark.parametrize(
     "text",
     [
-        pytest.param("Contents\n1. Intro ...... 3\n2. Harbour ...... 7\n3. Storms ...... 12\n4. End ...... 20", id="classic"),
+        pytest.param(
+            "Contents\n1. Intro ...... 3\n2. Harbour ...... 7\n3. Storms ...... 12\n4. End ...... 20", id="classic"
+        ),
         pytest.param(
             "Contents 1. Introduction .......... 3  2. The Harbour .......... 4  3. Storms at Sea .......... 5  "
             "4. The Lighthouse .......... 6  5. Albatross .......... 7",
@@ -96,7 +107,9 @@ def test_outline_decides_the_body_start_before_the_heuristic():
             id="flattened-numbered-no-heading",
         ),
         pytest.param("目录\n第一章 总则 1\n第二章 组织 5\n第三章 财务 9\n第四章 附则 15", id="chinese-heading"),
-        pytest.param("Table of Contents\nPreface 1\nThe Early Years 4\nThe War 19\nAfter 40", id="heading-and-page-numbers"),
+        pytest.param(
+            "Table of Contents\nPreface 1\nThe Early Years 4\nThe War 19\nAfter 40", id="heading-and-page-numbers"
+        ),
     ],
 )
 def test_table_of_contents_pages_score_as_contents(text):
@@ -106,8 +119,13 @@ def test_table_of_contents_pages_score_as_contents(text):
 @pytest.mark.parametrize(
     "text",
     [
-        pytest.param("Contents of the box\nThe box holds a kettle, two cups and a manual.\nKeep it dry.", id="heading-only"),
-        pytest.param("1. Preheat the oven.\n2. Mix flour and sugar.\n3. Add the eggs.\n4. Bake for twenty minutes.", id="numbered-only"),
+        pytest.param(
+            "Contents of the box\nThe box holds a kettle, two cups and a manual.\nKeep it dry.", id="heading-only"
+        ),
+        pytest.param(
+            "1. Preheat the oven.\n2. Mix flour and sugar.\n3. Add the eggs.\n4. Bake for twenty minutes.",
+            id="numbered-only",
+        ),
         pytest.param("Apples 3\nBread 2\nCheese 7\nMilk 1\nEggs 4", id="trailing-numbers-only"),
         pytest.param("Name ..........\nAddress ..........\nSignature ..........", id="dot-leaders-only"),
         pytest.param(
@@ -145,9 +163,13 @@ def test_scanned_pdf_is_marked_as_needing_ocr():
         pytest.param("secret.pdf", F.encrypted_pdf(), "encrypted", "password", id="encrypted-pdf"),
         pytest.param("broken.pdf", F.corrupt_pdf(), "corrupt", "corrupt", id="truncated-pdf"),
         pytest.param("broken.docx", F.docx_bytes()[:300], "corrupt", "cannot be read", id="truncated-docx"),
-        pytest.param("locked.xlsx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "encrypted", "password", id="ole2-office"),
+        pytest.param(
+            "locked.xlsx", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 64, "encrypted", "password", id="ole2-office"
+        ),
         pytest.param("blob.bin", bytes(range(256)) * 4, "unsupported", "Supported:", id="binary"),
-        pytest.param("photo.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 32, "corrupt", "image is corrupt", id="corrupt-image"),
+        pytest.param(
+            "photo.png", b"\x89PNG\r\n\x1a\n" + b"\x00" * 32, "corrupt", "image is corrupt", id="corrupt-image"
+        ),
     ],
 )
 def test_corrupt_encrypted_and_unknown_bytes_fail_with_a_clear_error(name, data, reason, says):
@@ -196,7 +218,9 @@ def test_zip_whose_members_are_all_encrypted_fails_instead_of_an_empty_success()
 
 
 def test_flattened_chinese_contents_line_scores_as_contents():
-    assert score_page("目录 第一章 总则 1 第二章 组织 5 第三章 财务 9 第四章 附则 15 第五章 其他 20", max_page=40).is_toc
+    assert score_page(
+        "目录 第一章 总则 1 第二章 组织 5 第三章 财务 9 第四章 附则 15 第五章 其他 20", max_page=40
+    ).is_toc
 
 
 def _library_error_classes():
@@ -220,7 +244,9 @@ def _library_error_classes():
                 continue
             if issubclass(cls, Exception) and not issubclass(cls, Warning) and cls.__module__ == module.__name__:
                 cases.append(pytest.param(target, kind, cls, id=f"{kind.split('.')[1]}-{cls_name}"))
-    cases.append(pytest.param("openpyxl.load_workbook", "sheets.xlsx", InvalidFileException, id="xlsx-InvalidFileException"))
+    cases.append(
+        pytest.param("openpyxl.load_workbook", "sheets.xlsx", InvalidFileException, id="xlsx-InvalidFileException")
+    )
     cases.append(pytest.param("ebooklib.epub.read_epub", "tides.epub", epub.EpubException, id="epub-EpubException"))
     return cases
 

@@ -11,8 +11,8 @@ import pytest
 
 from errors import ConfigurationError, PersonaError
 from persona import DEFAULT_PERSONA_FILE, Persona, apply_macros, load_persona
-from runtime.context import render_persona
 from runtime.accounting import counter_for
+from runtime.context import render_persona
 from tests.cards import encode, v2_card, v3_card, write_card_png
 
 COUNTER = counter_for("gpt-4o-mini")
@@ -40,7 +40,9 @@ def _expect_aria(p: Persona, source: str) -> None:
     assert tower.selective_logic == "AND_ANY" and tower.priority == 3
 
 
-@pytest.mark.parametrize("make, spec", [pytest.param(v2_card, "chara_card_v2", id="v2"), pytest.param(v3_card, "chara_card_v3", id="v3")])
+@pytest.mark.parametrize(
+    "make, spec", [pytest.param(v2_card, "chara_card_v2", id="v2"), pytest.param(v3_card, "chara_card_v3", id="v3")]
+)
 def test_card_json_round_trip(tmp_path, make, spec):
     path = tmp_path / "aria.json"
     path.write_text(json.dumps(make(), ensure_ascii=False), encoding="utf-8")
@@ -52,7 +54,9 @@ def test_card_json_round_trip(tmp_path, make, spec):
     [
         pytest.param({"chara": encode(v2_card())}, "chara_card_v2", id="chara-v2"),
         pytest.param({"ccv3": encode(v3_card())}, "chara_card_v3", id="ccv3-v3"),
-        pytest.param({"chara": encode(v2_card(name="Old")), "ccv3": encode(v3_card())}, "chara_card_v3", id="both-ccv3-wins"),
+        pytest.param(
+            {"chara": encode(v2_card(name="Old")), "ccv3": encode(v3_card())}, "chara_card_v3", id="both-ccv3-wins"
+        ),
     ],
 )
 def test_card_png_round_trip(tmp_path, chunks, spec):
@@ -72,7 +76,7 @@ def test_plain_toml_and_yaml_carry_the_same_fields(tmp_path):
     yaml_file = tmp_path / "aria.yaml"
     yaml_file.write_text(
         "name: Aria\nsystem_prompt: You are {{char}}.\ndescription: A keeper.\nfirst_message: Hello {{user}}\n"
-        "example_dialogues: \"<START>\\n{{user}}: hi\\n{{char}}: hey\"\ncreator_notes: notes\ntags: [a]\n"
+        'example_dialogues: "<START>\\n{{user}}: hi\\n{{char}}: hey"\ncreator_notes: notes\ntags: [a]\n'
         "character_book:\n  entries:\n    - keys: [lamp]\n      content: The lamp is old.\n",
         encoding="utf-8",
     )
@@ -102,7 +106,9 @@ def _card_file(tmp_path, card) -> object:
         pytest.param(lambda t: _card_file(t, {"spec": "chara_card_v2", "data": "x"}), "data", id="data-not-object"),
         pytest.param(lambda t: _card_file(t, v2_card(name="")), "data.name", id="empty-name"),
         pytest.param(lambda t: _card_file(t, v2_card(name=None)), "data.name", id="missing-name"),
-        pytest.param(lambda t: _card_file(t, v2_card(description=["x"])), "data.description", id="description-not-text"),
+        pytest.param(
+            lambda t: _card_file(t, v2_card(description=["x"])), "data.description", id="description-not-text"
+        ),
         pytest.param(lambda t: _card_file(t, v2_card(tags="a")), "data.tags", id="tags-not-list"),
         pytest.param(
             lambda t: _card_file(t, v2_card(character_book={"entries": [{"keys": [], "content": "x"}]})),
@@ -115,11 +121,23 @@ def _card_file(tmp_path, card) -> object:
             id="entry-content-not-text",
         ),
         pytest.param(lambda t: (t / "x.json").write_text("{not json") and t / "x.json", "json", id="broken-json"),
-        pytest.param(lambda t: write_card_png(t / "x.png", {"chara": "!!!not base64!!!"}), "chara chunk base64", id="broken-base64"),
-        pytest.param(lambda t: write_card_png(t / "x.png", {"ccv3": "e25vdCBqc29u"}), "ccv3 chunk json", id="chunk-not-json"),
+        pytest.param(
+            lambda t: write_card_png(t / "x.png", {"chara": "!!!not base64!!!"}),
+            "chara chunk base64",
+            id="broken-base64",
+        ),
+        pytest.param(
+            lambda t: write_card_png(t / "x.png", {"ccv3": "e25vdCBqc29u"}), "ccv3 chunk json", id="chunk-not-json"
+        ),
         pytest.param(lambda t: write_card_png(t / "x.png", {"Comment": "hi"}), "chara", id="png-without-card"),
-        pytest.param(lambda t: write_card_png(t / "x.png", {"chara": encode(v2_card(name=""))}), "data.name", id="png-card-no-name"),
-        pytest.param(lambda t: (t / "x.toml").write_text('name = "A"\n') and t / "x.toml", "system_prompt", id="toml-no-prompt"),
+        pytest.param(
+            lambda t: write_card_png(t / "x.png", {"chara": encode(v2_card(name=""))}),
+            "data.name",
+            id="png-card-no-name",
+        ),
+        pytest.param(
+            lambda t: (t / "x.toml").write_text('name = "A"\n') and t / "x.toml", "system_prompt", id="toml-no-prompt"
+        ),
     ],
 )
 def test_bad_card_error_names_the_field(tmp_path, write, field):
@@ -248,7 +266,9 @@ def test_pick_is_stable_within_a_session_and_differs_across_sessions():
 
 
 def test_original_is_the_default_framing_in_the_system_prompt_and_nothing_after_history():
-    persona = replace(_aria(), system_prompt="{{original}} Never break character.", post_history_instructions="{{original}}Be brief.")
+    persona = replace(
+        _aria(), system_prompt="{{original}} Never break character.", post_history_instructions="{{original}}Be brief."
+    )
     rendered = render_persona(persona, cap=4000, counter=COUNTER, user_name="Ana")
     default = render_persona(replace(persona, system_prompt=""), cap=4000, counter=COUNTER, user_name="Ana")
     framing = default.system["content"].split("\n\n")[0]
@@ -290,13 +310,20 @@ def test_v3_nickname_replaces_char(tmp_path):
 
 def test_alternate_greetings_are_read_in_order(tmp_path):
     path = tmp_path / "aria.json"
-    path.write_text(json.dumps(v2_card(alternate_greetings=["Storm night, {{user}}.", "Quiet morning."])), encoding="utf-8")
+    path.write_text(
+        json.dumps(v2_card(alternate_greetings=["Storm night, {{user}}.", "Quiet morning."])), encoding="utf-8"
+    )
     persona = load_persona(path)
-    assert persona.greetings == ("Welcome, {{user}}. Mind the stairs; {{char}} just waxed them.", "Storm night, {{user}}.", "Quiet morning.")
+    assert persona.greetings == (
+        "Welcome, {{user}}. Mind the stairs; {{char}} just waxed them.",
+        "Storm night, {{user}}.",
+        "Quiet morning.",
+    )
     path.write_text(json.dumps(v2_card(alternate_greetings="x")), encoding="utf-8")
     with pytest.raises(PersonaError) as info:
         load_persona(path)
     assert info.value.field == "data.alternate_greetings"
+
 
 BOM = b"\xef\xbb\xbf"
 

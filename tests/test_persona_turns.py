@@ -105,13 +105,22 @@ def test_chat_with_a_png_card_opens_with_its_first_message(db_url, fake_llm, tmp
 
     card = write_card_png(tmp_path / "aria.png", {"chara": encode(v2_card())})
     env = {
-        **os.environ, "COMPANION_MODEL": "openai/fake", "COMPANION_API_BASE": fake_llm.api_base, "OPENAI_API_KEY": "sk-test",
-        "DATABASE_URL": db_url, "COMPANION_CONTEXT_WINDOW": "4096", "COMPANION_PERSONA": str(card),
+        **os.environ,
+        "COMPANION_MODEL": "openai/fake",
+        "COMPANION_API_BASE": fake_llm.api_base,
+        "OPENAI_API_KEY": "sk-test",
+        "DATABASE_URL": db_url,
+        "COMPANION_CONTEXT_WINDOW": "4096",
+        "COMPANION_PERSONA": str(card),
     }
     fake_llm.script.append("The lamp is old.")
     result = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "chat", "--user", "ana", "--session", "c1"],
-        input="What about the lamp?\n/quit\n", env=env, capture_output=True, text=True, timeout=240,
+        input="What about the lamp?\n/quit\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stderr
     assert "Aria> Welcome, User. Mind the stairs; Aria just waxed them." in result.stdout

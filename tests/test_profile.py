@@ -6,13 +6,13 @@ import json
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
-from runtime.context import PinnedProfile, render_profile
-from runtime.compaction import LiteLLMSummarizer
 from runtime.accounting import counter_for
+from runtime.compaction import LiteLLMSummarizer
+from runtime.context import PinnedProfile, render_profile
 
-T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 COUNTER = counter_for("gpt-4o-mini")
 
 
@@ -28,7 +28,9 @@ def test_profile_is_rendered_first_in_memory(make_engine_for, store):
 
 
 def test_profile_over_the_memory_cap_cuts_learned_facts_first_with_a_notice():
-    profile = PinnedProfile(name="Ana", facts=("User fact one.",), learned=tuple(f"Learned fact {i} " + "x " * 20 for i in range(10)))
+    profile = PinnedProfile(
+        name="Ana", facts=("User fact one.",), learned=tuple(f"Learned fact {i} " + "x " * 20 for i in range(10))
+    )
     full = render_profile(profile, cap=10_000, counter=COUNTER)
     block = render_profile(profile, cap=full.tokens // 2, counter=COUNTER)
     assert block.tokens <= full.tokens // 2
@@ -38,15 +40,27 @@ def test_profile_over_the_memory_cap_cuts_learned_facts_first_with_a_notice():
 
 
 def test_profile_is_learned_from_the_summary_and_user_facts_survive(make_engine_for, store, fake_llm):
-    summarizer = LiteLLMSummarizer(model="openai/fake-summary", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    summarizer = LiteLLMSummarizer(
+        model="openai/fake-summary", api_base=fake_llm.api_base, api_key="sk-test", timeout=10
+    )
     engine = make_engine_for(window=1024, summarizer=summarizer)
     engine.set_profile(user_id="u1", name="Ana", facts=["Prefers tea."])
     fake_llm.responder = lambda body: json.dumps(
-        {"profile": ["The user works as a nurse.", "Prefers tea"], "relationship": [], "preferences": [], "open_threads": [], "quotes": []}
+        {
+            "profile": ["The user works as a nurse.", "Prefers tea"],
+            "relationship": [],
+            "preferences": [],
+            "open_threads": [],
+            "quotes": [],
+        }
     )
     for i in range(12):
         engine.turn(
-            user_id="u1", session_id="s1", message=f"message {i} " + "words " * 30, reply="ok " * 20, at=T0 + timedelta(minutes=i)
+            user_id="u1",
+            session_id="s1",
+            message=f"message {i} " + "words " * 30,
+            reply="ok " * 20,
+            at=T0 + timedelta(minutes=i),
         )
     assert store.compaction_state("s1").compactions >= 1
     profile = engine.profiles.get("u1")
@@ -58,7 +72,12 @@ def test_profile_is_learned_from_the_summary_and_user_facts_survive(make_engine_
 
 def test_profile_commands(db_url):
     env = {**os.environ, "DATABASE_URL": db_url}
-    run = lambda *a: subprocess.run([sys.executable, "-m", "runtime.cli", *a], env=env, capture_output=True, text=True, timeout=120)  # noqa: E731
+
+    def run(*a):
+        return subprocess.run(
+            [sys.executable, "-m", "runtime.cli", *a], env=env, capture_output=True, text=True, timeout=120
+        )
+
     result = run("profile", "set", "ana", "--name", "Ana", "--pronouns", "she/her", "--fact", "Lives in Lisbon.")
     assert result.returncode == 0, result.stderr
     result = run("profile", "show", "ana")

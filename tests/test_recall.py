@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -12,7 +12,7 @@ from memory.recall import RRF_K, recall_segments
 from memory.store import NewSegment
 from memory.tables import Turn
 
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
 ENGLISH = [
     "User: I picked up the pills my GP ordered from the pharmacy this morning.",
@@ -51,17 +51,32 @@ def _archive(store, embedder, *, user_id: str, session_id: str, contents: list[s
         user_id=user_id,
         turn_ids=[],
         segments=[
-            NewSegment(first_seq=i + 1, last_seq=i + 1, content=c, tokens=len(c) // 4 + 1, session_date=T0 + timedelta(days=i), embedding=v)
-            for i, (c, v) in enumerate(zip(contents, vectors))
+            NewSegment(
+                first_seq=i + 1,
+                last_seq=i + 1,
+                content=c,
+                tokens=len(c) // 4 + 1,
+                session_date=T0 + timedelta(days=i),
+                embedding=v,
+            )
+            for i, (c, v) in enumerate(zip(contents, vectors, strict=False))
         ],
-        summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=len(contents), summary_tokens=1,
+        summary_content="s",
+        summary_items=[],
+        summary_first_seq=1,
+        summary_last_seq=len(contents),
+        summary_tokens=1,
     )
 
 
 def _recall(store, embedder, user_id: str, query: str, *, hybrid: bool = True, **kw):
     return recall_segments(
-        store.engine, user_id=user_id, query_embedding=embedder.embed([query])[0],
-        query_text=query if hybrid else None, limit=kw.pop("limit", 5), **kw,
+        store.engine,
+        user_id=user_id,
+        query_embedding=embedder.embed([query])[0],
+        query_text=query if hybrid else None,
+        limit=kw.pop("limit", 5),
+        **kw,
     )
 
 
@@ -120,7 +135,17 @@ def test_token_budget_and_neighbours_fill_in_rank_order_and_never_exceed_the_bud
 
 def test_recall_excludes_turns_still_in_the_recent_window(store, embedder):
     _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
-    found = _recall(store, embedder, "ana", "Qwerbol", limit=20, pool=20, neighbours=2, exclude_session_id="ana-1", exclude_from_seq=11)
+    found = _recall(
+        store,
+        embedder,
+        "ana",
+        "Qwerbol",
+        limit=20,
+        pool=20,
+        neighbours=2,
+        exclude_session_id="ana-1",
+        exclude_from_seq=11,
+    )
     assert found and max(s.last_seq for s in found) < 11
     assert any(s.neighbour_of is not None for s in found)  # neighbours obey the exclusion too
 
@@ -134,7 +159,9 @@ def test_recall_is_a_read_that_changes_no_row_and_no_setting(store, embedder):
     second = _recall(store, embedder, "ana", QUERY, neighbours=1)
     with store.engine.connect() as conn:
         assert conn.execute(text(snapshot)).scalar() == before
-        assert conn.execute(text("SELECT coalesce(current_setting('hnsw.iterative_scan', true), 'off')")).scalar() == "off"
+        assert (
+            conn.execute(text("SELECT coalesce(current_setting('hnsw.iterative_scan', true), 'off')")).scalar() == "off"
+        )
     assert first == second
 
 

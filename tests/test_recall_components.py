@@ -23,12 +23,18 @@ def _archive(store, embedder, *, user_id: str, session_id: str, dated: list[tupl
     store.ensure_session(session_id=session_id, user_id=user_id)
     vectors = embedder.embed([c for _, c in dated])
     store.commit_compaction(
-        session_id=session_id, user_id=user_id, turn_ids=[],
+        session_id=session_id,
+        user_id=user_id,
+        turn_ids=[],
         segments=[
             NewSegment(first_seq=i + 1, last_seq=i + 1, content=c, tokens=len(c) // 2 + 1, session_date=at, embedding=v)
             for i, ((at, c), v) in enumerate(zip(dated, vectors, strict=True))
         ],
-        summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=len(dated), summary_tokens=1,
+        summary_content="s",
+        summary_items=[],
+        summary_first_seq=1,
+        summary_last_seq=len(dated),
+        summary_tokens=1,
     )
 
 
@@ -78,7 +84,9 @@ def test_a_chinese_date_question_recalls_the_segment_of_that_day_first(make_engi
 
     question = "我5月3号下午去了哪里？"
     context = engine.assemble(user_id="zh", session_id="zh-now", pending=question)
-    undated = recall_segments(store.engine, user_id="zh", query_embedding=embedder.embed([question])[0], query_text=question, limit=4)
+    undated = recall_segments(
+        store.engine, user_id="zh", query_embedding=embedder.embed([question])[0], query_text=question, limit=4
+    )
 
     assert _best(context).content == days[2][1]
     assert undated[0].content != days[2][1]  # without the date, another afternoon ranks first
@@ -89,16 +97,22 @@ def test_a_chinese_date_question_recalls_the_segment_of_that_day_first(make_engi
     "earlier, follow_up, wanted",
     [
         pytest.param(
-            ["我又想起上次去杭州的事了。", "西湖边那次吗？你当时好像玩得很开心。"], "那后来呢？",
-            "User: 在杭州我们坐船游了西湖，晚上去河坊街吃了小吃。", id="zh",
+            ["我又想起上次去杭州的事了。", "西湖边那次吗？你当时好像玩得很开心。"],
+            "那后来呢？",
+            "User: 在杭州我们坐船游了西湖，晚上去河坊街吃了小吃。",
+            id="zh",
         ),
         pytest.param(
-            ["My sister Anna called me about her job interview.", "Oh, the one at the design studio?"], "and her?",
-            "User: Anna got the job at the design studio and starts in June.", id="en",
+            ["My sister Anna called me about her job interview.", "Oh, the one at the design studio?"],
+            "and her?",
+            "User: Anna got the job at the design studio and starts in June.",
+            id="en",
         ),
     ],
 )
-def test_a_follow_up_recalls_what_the_turns_before_it_are_about(make_engine_for, store, embedder, earlier, follow_up, wanted):
+def test_a_follow_up_recalls_what_the_turns_before_it_are_about(
+    make_engine_for, store, embedder, earlier, follow_up, wanted
+):
     older = [
         "User: 最近工作压力很大，经常加班到很晚。",
         "User: 我妈妈做的红烧肉是世界上最好吃的。",
@@ -110,13 +124,21 @@ def test_a_follow_up_recalls_what_the_turns_before_it_are_about(make_engine_for,
         "User: My neighbour told me her cat ran away again, and her kids are upset.",
         "User: And her mother called about the wedding too.",
     ]
-    _archive(store, embedder, user_id="f", session_id="f-old", dated=[(NOW - timedelta(days=30 - i), c) for i, c in enumerate(older)])
+    _archive(
+        store,
+        embedder,
+        user_id="f",
+        session_id="f-old",
+        dated=[(NOW - timedelta(days=30 - i), c) for i, c in enumerate(older)],
+    )
     engine = make_engine_for(window=4096)
     engine.add_turn(user_id="f", session_id="f-now", role="user", content=earlier[0], at=NOW)
     engine.add_turn(user_id="f", session_id="f-now", role="assistant", content=earlier[1], at=NOW)
 
     context = engine.assemble(user_id="f", session_id="f-now", pending=follow_up)
-    bare = recall_segments(store.engine, user_id="f", query_embedding=embedder.embed([follow_up])[0], query_text=follow_up, limit=3)
+    bare = recall_segments(
+        store.engine, user_id="f", query_embedding=embedder.embed([follow_up])[0], query_text=follow_up, limit=3
+    )
 
     assert _best(context).content == wanted
     assert bare[0].content != wanted  # the follow-up alone finds something else
@@ -139,7 +161,9 @@ def test_segments_labelled_with_the_users_name_let_a_name_only_question_find_the
         ("user", "We should paint together sometime."),
         ("assistant", "Yes! Let's pick a day."),
     ]
-    turns = [Turn(session_id="n", seq=i + 1, role=r, content=c, tokens=0, created_at=at) for i, (r, c) in enumerate(said)]
+    turns = [
+        Turn(session_id="n", seq=i + 1, role=r, content=c, tokens=0, created_at=at) for i, (r, c) in enumerate(said)
+    ]
     drafts = build_segments([turns[:2], turns[2:]], assistant_name="Melanie", user_name="Caroline")
     assert [d.content for d in drafts][:2] == [f"Caroline: {said[0][1]}", f"Melanie: {said[1][1]}"]
     assert "Caroline:" in drafts[1].key  # the key holds the turn around it with its speaker
@@ -147,12 +171,25 @@ def test_segments_labelled_with_the_users_name_let_a_name_only_question_find_the
     store.ensure_session(session_id="n", user_id="caroline")
     vectors = embedder.embed([d.key for d in drafts])
     store.commit_compaction(
-        session_id="n", user_id="caroline", turn_ids=[],
-        segments=[NewSegment(first_seq=d.first_seq, last_seq=d.last_seq, content=d.content, tokens=20, session_date=at, embedding=v) for d, v in zip(drafts, vectors, strict=True)],
-        summary_content="s", summary_items=[], summary_first_seq=1, summary_last_seq=4, summary_tokens=1,
+        session_id="n",
+        user_id="caroline",
+        turn_ids=[],
+        segments=[
+            NewSegment(
+                first_seq=d.first_seq, last_seq=d.last_seq, content=d.content, tokens=20, session_date=at, embedding=v
+            )
+            for d, v in zip(drafts, vectors, strict=True)
+        ],
+        summary_content="s",
+        summary_items=[],
+        summary_first_seq=1,
+        summary_last_seq=4,
+        summary_tokens=1,
     )
     question = "What did Caroline paint?"
-    found = recall_segments(store.engine, user_id="caroline", query_embedding=embedder.embed([question])[0], query_text=question, limit=4)
+    found = recall_segments(
+        store.engine, user_id="caroline", query_embedding=embedder.embed([question])[0], query_text=question, limit=4
+    )
     assert found[0].content == f"Caroline: {said[0][1]}"
 
 
@@ -160,14 +197,23 @@ def test_segments_labelled_with_the_users_name_let_a_name_only_question_find_the
 def test_a_question_about_two_days_recalls_both_days_first(store, embedder):
     days = [
         (datetime(2023, 5, d, 20, tzinfo=UTC), f"User: 今天下午我去了{place}。")
-        for d, place in [(1, "公园散步"), (2, "商场买鞋"), (3, "图书馆借书"), (4, "公园跑步"), (5, "超市买菜"), (6, "咖啡馆看书")]
+        for d, place in [
+            (1, "公园散步"),
+            (2, "商场买鞋"),
+            (3, "图书馆借书"),
+            (4, "公园跑步"),
+            (5, "超市买菜"),
+            (6, "咖啡馆看书"),
+        ]
     ]
     _archive(store, embedder, user_id="two", session_id="two-old", dated=days)
     question = "我5月3号和5月5号下午分别去了哪里？"
     vector = embedder.embed([question])[0]
     spans = time_spans(question, now=NOW)
 
-    dated = recall_segments(store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6, when=spans)
+    dated = recall_segments(
+        store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6, when=spans
+    )
     undated = recall_segments(store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6)
 
     assert [s.text for s in spans] == ["5月3号", "5月5号"]
@@ -176,9 +222,17 @@ def test_a_question_about_two_days_recalls_both_days_first(store, embedder):
 
 
 # -- budget ---------------------------------------------------------------------------------
-def test_recalled_segments_take_the_budget_that_persona_summary_and_retrieval_leave_idle(make_engine_for, store, embedder):
+def test_recalled_segments_take_the_budget_that_persona_summary_and_retrieval_leave_idle(
+    make_engine_for, store, embedder
+):
     older = [f"User: On day {i} I went to the harbour and watched boat number {i} come in." for i in range(60)]
-    _archive(store, embedder, user_id="b", session_id="b-old", dated=[(NOW - timedelta(days=90 - i), c) for i, c in enumerate(older)])
+    _archive(
+        store,
+        embedder,
+        user_id="b",
+        session_id="b-old",
+        dated=[(NOW - timedelta(days=90 - i), c) for i, c in enumerate(older)],
+    )
     engine = make_engine_for(window=4096)  # memory 341 tokens of 4,096; the persona is a line, no lorebook, no summary
     engine.add_turn(user_id="b", session_id="b-now", role="user", content="hello", at=NOW)
     context = engine.assemble(user_id="b", session_id="b-now", pending="Which boats did I watch at the harbour?")

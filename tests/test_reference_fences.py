@@ -4,7 +4,7 @@ fenced before it enters its block, whatever delimiter look-alike it carries."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -61,8 +61,14 @@ def test_a_knowledge_chunk_stays_inside_its_block(tag):
 @pytest.mark.parametrize("tag", INJECTIONS)
 def test_a_recalled_turn_stays_inside_its_block(tag):
     segment = RecalledItem(
-        id=1, session_id="s0", first_seq=1, last_seq=2, content=payload(tag), tokens=30,
-        session_date=datetime(2026, 1, 1, tzinfo=timezone.utc), distance=0.1,
+        id=1,
+        session_id="s0",
+        first_seq=1,
+        last_seq=2,
+        content=payload(tag),
+        tokens=30,
+        session_date=datetime(2026, 1, 1, tzinfo=UTC),
+        distance=0.1,
     )
     text, _chosen, _report = _memory_block([segment], 2000, COUNTER)
     assert_one_block(text, "reference")
@@ -88,8 +94,15 @@ def test_the_pinned_profile_stays_inside_its_block(tag):
 def test_an_inlined_file_stays_inside_its_block(tag):
     text = "--- page 1 ---\n" + payload(tag)
     f = AttachedFile(
-        file_id="file_0123456789abcdef0123", name="notes.txt", mime="text/plain", size_bytes=len(text), durability="durable",
-        parse_state="ready", page_count=1, text_head=text, text_chars=len(text),
+        file_id="file_0123456789abcdef0123",
+        name="notes.txt",
+        mime="text/plain",
+        size_bytes=len(text),
+        durability="durable",
+        parse_state="ready",
+        page_count=1,
+        text_head=text,
+        text_chars=len(text),
     )
     assert_one_block(first_turn_block([f], inline_chars=10_000), "file_content")
 

@@ -23,11 +23,23 @@ REPLY = json.dumps({"role": "assistant", "content": "hello", "timestamp": "2026-
 @pytest.mark.parametrize(
     "lines, words",
     [
-        pytest.param([GOOD, b'{"role": "user", "content": "caf\xe9", "timestamp": "2026-03-01T09:01:00"}'], "not valid UTF-8", id="invalid-utf8"),
-        pytest.param([GOOD, b'{"role": "user", "content": null, "timestamp": "2026-03-01T09:01:00"}'], "Line 2", id="null-content"),
+        pytest.param(
+            [GOOD, b'{"role": "user", "content": "caf\xe9", "timestamp": "2026-03-01T09:01:00"}'],
+            "not valid UTF-8",
+            id="invalid-utf8",
+        ),
+        pytest.param(
+            [GOOD, b'{"role": "user", "content": null, "timestamp": "2026-03-01T09:01:00"}'],
+            "Line 2",
+            id="null-content",
+        ),
         pytest.param([], "no turns", id="empty-file"),
         pytest.param([GOOD, b"not json"], "Line 2", id="bad-line"),
-        pytest.param([b'{"role": "system", "content": "x", "timestamp": "2026-03-01T09:00:00"}'], "role must be user or assistant", id="system-role"),
+        pytest.param(
+            [b'{"role": "system", "content": "x", "timestamp": "2026-03-01T09:00:00"}'],
+            "role must be user or assistant",
+            id="system-role",
+        ),
     ],
 )
 def test_bad_jsonl_is_a_clear_error(tmp_path, lines, words):

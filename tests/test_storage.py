@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from memory.database import check_dimension, current_revision, head_revision, make_engine, require_schema, upgrade
 from errors import EmbeddingDimensionMismatch, SchemaError
-from runtime.service import Database, open_engine
+from memory.database import check_dimension, current_revision, head_revision, make_engine, require_schema, upgrade
 from runtime.config import Settings
+from runtime.service import Database, open_engine
 
 
 def test_migration_from_empty_database_creates_tables_extension_and_indexes(empty_db_url):
@@ -27,7 +27,9 @@ def test_migration_from_empty_database_creates_tables_extension_and_indexes(empt
         assert conn.execute(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
         indexes = {
             r.indexname: r.indexdef
-            for r in conn.execute(text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'archived_segments'"))
+            for r in conn.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'archived_segments'")
+            )
         }
     assert "hnsw" in indexes["ix_archived_segments_embedding_hnsw"]
     assert "vector_cosine_ops" in indexes["ix_archived_segments_embedding_hnsw"]
@@ -40,7 +42,11 @@ def test_engine_refuses_to_start_when_table_dimension_differs_from_model(empty_d
     engine = make_engine(empty_db_url)
     upgrade(engine, embedding_dim=768)
     with pytest.raises(EmbeddingDimensionMismatch) as info:
-        open_engine(Settings(database_url=empty_db_url), embedder=embedder, database=Database(empty_db_url, engine, embedded=False))
+        open_engine(
+            Settings(database_url=empty_db_url),
+            embedder=embedder,
+            database=Database(empty_db_url, engine, embedded=False),
+        )
     message = str(info.value)
     assert "768" in message and "384" in message
     assert info.value.table_dim == 768 and info.value.model_dim == 384
@@ -51,5 +57,9 @@ def test_engine_refuses_to_start_when_table_dimension_differs_from_model(empty_d
 def test_open_engine_on_unmigrated_database_says_to_run_upgrade(empty_db_url, embedder):
     engine = make_engine(empty_db_url)
     with pytest.raises(SchemaError, match="companion db upgrade"):
-        open_engine(Settings(database_url=empty_db_url), embedder=embedder, database=Database(empty_db_url, engine, embedded=False))
+        open_engine(
+            Settings(database_url=empty_db_url),
+            embedder=embedder,
+            database=Database(empty_db_url, engine, embedded=False),
+        )
     engine.dispose()

@@ -34,8 +34,20 @@ WEATHER_RESULT = {
     "location": {"city": "杭州", "country": "CN", "lat": 30.2741, "lon": 120.1551},
     "current": {"temp_c": 21.5, "feels_like_c": 20.9, "humidity": 68, "condition": "多云转晴 ☁️→☀️", "wind_kph": 11.2},
     "forecast": [
-        {"date": "2024-06-01", "max_c": 26.1, "min_c": 18.4, "chance_of_rain": 0.35, "summary": "Light showers in the afternoon"},
-        {"date": "2024-06-02", "max_c": 28.0, "min_c": 19.7, "chance_of_rain": 0.05, "summary": "Sunny, café terraces open"},
+        {
+            "date": "2024-06-01",
+            "max_c": 26.1,
+            "min_c": 18.4,
+            "chance_of_rain": 0.35,
+            "summary": "Light showers in the afternoon",
+        },
+        {
+            "date": "2024-06-02",
+            "max_c": 28.0,
+            "min_c": 19.7,
+            "chance_of_rain": 0.05,
+            "summary": "Sunny, café terraces open",
+        },
     ],
     "request_id": "7f3c2a9e-41b8-4d0e-9a65-0c2f5e8d1b77",
     "cached": False,
@@ -105,7 +117,9 @@ def test_first_estimator_undercounts_chinese_on_cl100k(tokenizers_by_name):
     assert FirstEstimator().count_text(CHINESE_PARAGRAPH) < tokenizers_by_name["cl100k_base"](CHINESE_PARAGRAPH)
 
 
-@pytest.mark.parametrize("text", [pytest.param("a", id="one-letter"), pytest.param("😀", id="emoji"), pytest.param(" ", id="space")])
+@pytest.mark.parametrize(
+    "text", [pytest.param("a", id="one-letter"), pytest.param("😀", id="emoji"), pytest.param(" ", id="space")]
+)
 def test_estimator_counts_any_nonempty_text_as_at_least_one_token(text):
     assert counter_for(None).count_text(text) >= 1
 
@@ -138,7 +152,9 @@ def test_exact_counter_equals_tiktoken(model, encoding, text):
 
 
 def test_deepseek_counter_equals_bundled_tokenizer(tokenizers_by_name):
-    assert counter_for("deepseek/deepseek-chat").count_text(CHINESE_PARAGRAPH) == tokenizers_by_name["deepseek"](CHINESE_PARAGRAPH)
+    assert counter_for("deepseek/deepseek-chat").count_text(CHINESE_PARAGRAPH) == tokenizers_by_name["deepseek"](
+        CHINESE_PARAGRAPH
+    )
 
 
 def test_exact_message_count_includes_at_least_cookbook_framing():
@@ -229,8 +245,17 @@ def test_image_with_low_detail_costs_85_on_gpt_4o():
     "part",
     [
         pytest.param({"type": "image_url", "image_url": {"url": _png(1024, 1024)}}, id="openai-data-url"),
-        pytest.param({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": _png(1024, 1024).split(",")[1]}}, id="anthropic-base64"),
-        pytest.param({"type": "input_image", "image_url": "https://example.com/a.png", "width": 1024, "height": 1024}, id="explicit-size"),
+        pytest.param(
+            {
+                "type": "image",
+                "source": {"type": "base64", "media_type": "image/png", "data": _png(1024, 1024).split(",")[1]},
+            },
+            id="anthropic-base64",
+        ),
+        pytest.param(
+            {"type": "input_image", "image_url": "https://example.com/a.png", "width": 1024, "height": 1024},
+            id="explicit-size",
+        ),
     ],
 )
 def test_estimator_prices_known_size_image_by_the_larger_provider_rule(part):
@@ -272,11 +297,20 @@ def _call(arguments: str) -> dict:
     return {
         "role": "assistant",
         "content": None,
-        "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}],
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": arguments}}
+        ],
     }
 
 
-@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k"), pytest.param("deepseek/deepseek-chat", id="deepseek")])
+@pytest.mark.parametrize(
+    "model",
+    [
+        pytest.param(None, id="estimator"),
+        pytest.param("gpt-4o", id="o200k"),
+        pytest.param("deepseek/deepseek-chat", id="deepseek"),
+    ],
+)
 def test_tool_call_counts_name_and_arguments(model):
     counter = counter_for(model)
     short = counter.count_message(_call('{"city":"Paris"}'))
@@ -294,7 +328,10 @@ def test_tool_result_counts_its_content(model):
     assert counter.count_message(message) >= MESSAGE_FRAMING + counter.count_text(result)
 
 
-@pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k"), pytest.param("gpt-4", id="cl100k")])
+@pytest.mark.parametrize(
+    "model",
+    [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="o200k"), pytest.param("gpt-4", id="cl100k")],
+)
 def test_adding_a_tool_schema_increases_request_count(model):
     counter = counter_for(model)
     messages = [{"role": "system", "content": "You are a companion."}, {"role": "user", "content": "Weather in Paris?"}]
@@ -333,7 +370,11 @@ def test_inline_image_size_is_read_from_each_format_providers_accept(fmt):
     Image.new("RGB", (1000, 500)).save(out, format=fmt)
     url = f"data:image/{fmt.lower()};base64," + base64.b64encode(out.getvalue()).decode()
     part = {"type": "image_url", "image_url": {"url": url}}
-    assert _image_cost(counter_for(None), part) == max(openai_image_tokens(1000, 500), anthropic_image_tokens(1000, 500))
+    assert _image_cost(counter_for(None), part) == max(
+        openai_image_tokens(1000, 500), anthropic_image_tokens(1000, 500)
+    )
+
+
 # --- the estimator's bound on text the fit never saw ------------------------------------------
 
 THREE = ["cl100k_base", "o200k_base", "deepseek"]
@@ -347,7 +388,9 @@ def _random_chars(seed: int, low: int, high: int, n: int = 1000) -> str:
 
 def _stacked(seed: int) -> str:
     rng = random.Random(seed)
-    return "".join("aeiou"[i % 5] + "".join(chr(rng.randint(0x300, 0x36F)) for _ in range(5)) for i in range(170))[:1000]
+    return "".join("aeiou"[i % 5] + "".join(chr(rng.randint(0x300, 0x36F)) for _ in range(5)) for i in range(170))[
+        :1000
+    ]
 
 
 UNSEEN_CLASSES = {

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pytest
 
 from errors import ConfigurationError
-
-from runtime.accounting import CalibratedCounter, correction
-from runtime.accounting import counter_for
+from runtime.accounting import CalibratedCounter, correction, counter_for
 from runtime.context import fit_messages
 
 COUNTER = counter_for("gpt-4o-mini")
@@ -30,7 +28,7 @@ def _valid(messages):
             assert m["tool_call_id"] in open_calls, f"orphaned tool result {m['tool_call_id']}"
     for i, m in enumerate(messages):
         if m["role"] == "assistant" and m.get("tool_calls"):
-            answered = {x["tool_call_id"] for x in messages[i + 1:] if x["role"] == "tool"}
+            answered = {x["tool_call_id"] for x in messages[i + 1 :] if x["role"] == "tool"}
             assert {c["id"] for c in m["tool_calls"]} <= answered, "a tool call lost its result"
 
 
@@ -73,7 +71,12 @@ def test_trim_never_leaves_an_assistant_turn_first():
 
 
 def test_a_list_far_under_budget_comes_back_identical():
-    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "bye"},
+    ]
     snapshot = [dict(m) for m in messages]
     fit = fit_messages(messages, limit=100_000, counter=COUNTER, tool_result_cap=1000, tool_results_cap=5000)
     assert fit.messages is messages
@@ -83,7 +86,9 @@ def test_a_list_far_under_budget_comes_back_identical():
 
 def test_parallel_tool_results_each_under_single_cap_still_fail_the_aggregate_cap():
     calls = [_call(i) for i in range(10)]
-    results = [{"role": "tool", "tool_call_id": f"call_{i}", "content": f"row {i}: " + "data " * 150} for i in range(10)]
+    results = [
+        {"role": "tool", "tool_call_id": f"call_{i}", "content": f"row {i}: " + "data " * 150} for i in range(10)
+    ]
     messages = [
         {"role": "system", "content": "You are Mira."},
         {"role": "user", "content": "Fetch everything."},
@@ -117,7 +122,10 @@ def test_a_big_system_prompt_plus_history_is_trimmed_on_the_whole_request():
     system = {"role": "system", "content": "Rules. " * 1000}
     history = []
     for i in range(10):
-        history += [{"role": "user", "content": f"question {i} " * 20}, {"role": "assistant", "content": f"answer {i} " * 20}]
+        history += [
+            {"role": "user", "content": f"question {i} " * 20},
+            {"role": "assistant", "content": f"answer {i} " * 20},
+        ]
     history.append({"role": "user", "content": "last question"})
     limit = 3000
     assert COUNTER.count_messages(history) < limit  # the history alone is under the trigger
@@ -131,7 +139,11 @@ def test_a_big_system_prompt_plus_history_is_trimmed_on_the_whole_request():
 
 def test_system_messages_that_alone_exceed_the_limit_are_a_clear_error():
     with pytest.raises(ConfigurationError, match="system messages alone take"):
-        fit_messages([{"role": "system", "content": "Rules. " * 2000}, {"role": "user", "content": "hi"}], limit=1000, counter=COUNTER)
+        fit_messages(
+            [{"role": "system", "content": "Rules. " * 2000}, {"role": "user", "content": "hi"}],
+            limit=1000,
+            counter=COUNTER,
+        )
 
 
 def test_a_message_too_big_for_any_room_is_cut_not_dropped():

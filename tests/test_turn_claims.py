@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -141,7 +141,7 @@ def test_a_claim_whose_process_died_lapses(slow_engine):
     engine.store.claim_turn("s", owner="dead-process", lease_seconds=5)
     with pytest.raises(TurnInProgressError):
         engine.turn(user_id="u", session_id="s", message="hi")
-    stale = datetime.now(timezone.utc) - timedelta(seconds=6)
+    stale = datetime.now(UTC) - timedelta(seconds=6)
     with engine.store.engine.begin() as conn:
         conn.execute(text("UPDATE sessions SET turn_claimed_at = :t WHERE id = 's'"), {"t": stale})
     assert engine.turn(user_id="u", session_id="s", message="hi").assistant_turn.content == "echo: hi"

@@ -37,7 +37,7 @@ class Budgets:
     """Tokens kept free for the model's reply."""
 
     @classmethod
-    def create(cls, **values: int) -> "Budgets":
+    def create(cls, **values: int) -> Budgets:
         """Build budgets, checking every value.
 
         Args:
@@ -51,17 +51,13 @@ class Budgets:
         known = {f.name for f in fields(cls)}
         for name, value in values.items():
             if name not in known:
-                raise ConfigurationError(
-                    f"Unknown budget {name!r}; the budgets are {sorted(known)}.", setting=name
-                )
+                raise ConfigurationError(f"Unknown budget {name!r}; the budgets are {sorted(known)}.", setting=name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigurationError(
                     f"Budget {name!r} must be a whole number of tokens, got {value!r}.", setting=name
                 )
             if value < 0:
-                raise ConfigurationError(
-                    f"Budget {name!r} must be >= 0 tokens, got {value}.", setting=name
-                )
+                raise ConfigurationError(f"Budget {name!r} must be >= 0 tokens, got {value}.", setting=name)
         budgets = cls(**values)
         for name in ("recent", "reply_reserve"):
             if getattr(budgets, name) < 1:
@@ -82,7 +78,7 @@ class Budgets:
             raise ConfigurationError(f"Unknown prompt source {source!r}; sources are {SOURCES}.")
         return int(getattr(self, source))
 
-    def scaled_to(self, window: int) -> "Budgets":
+    def scaled_to(self, window: int) -> Budgets:
         """Scale every cap in proportion so that ``total`` equals ``window`` tokens.
 
         Each cap is rounded down, and what rounding leaves over goes to ``recent``,

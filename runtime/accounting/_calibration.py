@@ -19,8 +19,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from runtime.accounting._tokens import TokenCounter
 
@@ -30,7 +31,9 @@ CALIBRATION_WINDOW = 5
 
 def fingerprint(messages: Sequence[Mapping[str, Any]]) -> str:
     """SHA-256 of the messages' canonical JSON: equal lists give equal fingerprints."""
-    data = json.dumps([dict(m) for m in messages], sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    data = json.dumps(
+        [dict(m) for m in messages], sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str
+    )
     return hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
@@ -87,7 +90,9 @@ class CalibratedCounter:
     def count_message(self, message: Mapping[str, Any]) -> int:
         return self._scale(self.base.count_message(message))
 
-    def count_messages(self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None) -> int:
+    def count_messages(
+        self, messages: Sequence[Mapping[str, Any]], *, tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> int:
         return self._scale(self.base.count_messages(messages, tools=tools))
 
 

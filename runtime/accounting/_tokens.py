@@ -40,8 +40,9 @@ import json
 import math
 import operator
 import re
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from PIL import Image, UnidentifiedImageError
 
@@ -82,8 +83,7 @@ DOCUMENT_UNKNOWN_SIZE = DOCUMENT_PAGE_TOKENS
 (:data:`DOCUMENT_PAGE_TOKENS`). Pass the data (or ``pages``) to get a page-based count."""
 
 _CJK = re.compile(
-    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff"
-    "\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]"
+    "[\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f]"
 )
 
 
@@ -442,9 +442,18 @@ def _byte_class_table() -> bytes:
             table[b] = ord("_")
         elif ch == ".":
             table[b] = ord(".")
-    for lead, cls in ((range(0xC0, 0xCA), "2"), (range(0xCA, 0xD4), "c"), (range(0xD4, 0xE0), "3"), (range(0xE0, 0xE2), "I"),
-                      ((0xE2,), "S"), ((0xE3,), "K"), (range(0xE4, 0xEA), "H"), (range(0xEA, 0xEE), "G"),
-                      ((0xEE, 0xEF), "F"), (range(0xF0, 0x100), "E")):
+    for lead, cls in (
+        (range(0xC0, 0xCA), "2"),
+        (range(0xCA, 0xD4), "c"),
+        (range(0xD4, 0xE0), "3"),
+        (range(0xE0, 0xE2), "I"),
+        ((0xE2,), "S"),
+        ((0xE3,), "K"),
+        (range(0xE4, 0xEA), "H"),
+        (range(0xEA, 0xEE), "G"),
+        ((0xEE, 0xEF), "F"),
+        (range(0xF0, 0x100), "E"),
+    ):
         for b in lead:
             table[b] = ord(cls)
     return bytes(table)
@@ -469,13 +478,43 @@ _WIDE = _fold_table({"y": "2c3ISKHGFEC"})  # non-ASCII lead-byte classes and con
 
 FEATURES = (
     "text",  # 1 per non-empty text; the others are characters, runs or adjacent pairs
-    "lower", "upper", "digit", "newline", "quote", "bracket", "comma", "underscore",
-    "dot", "punct", "control",
-    "latin2", "greek_cyrillic", "script2", "script3", "symbol", "general_punct", "kana", "han_common", "han_rare", "hangul",
-    "compat", "astral",
-    "digit_runs", "punct_runs", "space_runs",
-    "camel_humps", "upper_pairs", "double_spaces", "punct_letter", "digit_letter", "letter_digit",
-    "ascii_next_to_non_ascii", "rare_letter_pairs", "rare_punctuation_pairs", "letter_triples", "punctuation_repeats",
+    "lower",
+    "upper",
+    "digit",
+    "newline",
+    "quote",
+    "bracket",
+    "comma",
+    "underscore",
+    "dot",
+    "punct",
+    "control",
+    "latin2",
+    "greek_cyrillic",
+    "script2",
+    "script3",
+    "symbol",
+    "general_punct",
+    "kana",
+    "han_common",
+    "han_rare",
+    "hangul",
+    "compat",
+    "astral",
+    "digit_runs",
+    "punct_runs",
+    "space_runs",
+    "camel_humps",
+    "upper_pairs",
+    "double_spaces",
+    "punct_letter",
+    "digit_letter",
+    "letter_digit",
+    "ascii_next_to_non_ascii",
+    "rare_letter_pairs",
+    "rare_punctuation_pairs",
+    "letter_triples",
+    "punctuation_repeats",
 )
 """Names of the counts :func:`text_features` returns, in order (characters, runs or adjacent pairs)."""
 
@@ -504,11 +543,36 @@ def text_features(text: str) -> tuple[int, ...]:
     w = m.translate(_WIDE)
     return (
         1,
-        c(b"a"), c(b"A"), c(b"d"), c(b"n"), c(b"q"), c(b"b"), c(b","), c(b"_"), c(b"."), c(b"p"), c(b"C"),
-        c(b"2"), c(b"c"), c(b"3"), c(b"I"), symbol - general, general, c(b"K"), han_common, han - han_common, c(b"G"),
-        c(b"F"), c(b"E"),
+        c(b"a"),
+        c(b"A"),
+        c(b"d"),
+        c(b"n"),
+        c(b"q"),
+        c(b"b"),
+        c(b","),
+        c(b"_"),
+        c(b"."),
+        c(b"p"),
+        c(b"C"),
+        c(b"2"),
+        c(b"c"),
+        c(b"3"),
+        c(b"I"),
+        symbol - general,
+        general,
+        c(b"K"),
+        han_common,
+        han - han_common,
+        c(b"G"),
+        c(b"F"),
+        c(b"E"),
         *runs,
-        c(b"aA"), c(b"AA"), c(b"  "), f.count(b"pa"), f.count(b"da"), f.count(b"ad"),
+        c(b"aA"),
+        c(b"AA"),
+        c(b"  "),
+        f.count(b"pa"),
+        f.count(b"da"),
+        f.count(b"ad"),
         _ascii_next_to_non_ascii(w),
         len(_RARE_PAIRS.findall(raw.lower())) if f.count(b"aa") else 0,
         _rare_punctuation_pairs(text) if f.count(b"pp") else 0,
@@ -886,16 +950,16 @@ computed from the bundled vocabularies). English words rarely hold one; random l
 base64 hold one in every second or third pair, and a tokenizer seldom merges across one."""
 _COMMON_PUNCTUATION = (
     '!!!"!\'!(!)!,!.!/!:!=![!\\"""%"\'"(")"+","-"."/":";">"?"["\\"]"_"{"}#"###$#,#[#{$$$($,$.$/$\\'
-    '$_${%"%%%(%)%,%-%.%;%=%@%\\&#&&\'"\'\'\'(\')\'+\',\'-\'.\'/\':\';\'>\'\\\']\'_\'{\'}(!("(#($(%(&(\'((()(*(+(-'
-    '(.(/(:(<(?(@([(\\(_(`({(|(~)!)")#)$)%)&)\')()))*)+),)-).)/):);)<)=)>)?)[)\\)])^)_)`){)|)}*('
+    "$_${%\"%%%(%)%,%-%.%;%=%@%\\&#&&'\"'''(')'+','-'.'/':';'>'\\']'_'{'}(!(\"(#($(%(&('((()(*(+(-"
+    "(.(/(:(<(?(@([(\\(_(`({(|(~)!)\")#)$)%)&)')()))*)+),)-).)/):);)<)=)>)?)[)\\)])^)_)`){)|)}*("
     '*)***,*-*.*/*=*>*\\+"+#+\'+(+)+++,+-+.+/+:+=+\\+],!,",#,$,%,&,\',(,),*,+,,,-,.,/,:,@,[,\\,_-"'
-    '-$-%-\'-(-)-,---.-/-=->-[-\\-_.!.".#.$.%.\'.(.).*.+.,.-.../.:.;.<.=.?.[.\\.]._.{.|/"/#/$/%/\''
+    "-$-%-'-(-)-,---.-/-=->-[-\\-_.!.\".#.$.%.'.(.).*.+.,.-.../.:.;.<.=.?.[.\\.]._.{.|/\"/#/$/%/'"
     '/(/)/*/+/,/-/.///:/</=/>/?/@/[/\\/_/{/~:":#:$:%:\':(:):*:+:,:-:.:/:::<:=:@:[:\\:]:_:`:{;";$'
-    ';&;(;);,;-;/;;;<;\\;}<!<$<\'<(<-</<<<=<><?<_="=$=%=&=\'=(=-=.=/=<===>=?=[=\\=_=`={>">$>&>\'>('
+    ";&;(;);,;-;/;;;<;\\;}<!<$<'<(<-</<<<=<><?<_=\"=$=%=&='=(=-=.=/=<===>=?=[=\\=_=`={>\">$>&>'>("
     '>)>*>,>->.>/>:><>=>>>[>\\>`>{?!?"?\'?(?)?,?-?.?:?>???\\@"@@["[$[\'[([*[,[-[/[:[@[[[\\[][_[{\\"'
-    '\\$\\\'\\(\\-\\.\\/\\<\\[\\\\]"](])]*]+],]-].]/]:];]<]=]>][]\\]]]{]}^(^-^.^\\^^^{_"_\'_(_)_,_-_._:_;_['
-    '_\\_]___{`)`,`.`:``{"{${%{\'{-{:{\\{{{|{}|-|\\||}"}$}&}\'}(})},}-}.}/}:};}<}=}>}[}\\}]}_}`}{}|'
-    '}}~/~~'
+    "\\$\\'\\(\\-\\.\\/\\<\\[\\\\]\"](])]*]+],]-].]/]:];]<]=]>][]\\]]]{]}^(^-^.^\\^^^{_\"_'_(_)_,_-_._:_;_["
+    "_\\_]___{`)`,`.`:``{\"{${%{'{-{:{\\{{{|{}|-|\\||}\"}$}&}'}(})},}-}.}/}:};}<}=}>}[}\\}]}_}`}{}|"
+    "}}~/~~"
 )
 COMMON_PUNCTUATION_PAIRS = frozenset(_COMMON_PUNCTUATION[i : i + 2] for i in range(0, len(_COMMON_PUNCTUATION), 2))
 """The 443 of the 1,024 pairs of ASCII punctuation marks that are one token in each of cl100k_base,
@@ -924,6 +988,8 @@ def _table_savings() -> dict[str, int]:
 
 
 _SAVING = _table_savings()
+
+
 def _char_class(codes: list[int]) -> str:
     """A regular-expression character class of the sorted code points ``codes``, as ranges."""
     parts, start, prev = [], codes[0], codes[0]
@@ -939,7 +1005,10 @@ def _char_class(codes: list[int]) -> str:
 _MARKER = {1: "\ufdd1", 2: "\ufdd2", 3: "\ufdd3"}
 """Stand-ins (Unicode noncharacters) for astral tabled characters by tokens saved, so that ``re``
 can count everything with BMP bitmap classes (classes with astral ranges are scanned range by range)."""
-_MARKED = {**{ord(m): "\ufdd0" for m in _MARKER.values()}, **{ord(c): _MARKER[v] for c, v in _SAVING.items() if c > "\uffff"}}
+_MARKED = {
+    **{ord(m): "\ufdd0" for m in _MARKER.values()},
+    **{ord(c): _MARKER[v] for c, v in _SAVING.items() if c > "\uffff"},
+}
 """Translation: astral tabled characters to their marker; a marker in the text itself to U+FDD0 (not tabled, 3 bytes)."""
 _BMP_SAVING = {**{c: v for c, v in _SAVING.items() if c <= "\uffff"}, **{m: v for v, m in _MARKER.items()}}
 _BMP_SAVINGS = tuple(
@@ -1026,7 +1095,7 @@ def _litellm_tokenizer_dir() -> Path:
     return folder
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiktoken_encoding(name: str) -> Any:
     """The tiktoken encoding ``name``, loaded once from litellm's bundled files."""
     tiktoken = load_tiktoken()
@@ -1037,7 +1106,7 @@ def _tiktoken_encoding(name: str) -> Any:
         raise ConfigurationError(f"Cannot load the tiktoken encoding {name!r} offline: {error}") from error
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hf_tokenizer(filename: str) -> Any:
     """A Hugging Face ``tokenizers.Tokenizer`` from litellm's bundled JSON file, loaded once."""
     from tokenizers import Tokenizer
@@ -1059,7 +1128,9 @@ class TiktokenCounter(_MessageCounter):
 
     def __init__(self, encoding: str) -> None:
         if encoding not in _TIKTOKEN_ENCODINGS:
-            raise ConfigurationError(f"The tiktoken encoding {encoding!r} is not bundled; use one of {sorted(_TIKTOKEN_ENCODINGS)}.")
+            raise ConfigurationError(
+                f"The tiktoken encoding {encoding!r} is not bundled; use one of {sorted(_TIKTOKEN_ENCODINGS)}."
+            )
         self.encoding = encoding
         self.name = f"tiktoken:{encoding}"
         self._encode: Callable[[str], list[int]] | None = None
@@ -1106,14 +1177,14 @@ class HuggingFaceCounter(_MessageCounter):
         return len(tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exact_counter(kind: str) -> TokenCounter:
     if kind == DEEPSEEK:
         return HuggingFaceCounter(DEEPSEEK, "deepseek_tokenizer.json")
     return TiktokenCounter(kind)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _estimator() -> ConservativeEstimator:
     return ConservativeEstimator()
 

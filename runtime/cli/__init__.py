@@ -1,6 +1,5 @@
-"""runtime.cli
-"""
+"""runtime.cli"""
 
 from runtime.cli._main import main
 
-__all__ = ['main']
+__all__ = ["main"]

@@ -71,7 +71,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     engine = open_engine(settings, persona=persona)
     existing = engine.store.get_session(args.session)
     if existing is not None and existing.user_id != args.user:
-        print(f"error: session {args.session!r} belongs to user {existing.user_id!r}, not {args.user!r}", file=sys.stderr)
+        print(
+            f"error: session {args.session!r} belongs to user {existing.user_id!r}, not {args.user!r}", file=sys.stderr
+        )
         return EXIT_USAGE
     console = Console(width=max(Console().width, 100))
     echo = not sys.stdin.isatty()  # piped input: show each line after its prompt, as a terminal would
@@ -143,7 +145,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
                     f"({outcome.summary_tokens} tokens) and {outcome.segments} archived segments]"
                 )
             elif outcome.ok:
-                print(f"[compacted, breaker open: {outcome.rolled_turns} turns archived in {outcome.segments} segments]")
+                print(
+                    f"[compacted, breaker open: {outcome.rolled_turns} turns archived in {outcome.segments} segments]"
+                )
             else:
                 print(f"[compaction failed: {outcome.error}]")
         sys.stdout.flush()

@@ -40,7 +40,9 @@ def _file_line(stored) -> str:
 
 def cmd_files_add(args: argparse.Namespace) -> int:
     if args.ephemeral != (args.session is not None):
-        print("error: --ephemeral and --session go together: an ephemeral file is valid in one session.", file=sys.stderr)
+        print(
+            "error: --ephemeral and --session go together: an ephemeral file is valid in one session.", file=sys.stderr
+        )
         return EXIT_USAGE
     paths = [Path(p).expanduser() for p in args.paths]
     for path in paths:  # check every path before storing anything
@@ -88,8 +90,10 @@ def cmd_files_show(args: argparse.Namespace) -> int:
     services = _file_services()
     item = services.files.lookup(args.file_id)
     print(_file_line(item))
-    print(f"owner {item.user_id}; sha256 {item.sha256}; stored {item.created_at.isoformat()}; "
-          f"referenced by {services.files.reference_count(item.id)} turn(s)")
+    print(
+        f"owner {item.user_id}; sha256 {item.sha256}; stored {item.created_at.isoformat()}; "
+        f"referenced by {services.files.reference_count(item.id)} turn(s)"
+    )
     if item.parse_error:
         print(f"parse error: {item.parse_error}")
     if item.extract:
@@ -101,9 +105,11 @@ def cmd_files_read(args: argparse.Namespace) -> int:
     services = _file_services()
     try:
         owner = services.files.lookup(args.file_id).user_id
-        print(services.reader.file_read(
-            args.file_id, owner, start_page=args.start_page, max_pages=args.max_pages, focus=args.focus
-        ))
+        print(
+            services.reader.file_read(
+                args.file_id, owner, start_page=args.start_page, max_pages=args.max_pages, focus=args.focus
+            )
+        )
     finally:
         services.close()
     return 0
@@ -148,7 +154,9 @@ def cmd_files_edit(args: argparse.Namespace) -> int:
 
 
 def _add_files_parser(sub) -> None:
-    files = sub.add_parser("files", help="stored files: add, list, show, read (the file_read window), delete, export, edit")
+    files = sub.add_parser(
+        "files", help="stored files: add, list, show, read (the file_read window), delete, export, edit"
+    )
     f_sub = files.add_subparsers(dest="files_command", required=True)
     add = f_sub.add_parser("add", help="store files for a user and parse them")
     add.add_argument("user", type=_id_arg, help="the owner's user id")

@@ -55,21 +55,29 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--window", type=int, help="the model's context window in tokens; every budget scales to it")
     replay.add_argument("--report", help="write the figures as JSON to this file")
     replay.add_argument(
-        "--plot", help="draw the replay per turn (context by source, compactions, archive, recall) to a .png or .html file"
+        "--plot",
+        help="draw the replay per turn (context by source, compactions, archive, recall) to a .png or .html file",
     )
     replay.set_defaults(func=cmd_replay)
 
     inspect = sub.add_parser("inspect", help="show a session's assembled context by source")
     inspect.add_argument("session", type=_id_arg)
-    inspect.add_argument("--window", type=int, help="the context window the session runs with (e.g. a replay's --window)")
+    inspect.add_argument(
+        "--window", type=int, help="the context window the session runs with (e.g. a replay's --window)"
+    )
     inspect.set_defaults(func=cmd_inspect)
 
     chat = sub.add_parser("chat", help="a terminal chat that streams the replies (/context, /quit)")
     chat.add_argument("--user", required=True, type=_id_arg, help="the user id")
     chat.add_argument("--session", required=True, type=_id_arg, help="the session id (new or existing)")
-    chat.add_argument("--persona", help="a persona file: card .json/.png, .toml, .yaml (default: COMPANION_PERSONA or the bundled one)")
     chat.add_argument(
-        "--greeting", type=int, default=0,
+        "--persona",
+        help="a persona file: card .json/.png, .toml, .yaml (default: COMPANION_PERSONA or the bundled one)",
+    )
+    chat.add_argument(
+        "--greeting",
+        type=int,
+        default=0,
         help="which greeting opens a new session: 0 the card's first message (default), N its N-th alternate greeting",
     )
     chat.set_defaults(func=cmd_chat)
@@ -77,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     db = sub.add_parser("db", help="database commands")
     db_sub = db.add_subparsers(dest="db_command", required=True)
     up = db_sub.add_parser("upgrade", help="apply the migrations")
-    up.add_argument("--embedding-dim", type=int, help="vector(N) for a new archive table (default: the embedding model's)")
+    up.add_argument(
+        "--embedding-dim", type=int, help="vector(N) for a new archive table (default: the embedding model's)"
+    )
     up.set_defaults(func=cmd_db_upgrade)
 
     breaker = sub.add_parser("breaker", help="compaction circuit breaker")

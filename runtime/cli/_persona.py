@@ -28,7 +28,9 @@ def cmd_persona_show(args: argparse.Namespace) -> int:
         print(f"  {part}: {tokens}")
     print(f"  example dialogues: {rendered.examples_kept} of {rendered.examples_total} shown")
     book = persona.character_book
-    print(f"  lorebook entries: {len(book.entries) if book else 0}; first message: {'yes' if persona.first_message else 'no'}")
+    print(
+        f"  lorebook entries: {len(book.entries) if book else 0}; first message: {'yes' if persona.first_message else 'no'}"
+    )
     return 0
 
 
@@ -56,7 +58,11 @@ def cmd_kb_add(args: argparse.Namespace) -> int:
     texts = read_documents([Path(f).expanduser() for f in args.files])
     engine = _kb_engine()
     added = add_texts(
-        engine.store.engine, persona=persona, texts=texts, embedder=engine.embedder, counter=engine.counter,
+        engine.store.engine,
+        persona=persona,
+        texts=texts,
+        embedder=engine.embedder,
+        counter=engine.counter,
         max_tokens=engine.settings.knowledge_chunk_tokens,
     )
     for item in added:
@@ -72,7 +78,9 @@ def cmd_kb_list(args: argparse.Namespace) -> int:
     if not sources:
         print(f"{persona}: no knowledge files")
     for item in sources:
-        print(f"{persona}: {item.source}: {item.chunks} chunks, {item.tokens} tokens, added {item.added_at:%Y-%m-%d %H:%M}")
+        print(
+            f"{persona}: {item.source}: {item.chunks} chunks, {item.tokens} tokens, added {item.added_at:%Y-%m-%d %H:%M}"
+        )
     return 0
 
 

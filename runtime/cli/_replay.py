@@ -40,8 +40,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         engine = engine.derive(window=args.window)
     reports = []
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
     ) as progress:
         for conv in conversations:
             task = progress.add_task(f"replay {conv.id}", total=len(conv.turns))
@@ -49,10 +53,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     console.print(_replay_tables(reports, title=f"companion replay {args.path} (window {engine.window} tokens)"))
     total = time.perf_counter() - started
-    console.print(f"total wall time {total:.1f} s; sessions are kept in the database (e.g. {reports[0].session_id if reports else '-'}).")
+    console.print(
+        f"total wall time {total:.1f} s; sessions are kept in the database (e.g. {reports[0].session_id if reports else '-'})."
+    )
     if args.report:
         Path(args.report).write_text(
-            json.dumps({"window": engine.window, "wall_seconds": total, "conversations": [r.as_dict() for r in reports]}, indent=2, default=str),
+            json.dumps(
+                {"window": engine.window, "wall_seconds": total, "conversations": [r.as_dict() for r in reports]},
+                indent=2,
+                default=str,
+            ),
             encoding="utf-8",
         )
     if args.plot:
@@ -76,32 +86,66 @@ def _replay_tables(reports, *, title: str):
     from runtime.service import CATEGORIES
 
     main = Table(title=title)
-    for col in ("conversation", "turns", "sessions", "compactions", "segments", "summary tok", "largest / window", "overflows", "user turns kept", "recall ctx", "recall ret", "wall s"):
+    for col in (
+        "conversation",
+        "turns",
+        "sessions",
+        "compactions",
+        "segments",
+        "summary tok",
+        "largest / window",
+        "overflows",
+        "user turns kept",
+        "recall ctx",
+        "recall ret",
+        "wall s",
+    ):
         main.add_column(col, justify="left" if col == "conversation" else "right")
     sums = {k: 0 for k in ("turns", "sessions", "compactions", "archived_segments", "overflows", "users", "kept")}
     ev_total = ev_ctx = ev_ret = 0
     for r in reports:
         users, kept = r.user_turns, r.user_turns_recoverable
         main.add_row(
-            r.conversation, str(r.turns), str(r.sessions), str(r.compactions), str(r.archived_segments),
-            str(r.summary_tokens), f"{r.largest_context} / {r.window}", str(r.overflows),
+            r.conversation,
+            str(r.turns),
+            str(r.sessions),
+            str(r.compactions),
+            str(r.archived_segments),
+            str(r.summary_tokens),
+            f"{r.largest_context} / {r.window}",
+            str(r.overflows),
             f"{kept}/{users}" if users else "-",
             _pct(r.evidence_in_context.get("all", 0), r.evidence_total.get("all", 0)),
             _pct(r.evidence_retrieval.get("all", 0), r.evidence_total.get("all", 0)),
             f"{r.wall_seconds:.1f}",
         )
-        for key, value in (("turns", r.turns), ("sessions", r.sessions), ("compactions", r.compactions),
-                           ("archived_segments", r.archived_segments), ("overflows", r.overflows), ("users", users), ("kept", kept)):
+        for key, value in (
+            ("turns", r.turns),
+            ("sessions", r.sessions),
+            ("compactions", r.compactions),
+            ("archived_segments", r.archived_segments),
+            ("overflows", r.overflows),
+            ("users", users),
+            ("kept", kept),
+        ):
             sums[key] += value
         ev_total += r.evidence_total.get("all", 0)
         ev_ctx += r.evidence_in_context.get("all", 0)
         ev_ret += r.evidence_retrieval.get("all", 0)
     if len(reports) > 1:
         main.add_row(
-            "all", str(sums["turns"]), str(sums["sessions"]), str(sums["compactions"]), str(sums["archived_segments"]),
-            "", f"{max(r.largest_context for r in reports)} / {reports[0].window}", str(sums["overflows"]),
+            "all",
+            str(sums["turns"]),
+            str(sums["sessions"]),
+            str(sums["compactions"]),
+            str(sums["archived_segments"]),
+            "",
+            f"{max(r.largest_context for r in reports)} / {reports[0].window}",
+            str(sums["overflows"]),
             f"{sums['kept']}/{sums['users']}" if sums["users"] else "-",
-            _pct(ev_ctx, ev_total), _pct(ev_ret, ev_total), f"{sum(r.wall_seconds for r in reports):.1f}",
+            _pct(ev_ctx, ev_total),
+            _pct(ev_ret, ev_total),
+            f"{sum(r.wall_seconds for r in reports):.1f}",
         )
     by_cat = Table(title="evidence recall by category: in context / retrieval only (evidence turns)")
     by_cat.add_column("conversation")
@@ -111,7 +155,11 @@ def _replay_tables(reports, *, title: str):
     for r in reports:
         cells = []
         for name in CATEGORIES.values():
-            n, c, t = r.evidence_total.get(name, 0), r.evidence_in_context.get(name, 0), r.evidence_retrieval.get(name, 0)
+            n, c, t = (
+                r.evidence_total.get(name, 0),
+                r.evidence_in_context.get(name, 0),
+                r.evidence_retrieval.get(name, 0),
+            )
             totals[name] = [totals[name][0] + n, totals[name][1] + c, totals[name][2] + t]
             cells.append(f"{_pct(c, n)} / {_pct(t, n)} ({n})" if n else "-")
         by_cat.add_row(r.conversation, *cells)

@@ -86,7 +86,10 @@ def cmd_jobs_close_idle(args: argparse.Namespace) -> int:
     from runtime.service import close_idle_sessions
 
     if not args.once:
-        print("error: add --once to run the close job once now (or use `companion jobs run` for the schedule)", file=sys.stderr)
+        print(
+            "error: add --once to run the close job once now (or use `companion jobs run` for the schedule)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     settings, engine = _job_engine()
     hours = settings.close_idle_hours if args.idle_hours is None else args.idle_hours
@@ -103,7 +106,9 @@ def cmd_jobs_close_idle(args: argparse.Namespace) -> int:
 def _add_service_commands(sub) -> None:
     serve = sub.add_parser("serve", help="serve the HTTP API (FastAPI under uvicorn)")
     serve.add_argument("--host", help="address to listen on (default: COMPANION_API_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)")
+    serve.add_argument(
+        "--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)"
+    )
     serve.set_defaults(func=cmd_serve)
 
     apps = sub.add_parser("apps", help="client apps and their API keys")
@@ -120,6 +125,8 @@ def _add_service_commands(sub) -> None:
     run.set_defaults(func=cmd_jobs_run)
     once = j_sub.add_parser("close-idle", help="close idle sessions now")
     once.add_argument("--once", action="store_true", help="run once and exit (for cron or tests)")
-    once.add_argument("--idle-hours", type=_hours_arg, help="idle threshold in hours (default: COMPANION_CLOSE_IDLE_HOURS)")
+    once.add_argument(
+        "--idle-hours", type=_hours_arg, help="idle threshold in hours (default: COMPANION_CLOSE_IDLE_HOURS)"
+    )
     once.add_argument("--worker", help="worker id recorded as closed_by (default HOST:PID)")
     once.set_defaults(func=cmd_jobs_close_idle)

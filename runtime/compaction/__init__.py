@@ -3,6 +3,23 @@ behind the circuit breaker; the summarizers.
 """
 
 from runtime.compaction._compactor import CompactionOutcome, Compactor, exchanges, plan_rollout, reset_breaker
-from runtime.compaction._summarizers import ExtractiveSummarizer, LiteLLMSummarizer, Summarizer, map_summarizer_error, summarizer_for
+from runtime.compaction._summarizers import (
+    ExtractiveSummarizer,
+    LiteLLMSummarizer,
+    Summarizer,
+    map_summarizer_error,
+    summarizer_for,
+)
 
-__all__ = ['CompactionOutcome', 'Compactor', 'ExtractiveSummarizer', 'LiteLLMSummarizer', 'Summarizer', 'exchanges', 'map_summarizer_error', 'plan_rollout', 'reset_breaker', 'summarizer_for']
+__all__ = [
+    "CompactionOutcome",
+    "Compactor",
+    "ExtractiveSummarizer",
+    "LiteLLMSummarizer",
+    "Summarizer",
+    "exchanges",
+    "map_summarizer_error",
+    "plan_rollout",
+    "reset_breaker",
+    "summarizer_for",
+]

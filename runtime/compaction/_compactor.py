@@ -39,9 +39,10 @@ of the current run (error classes and numbers, never conversation text).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Literal
 
 import structlog
 
@@ -51,8 +52,8 @@ from memory.embeddings import Embedder
 from memory.store import NewSegment, Store
 from memory.tables import CompactionState, Turn, TurnState, utcnow
 from prompts import render
-from runtime.compaction._summarizers import RolledTurn, Summarizer, validate_summary
 from runtime.accounting import TokenCounter, longest_fitting_prefix
+from runtime.compaction._summarizers import RolledTurn, Summarizer, validate_summary
 
 log = structlog.get_logger("companion.compaction")
 
@@ -111,9 +112,7 @@ def exchanges(turns: Sequence[Turn]) -> list[list[Turn]]:
     return groups
 
 
-def plan_rollout(
-    turns: Sequence[Turn], *, cap: int, target: float, keep_exchanges: int
-) -> list[list[Turn]]:
+def plan_rollout(turns: Sequence[Turn], *, cap: int, target: float, keep_exchanges: int) -> list[list[Turn]]:
     """The oldest whole exchanges to roll out, or ``[]`` if the window is within ``cap`` tokens.
 
     Never rolled out: the newest ``keep_exchanges`` complete exchanges, and the latest
@@ -237,8 +236,14 @@ class Compactor:
                     reasons=list(state.recent_errors or []),
                 )
             return self._summarize(
-                session_id, user_id, groups, state, breaker,
-                recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
+                session_id,
+                user_id,
+                groups,
+                state,
+                breaker,
+                recent_cap=recent_cap,
+                summary_cap=summary_cap,
+                assistant_name=assistant_name,
             )
 
     # -- closing a session ------------------------------------------------------
@@ -271,12 +276,20 @@ class Compactor:
             if breaker == "open":
                 return self._archive_only(session_id, user_id, groups, assistant_name, state)
             outcome = self._summarize(
-                session_id, user_id, groups, state, breaker,
-                recent_cap=recent_cap, summary_cap=summary_cap, assistant_name=assistant_name,
+                session_id,
+                user_id,
+                groups,
+                state,
+                breaker,
+                recent_cap=recent_cap,
+                summary_cap=summary_cap,
+                assistant_name=assistant_name,
             )
             if outcome.ok:
                 return outcome
-            archived = self._archive_only(session_id, user_id, groups, assistant_name, self.store.compaction_state(session_id))
+            archived = self._archive_only(
+                session_id, user_id, groups, assistant_name, self.store.compaction_state(session_id)
+            )
             return CompactionOutcome(
                 session_id=session_id,
                 ok=True,
@@ -300,7 +313,7 @@ class Compactor:
                 session_date=d.session_date,
                 embedding=vec,
             )
-            for d, vec in zip(drafts, vectors)
+            for d, vec in zip(drafts, vectors, strict=False)
         ]
 
     def _summarize(
@@ -385,7 +398,9 @@ class Compactor:
             summarizer=self.summarizer.name,
         )
         if breaker != "closed":
-            log.warning("breaker.closed", session_id=session_id, breaker_state="closed", reasons=list(state.recent_errors or []))
+            log.warning(
+                "breaker.closed", session_id=session_id, breaker_state="closed", reasons=list(state.recent_errors or [])
+            )
         elif state.consecutive_failures:
             log.info(
                 "breaker.failures_cleared",
@@ -412,7 +427,10 @@ class Compactor:
         rolled = [t for g in groups for t in g]
         segments = self._segments(groups, assistant_name)
         self.store.commit_archive(
-            session_id=session_id, user_id=user_id, turn_ids=[t.id for t in rolled if t.id is not None], segments=segments
+            session_id=session_id,
+            user_id=user_id,
+            turn_ids=[t.id for t in rolled if t.id is not None],
+            segments=segments,
         )
         log.info(
             "compaction.archived_only",
@@ -425,7 +443,12 @@ class Compactor:
             reasons=list(state.recent_errors or []),
         )
         return CompactionOutcome(
-            session_id=session_id, ok=True, summarized=False, rolled_turns=len(rolled), segments=len(segments), breaker_open=True
+            session_id=session_id,
+            ok=True,
+            summarized=False,
+            rolled_turns=len(rolled),
+            segments=len(segments),
+            breaker_open=True,
         )
 
     def _failed(self, session_id: str, error: str, breaker: BreakerState) -> CompactionOutcome:

@@ -36,15 +36,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from errors import SummarizationError
 from prompts import fence, render
 from runtime._offline import load_litellm
 from runtime.accounting import TokenCounter, longest_fitting_prefix
-from runtime.messages import Message, to_openai
 from runtime.llm import map_model_error
+from runtime.messages import Message, to_openai
 
 if TYPE_CHECKING:
     from runtime.config import Settings
@@ -145,10 +146,19 @@ def render_line(item: Mapping[str, Any], *, compact: bool = False) -> str:
     if compact and item["role"] in ("user", "assistant"):
         if item["role"] == "assistant":
             return render("summary_line_assistant_compact", text=fence(item["text"]))
-        return render("summary_line_user_cut_compact" if item.get("cut_of") else "summary_line_user_compact", text=fence(item["text"]))
+        return render(
+            "summary_line_user_cut_compact" if item.get("cut_of") else "summary_line_user_compact",
+            text=fence(item["text"]),
+        )
     if item["role"] == "user":
         if item.get("cut_of"):
-            return render("summary_line_user_cut", date=item["date"], text=fence(item["text"]), shown=len(item["text"]), total=item["cut_of"])
+            return render(
+                "summary_line_user_cut",
+                date=item["date"],
+                text=fence(item["text"]),
+                shown=len(item["text"]),
+                total=item["cut_of"],
+            )
         return render("summary_line_user", date=item["date"], text=fence(item["text"]))
     if item["role"] == "assistant":
         return render("summary_line_assistant", date=item["date"], text=fence(item["text"]))
@@ -233,7 +243,9 @@ def validate_summary(
     if tokens > cap:
         raise reject(f"{tokens} tokens exceed its cap of {cap} (tokens={tokens})")
     # a user's own words may mention "<summary" (rendering fences them); a note may not carry a summary
-    if draft.content.count("<summary") != 1 or any("<summary" in str(i.get("text", "")) for i in draft.items if i["role"] == "note"):
+    if draft.content.count("<summary") != 1 or any(
+        "<summary" in str(i.get("text", "")) for i in draft.items if i["role"] == "note"
+    ):
         raise reject("it nests a summary inside itself")
     folded_turns = {seq: _folded(text) for seq, text in user_turns.items() if seq <= boundary_seq}
     for item in draft.items:
@@ -246,11 +258,15 @@ def validate_summary(
         if item["role"] == "user":
             source = folded_turns.get(seq) if seq is not None else None
             if source is None or _folded(text) not in source:
-                raise reject(f"the quote attributed to user turn {seq} is not an exact quote of it ({len(text)} characters)")
+                raise reject(
+                    f"the quote attributed to user turn {seq} is not an exact quote of it ({len(text)} characters)"
+                )
         elif item["role"] == "note":
             for span in _QUOTED.findall(text):
                 if not any(_folded(span) in t for t in folded_turns.values()):
-                    raise reject(f"a {item.get('section')} note quotes words the user never said ({len(span)} characters)")
+                    raise reject(
+                        f"a {item.get('section')} note quotes words the user never said ({len(span)} characters)"
+                    )
 
 
 # -- the model-free summarizer ----------------------------------------------------
@@ -311,7 +327,9 @@ class ExtractiveSummarizer:
                 return draft
         if drafts:
             return drafts[0]
-        smallest = counter.count_text(render_summary([{"role": "user", "text": "x" * MIN_COMPACT_QUOTE_CHARS, "cut_of": 1}], 0, compact=True))
+        smallest = counter.count_text(
+            render_summary([{"role": "user", "text": "x" * MIN_COMPACT_QUOTE_CHARS, "cut_of": 1}], 0, compact=True)
+        )
         raise SummarizationError(
             f"The summary cap of {cap} tokens is below the smallest summary ({smallest} tokens): "
             "raise the summary budget or the context window.",
@@ -381,7 +399,12 @@ def _fill(
 
 
 def _prefix_that_fits(
-    item: dict[str, Any], room: int, counter: TokenCounter, *, least: int = MIN_QUOTE_PREFIX_CHARS, compact: bool = False
+    item: dict[str, Any],
+    room: int,
+    counter: TokenCounter,
+    *,
+    least: int = MIN_QUOTE_PREFIX_CHARS,
+    compact: bool = False,
 ) -> dict[str, Any] | None:
     """The longest prefix of a user line (an exact substring) whose line fits ``room`` tokens;
     ``None`` when that prefix is shorter than ``least`` characters."""
@@ -475,17 +498,29 @@ def parse_model_summary(
             else:
                 raise ValueError(f"an entry of {section!r} is neither text nor {{date, text}}")
             if text.strip():
-                items.append({"role": "note", "section": section, "date": str(date) if date else None, "text": text.strip()})
+                items.append(
+                    {"role": "note", "section": section, "date": str(date) if date else None, "text": text.strip()}
+                )
     dates = {t.seq: t.date for t in turns}
     dates.update({i["seq"]: i["date"] for i in previous if i.get("seq") is not None})
     quotes = data.get("quotes", [])
     if not isinstance(quotes, list):
         raise ValueError("'quotes' is not a list")
     for entry in quotes:
-        if not isinstance(entry, dict) or not isinstance(entry.get("text"), str) or not isinstance(entry.get("seq"), int):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("text"), str)
+            or not isinstance(entry.get("seq"), int)
+        ):
             raise ValueError("a quote is not {seq: int, text: str}")
         items.append(
-            {"role": "user", "section": "quotes", "seq": entry["seq"], "date": dates.get(entry["seq"], "?"), "text": entry["text"]}
+            {
+                "role": "user",
+                "section": "quotes",
+                "seq": entry["seq"],
+                "date": dates.get(entry["seq"], "?"),
+                "text": entry["text"],
+            }
         )
     quotes_sorted = sorted((i for i in items if i["role"] == "user"), key=lambda i: i["seq"])
     return [i for i in items if i["role"] == "note"] + quotes_sorted
@@ -553,7 +588,9 @@ class LiteLLMSummarizer:
         try:
             response = litellm.completion(
                 model=self.model,
-                messages=to_openai(self.messages(previous=previous, turns=turns, cap=cap, assistant_name=assistant_name)),
+                messages=to_openai(
+                    self.messages(previous=previous, turns=turns, cap=cap, assistant_name=assistant_name)
+                ),
                 api_base=self.api_base,
                 timeout=self.timeout,
                 num_retries=0,  # litellm's own retries
@@ -561,7 +598,9 @@ class LiteLLMSummarizer:
                 **self.extra,
             )
             raw = response.choices[0].message.content or ""
-        except Exception as exc:  # every litellm/httpx/openai error (or a reply without a message) becomes one SummarizationError
+        except (
+            Exception
+        ) as exc:  # every litellm/httpx/openai error (or a reply without a message) becomes one SummarizationError
             raise map_summarizer_error(exc, model=self.model, session_id=session_id)  # noqa: B904 (chained inside)
         try:
             items = parse_model_summary(raw, turns=turns, previous=previous)
@@ -581,9 +620,7 @@ class LiteLLMSummarizer:
         )
 
 
-
-
-def summarizer_for(settings: "Settings") -> Summarizer:
+def summarizer_for(settings: Settings) -> Summarizer:
     """The summarizer ``COMPANION_SUMMARIZER`` names: ``extractive`` (model-free) or ``model``
     (:class:`LiteLLMSummarizer` on ``COMPANION_SUMMARY_MODEL``, default ``COMPANION_MODEL``)."""
     if settings.summarizer == "model":

@@ -4,7 +4,20 @@ Pure: takes values, never storage rows; imports nothing from ``memory``.
 """
 
 from runtime.context._assemble import AssembledContext, TurnBlocks, assemble_context
-from runtime.context._attachments import AttachedFile, compact_block, first_turn_block, folded_block, is_image_mime, is_placeholder, is_text_mime, placeholder, placeholder_file_id, placeholder_ids, safe_name, strip_placeholders
+from runtime.context._attachments import (
+    AttachedFile,
+    compact_block,
+    first_turn_block,
+    folded_block,
+    is_image_mime,
+    is_placeholder,
+    is_text_mime,
+    placeholder,
+    placeholder_file_id,
+    placeholder_ids,
+    safe_name,
+    strip_placeholders,
+)
 from runtime.context._image_markers import TRANSCRIPT_MARKERS, dedupe, marker, render_transcript, split_transcripts
 from runtime.context._lorebook import Scan, key_matches, match_entries, scan_text
 from runtime.context._persona import DEFAULT_USER_NAME, macro_context, render_persona
@@ -13,4 +26,44 @@ from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_d
 from runtime.context._trim import fit_messages
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
-__all__ = ['AssembledContext', 'Scan', 'insert_at_depth', 'macro_context', 'KnowledgeItem', 'PinnedProfile', 'RecalledItem', 'RecentTurn', 'SummaryText', 'AttachedFile', 'DEFAULT_USER_NAME', 'RetrievalItem', 'TRANSCRIPT_MARKERS', 'TurnBlocks', 'assemble_context', 'compact_block', 'dedupe', 'first_turn_block', 'fit_messages', 'fit_retrieval', 'folded_block', 'is_image_mime', 'is_placeholder', 'is_text_mime', 'key_matches', 'marker', 'match_entries', 'placeholder', 'placeholder_file_id', 'placeholder_ids', 'render_persona', 'render_profile', 'render_transcript', 'retrieval_items', 'safe_name', 'scan_text', 'split_transcripts', 'strip_placeholders', 'summary_profile_facts']
+__all__ = [
+    "AssembledContext",
+    "Scan",
+    "insert_at_depth",
+    "macro_context",
+    "KnowledgeItem",
+    "PinnedProfile",
+    "RecalledItem",
+    "RecentTurn",
+    "SummaryText",
+    "AttachedFile",
+    "DEFAULT_USER_NAME",
+    "RetrievalItem",
+    "TRANSCRIPT_MARKERS",
+    "TurnBlocks",
+    "assemble_context",
+    "compact_block",
+    "dedupe",
+    "first_turn_block",
+    "fit_messages",
+    "fit_retrieval",
+    "folded_block",
+    "is_image_mime",
+    "is_placeholder",
+    "is_text_mime",
+    "key_matches",
+    "marker",
+    "match_entries",
+    "placeholder",
+    "placeholder_file_id",
+    "placeholder_ids",
+    "render_persona",
+    "render_profile",
+    "render_transcript",
+    "retrieval_items",
+    "safe_name",
+    "scan_text",
+    "split_transcripts",
+    "strip_placeholders",
+    "summary_profile_facts",
+]

@@ -29,21 +29,20 @@ never exceeds the window.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, cast
 
 from persona import Persona
 from prompts import fence, render
+from runtime.accounting import REPLY_PRIMING, SOURCES, Baseline, Budgets, TokenCounter, baseline_total
 from runtime.context._attachments import AttachedFile, earlier_block, with_block
-from runtime.accounting import SOURCES, Budgets
-from runtime.accounting import Baseline, baseline_total
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
 from runtime.context._profile import render_profile
 from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth
-from runtime.accounting import REPLY_PRIMING, TokenCounter
 from runtime.context._trim import fit_messages
-from runtime.messages import Message, Role
 from runtime.context._values import PinnedProfile, RecalledItem, RecentTurn, SummaryText
+from runtime.messages import Message, Role
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,12 +171,20 @@ def assemble_context(
 
     user_name = (profile.name if profile is not None and profile.name else None) or DEFAULT_USER_NAME
     rendered = render_persona(
-        persona, cap=budgets.persona, counter=counter, user_name=user_name, calibration=calibration, session_id=session_id
+        persona,
+        cap=budgets.persona,
+        counter=counter,
+        user_name=user_name,
+        calibration=calibration,
+        session_id=session_id,
     )
     persona_msg = rendered.system
     post_history: list[Mapping[str, Any]] = [rendered.post_history] if rendered.post_history else []
     sources["persona"] = SourceReport(
-        source="persona", tokens=rendered.tokens, cap=budgets.persona, items=1 + rendered.examples_kept + len(post_history),
+        source="persona",
+        tokens=rendered.tokens,
+        cap=budgets.persona,
+        items=1 + rendered.examples_kept + len(post_history),
         cut=rendered.cut,
     )
     texts["persona"] = "\n\n".join(m["content"] for m in [persona_msg, *post_history])
@@ -218,8 +225,10 @@ def assemble_context(
         blocks.append(earlier_text)
     pinned = render_profile(profile, cap=budgets.memory, counter=counter)  # always first in memory
     # what the persona, the summary and retrieval leave of their caps flows to recalled segments
-    idle = (budgets.persona - sources["persona"].tokens) + (budgets.summary - sources["summary"].tokens) + (
-        budgets.retrieval - sources["retrieval"].tokens
+    idle = (
+        (budgets.persona - sources["persona"].tokens)
+        + (budgets.summary - sources["summary"].tokens)
+        + (budgets.retrieval - sources["retrieval"].tokens)
     )
     memory_cap = budgets.memory + max(idle, 0)
     room_for_recalled = memory_cap - pinned.tokens - (1 if pinned.text else 0)
@@ -259,7 +268,9 @@ def assemble_context(
         sources["retrieval"] = replace(
             sources["retrieval"],
             tokens=shown_fold + earlier_cost + found.tokens + retrieval_framing,
-            items=sum(len((attachments or {})[q].file_ids) for q in folded if q in kept) + len(earlier_listed) + len(found.shown),
+            items=sum(len((attachments or {})[q].file_ids) for q in folded if q in kept)
+            + len(earlier_listed)
+            + len(found.shown),
         )
         return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
 
@@ -309,7 +320,12 @@ def assemble_context(
         attached_files=list(
             dict.fromkeys(
                 [f.file_id for f in earlier_listed]
-                + [fid for q in sorted(listed | set(first_block)) if q in shown for fid in (attachments or {})[q].file_ids]
+                + [
+                    fid
+                    for q in sorted(listed | set(first_block))
+                    if q in shown
+                    for fid in (attachments or {})[q].file_ids
+                ]
             )
         ),
     )
@@ -326,7 +342,9 @@ def _text(message: Mapping[str, Any]) -> str:
 
 
 def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
-    return SourceReport(source=report.source, tokens=report.tokens + extra, cap=report.cap, items=report.items, cut=report.cut)
+    return SourceReport(
+        source=report.source, tokens=report.tokens + extra, cap=report.cap, items=report.items, cut=report.cut
+    )
 
 
 def _summary_block(summary: SummaryText | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
@@ -349,7 +367,9 @@ def _summary_block(summary: SummaryText | None, cap: int, counter: TokenCounter)
             if tokens <= cap:
                 break
         if tokens > cap:
-            return "", SourceReport(source="summary", tokens=0, cap=cap, items=0, cut="summary omitted: larger than its cap")
+            return "", SourceReport(
+                source="summary", tokens=0, cap=cap, items=0, cut="summary omitted: larger than its cap"
+            )
     items = summary.items
     return content, SourceReport(source="summary", tokens=tokens, cap=cap, items=items, cut=cut_note)
 
@@ -379,7 +399,11 @@ def _memory_block(
         tokens = counter.count_text(text)
     left = len(candidates) - len(chosen)
     cut = f"{left} more recalled segments not shown" if left else None
-    return text, [seg for seg, _ in chosen], SourceReport(source="memory", tokens=tokens, cap=cap, items=len(chosen), cut=cut)
+    return (
+        text,
+        [seg for seg, _ in chosen],
+        SourceReport(source="memory", tokens=tokens, cap=cap, items=len(chosen), cut=cut),
+    )
 
 
 def _fold(
@@ -420,9 +444,7 @@ def _fold(
     return chosen, costs, listed, "; ".join(notes) or None
 
 
-def _earlier(
-    files: Sequence[AttachedFile], cap: int, counter: TokenCounter
-) -> tuple[str, list[AttachedFile]]:
+def _earlier(files: Sequence[AttachedFile], cap: int, counter: TokenCounter) -> tuple[str, list[AttachedFile]]:
     """The block listing ``files`` (oldest first) within ``cap`` tokens, dropping the oldest first
     (and saying how many in the block)."""
     listed = list(files)

@@ -38,8 +38,8 @@ Anything else is ordinary text: never cached as file content and never a tool ca
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
 from prompts import fence, render
 
@@ -270,7 +270,10 @@ def preview(f: AttachedFile, chars: int = DEFAULT_PREVIEW_CHARS) -> str:
 
 
 def folded_block(
-    files: Sequence[AttachedFile], *, preview_chars: int = DEFAULT_PREVIEW_CHARS, header: str = "attachments_folded_header"
+    files: Sequence[AttachedFile],
+    *,
+    preview_chars: int = DEFAULT_PREVIEW_CHARS,
+    header: str = "attachments_folded_header",
 ) -> str:
     """The "referenced files" placeholder an older turn's block folds into. Empty when ``files`` is."""
     if not files:

@@ -56,8 +56,13 @@ def _gated(line: str) -> bool:
     """The five gates, applied to the marker token (the current wording's enclosure)."""
     inner = line[2:-2]
     return (
-        line.startswith("[[") and line.endswith("]]") and "[[" not in inner and "]]" not in inner
-        and len(line) < 200 and "\n" not in line and line.startswith("[[image_read file_id=")
+        line.startswith("[[")
+        and line.endswith("]]")
+        and "[[" not in inner
+        and "]]" not in inner
+        and len(line) < 200
+        and "\n" not in line
+        and line.startswith("[[image_read file_id=")
         and not _GATE_UNSAFE.search(inner)
     )
 

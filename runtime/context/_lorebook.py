@@ -24,12 +24,12 @@ Rules (after SillyTavern's world info and the Character Card V3 spec):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 import structlog
 
-from persona import CompiledKey, LoreEntry, Lorebook, entry_keys, normalize, search
+from persona import CompiledKey, Lorebook, LoreEntry, entry_keys, normalize, search
 
 log = structlog.get_logger("companion.lorebook")
 _timed_out: set[str] = set()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from errors import ConfigurationError
 from persona import MacroContext, Persona, expand
@@ -111,7 +110,11 @@ def render_persona(
     system_prompt = macro(persona.system_prompt, "system_prompt").strip() or ctx.original
     fixed = [system_prompt]
     parts = {"system_prompt": counter.count_text(system_prompt)}
-    for name, text in (("description", persona.description), ("personality", persona.personality), ("scenario", persona.scenario)):
+    for name, text in (
+        ("description", persona.description),
+        ("personality", persona.personality),
+        ("scenario", persona.scenario),
+    ):
         text = macro(text, name).strip() if text else ""
         if text:
             block = render(f"persona_{name}", char=persona.char_name, text=text)
@@ -142,7 +145,7 @@ def render_persona(
         )
     examples = [m for i, e in enumerate(persona.example_dialogues) if (m := macro(e, f"mes_example[{i}]")).strip()]
     kept: list[str] = []
-    for i, example in enumerate(examples):
+    for example in examples:
         trial = system_with([*kept, example], len(examples) - len(kept) - 1)
         if raw(counter.count_message(trial) + post_tokens) > cap:
             break  # in order: a later example never jumps ahead of one that did not fit

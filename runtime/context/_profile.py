@@ -8,8 +8,9 @@ notice (``prompts/notice_profile_cut.txt``) counts them; name and pronouns stay.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from prompts import fence, render
 from runtime.accounting import TokenCounter
@@ -31,7 +32,9 @@ def summary_profile_facts(items: Sequence[Mapping[str, Any]]) -> list[str]:
 
     The extractive summarizer writes no profile section, so it teaches nothing.
     """
-    return [str(i["text"]) for i in items if i.get("role") == "note" and i.get("section") == "profile" and i.get("text")]
+    return [
+        str(i["text"]) for i in items if i.get("role") == "note" and i.get("section") == "profile" and i.get("text")
+    ]
 
 
 def render_profile(profile: PinnedProfile | None, *, cap: int, counter: TokenCounter) -> ProfileBlock:

@@ -18,13 +18,14 @@ is smaller than what ``retrieval`` leaves them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from persona import MacroContext, expand
 from prompts import fence, render
-from runtime.context._lorebook import FiredEntry, admission_order
 from runtime.accounting import TokenCounter
+from runtime.context._lorebook import FiredEntry, admission_order
 from runtime.context._values import KnowledgeItem
 from runtime.messages import Message
 
@@ -71,7 +72,12 @@ class RetrievalBlock:
 
 
 def retrieval_items(
-    fired: Sequence[FiredEntry], hits: Sequence[KnowledgeItem], *, char: str, user: str, macros: MacroContext | None = None
+    fired: Sequence[FiredEntry],
+    hits: Sequence[KnowledgeItem],
+    *,
+    char: str,
+    user: str,
+    macros: MacroContext | None = None,
 ) -> list[RetrievalItem]:
     """Candidates from fired lorebook entries (macros replaced, under ``macros`` when given,
     else with only ``char`` and ``user``) and knowledge hits (verbatim)."""
@@ -99,7 +105,12 @@ def retrieval_items(
         items.append(
             RetrievalItem(
                 kind="knowledge",
-                text=render("retrieval_knowledge_entry", source=fence(hit.source), part=hit.chunk_index + 1, content=fence(hit.content)),
+                text=render(
+                    "retrieval_knowledge_entry",
+                    source=fence(hit.source),
+                    part=hit.chunk_index + 1,
+                    content=fence(hit.content),
+                ),
                 rank=base + i,
                 order=base + i,
                 label=f"{hit.source}#{hit.chunk_index}",
@@ -117,7 +128,9 @@ def fit_retrieval(
     ``token_budget``: the entries' own tokens, block framing and notice excluded)."""
     if not items:
         return RetrievalBlock(text="", tokens=0, shown=[], matched=0)
-    costs = {id(i): counter.count_message(i.message()) if i.depth is not None else counter.count_text(i.text) for i in items}
+    costs = {
+        id(i): counter.count_message(i.message()) if i.depth is not None else counter.count_text(i.text) for i in items
+    }
 
     def build(chosen: list[RetrievalItem]) -> str:
         body = [i.text for i in sorted(chosen, key=lambda i: i.order) if i.depth is None]

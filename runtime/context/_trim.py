@@ -18,8 +18,9 @@ The rules, each taken from failures reported against other context managers:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from errors import ConfigurationError
 from prompts import render
@@ -69,7 +70,9 @@ def _content_text(msg: Message) -> str:
     return ""
 
 
-def cut_text_to(msg: Message, room: int, counter: TokenCounter, notice: str, *, notice_args: dict[str, Any]) -> Message | None:
+def cut_text_to(
+    msg: Message, room: int, counter: TokenCounter, notice: str, *, notice_args: dict[str, Any]
+) -> Message | None:
     """The longest prefix of ``msg``'s text content that fits ``room`` tokens with ``notice`` appended.
 
     ``notice`` names a template in ``prompts/`` that receives ``shown`` and ``total``
@@ -95,7 +98,9 @@ def _cap_tool_results(
         msg = out[i]
         if msg.get("role") == "assistant" and msg.get("tool_calls"):
             ids = {c.get("id") for c in msg["tool_calls"] if isinstance(c, Mapping)}
-            results = [j for j in range(i + 1, len(out)) if out[j].get("role") == "tool" and out[j].get("tool_call_id") in ids]
+            results = [
+                j for j in range(i + 1, len(out)) if out[j].get("role") == "tool" and out[j].get("tool_call_id") in ids
+            ]
             sizes = {j: counter.count_message(out[j]) for j in results}
             allowed = {j: min(sizes[j], single) if single is not None else sizes[j] for j in results}
             if aggregate is not None and sum(allowed.values()) > aggregate:
@@ -109,11 +114,15 @@ def _cap_tool_results(
             for j in results:
                 if sizes[j] > allowed[j]:
                     where = f"The full result is stored with call id {out[j].get('tool_call_id')}; call the tool again with a narrower request to see more."
-                    cut = cut_text_to(out[j], allowed[j], counter, "notice_tool_result_cut", notice_args={"where": where})
+                    cut = cut_text_to(
+                        out[j], allowed[j], counter, "notice_tool_result_cut", notice_args={"where": where}
+                    )
                     if cut is None:
                         cut = with_text(out[j], "[Tool result omitted: no budget left for it.]")
                     out[j] = cut
-                    notes.append(f"tool result {out[j].get('tool_call_id')} cut from {sizes[j]} to {counter.count_message(cut)} tokens")
+                    notes.append(
+                        f"tool result {out[j].get('tool_call_id')} cut from {sizes[j]} to {counter.count_message(cut)} tokens"
+                    )
         i += 1
     return out, notes
 
@@ -186,7 +195,11 @@ def fit_messages(
     if dropped:
         notes.insert(0, f"{dropped} earlier messages not shown")
         first = head
-        if first < len(result) and result[first].get("role") == "user" and isinstance(result[first].get("content"), str):
+        if (
+            first < len(result)
+            and result[first].get("role") == "user"
+            and isinstance(result[first].get("content"), str)
+        ):
             notice = render("notice_messages_dropped", count=dropped)
             with_notice = with_text(result[first], notice + "\n" + result[first]["content"])
             extra = counter.count_message(with_notice) - counter.count_message(result[first])

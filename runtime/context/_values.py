@@ -64,7 +64,9 @@ class RecalledItem:
         """Why it was recalled: ``vector``, ``full_text``, ``vector+full_text`` or ``neighbour``."""
         if self.neighbour_of is not None:
             return "neighbour"
-        found = [name for name, rank in (("vector", self.vector_rank), ("full_text", self.text_rank)) if rank is not None]
+        found = [
+            name for name, rank in (("vector", self.vector_rank), ("full_text", self.text_rank)) if rank is not None
+        ]
         return "+".join(found) or "vector"
 
 

@@ -77,7 +77,9 @@ def _whole(value: object, name: str, *, file_id: str | None) -> int | None:
     elif isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or value < 1:
-        raise FileInputError(f"{name} must be a whole number from 1, got {value!r}.", reason="bad_argument", file_id=file_id)
+        raise FileInputError(
+            f"{name} must be a whole number from 1, got {value!r}.", reason="bad_argument", file_id=file_id
+        )
     return value
 
 
@@ -102,7 +104,7 @@ def _arguments(
 
 
 def read_window(
-    source: "StoredFile | PageSource | str",
+    source: StoredFile | PageSource | str,
     *,
     start_page: int | None = None,
     max_pages: int | None = None,
@@ -134,7 +136,14 @@ def read_window(
         state, text, body_start = source.parse_state, source.extract, source.body_start_page
         total_hint = source.page_count or 0
     elif isinstance(source, PageSource):
-        file_id, name, state, text, body_start, total_hint = source.file_id, source.name, "ready", None, source.body_start_page, 0
+        file_id, name, state, text, body_start, total_hint = (
+            source.file_id,
+            source.name,
+            "ready",
+            None,
+            source.body_start_page,
+            0,
+        )
     else:
         file_id, name, state, text, body_start, total_hint = "-", "text", "ready", source, body_start_page, 0
     start_page, asked_pages, asked_chars, focus = _arguments(start_page, max_pages, max_chars, focus, file_id=file_id)
@@ -142,7 +151,11 @@ def read_window(
     if state in ("pending", "parsing"):
         return prompts.render("file_read_processing", state=state, **ids)
     if state == "failed":
-        return prompts.render("file_read_failed", error=(source.parse_error if isinstance(source, StoredFile) else "") or "unknown error", **ids)
+        return prompts.render(
+            "file_read_failed",
+            error=(source.parse_error if isinstance(source, StoredFile) else "") or "unknown error",
+            **ids,
+        )
     if state == "needs_ocr":
         return prompts.render("file_read_needs_ocr", total=total_hint, **ids)
     pages: Pages = source if isinstance(source, PageSource) else ListPages(pages_of(text))
@@ -165,13 +178,24 @@ def read_window(
             hit = pages.find(focus, start=start_page or 1)
         if hit is None:
             return prompts.render("file_read_focus_missing", focus=focus, total=total, **ids)
-        first = hit - 1 if hit > (start_page or body_start or 1) and page_cap >= 3 and len(pages[hit - 2]) + len(pages[hit - 1]) <= char_cap else hit
+        first = (
+            hit - 1
+            if hit > (start_page or body_start or 1)
+            and page_cap >= 3
+            and len(pages[hit - 2]) + len(pages[hit - 1]) <= char_cap
+            else hit
+        )
         notes.insert(0, prompts.render("file_read_note_focus", focus=focus, hit=hit))
     elif start_page is not None:
         first = start_page
     elif body_start and 1 < body_start <= total:
         first = body_start
-        notes.insert(0, prompts.render("file_read_note_skipped", skipped="page 1" if body_start == 2 else f"pages 1-{body_start - 1}"))
+        notes.insert(
+            0,
+            prompts.render(
+                "file_read_note_skipped", skipped="page 1" if body_start == 2 else f"pages 1-{body_start - 1}"
+            ),
+        )
     else:
         first = 1
 
@@ -189,7 +213,10 @@ def read_window(
         used += len(body)
         page_no += 1
     last = page_no - 1
-    parts = [prompts.render("file_read_header", first=first, last=last, total=total, note="".join(notes), **ids), *shown]
+    parts = [
+        prompts.render("file_read_header", first=first, last=last, total=total, note="".join(notes), **ids),
+        *shown,
+    ]
     if last < total:
         parts.append(prompts.render("file_read_more", next=last + 1, total=total, **ids))
     else:

@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from prompts import render
-from runtime.files._file_read import FileReader
-from runtime.llm import Tools
 from runtime.accounting import TokenCounter
 from runtime.context import fit_messages
+from runtime.files._file_read import FileReader
+from runtime.llm import Tools
 
 TOOL_NAME = "file_read"
 

@@ -12,15 +12,16 @@ the tokens this runtime counts, and that is a few dozen lines here.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import structlog
 
-from memory.embeddings import Embedder
 from errors import KnowledgeFileError
+from memory.embeddings import Embedder
 from memory.knowledge import NewChunk, replace_sources
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 
@@ -69,11 +70,15 @@ def read_document(path: Path) -> str:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise KnowledgeFileError(
-                f"Knowledge file {name!r} is larger than {MAX_FILE_BYTES} bytes; split it first.", path=name, reason="unsupported"
+                f"Knowledge file {name!r} is larger than {MAX_FILE_BYTES} bytes; split it first.",
+                path=name,
+                reason="unsupported",
             )
         raw = path.read_bytes()
     except OSError as exc:
-        raise KnowledgeFileError(f"Knowledge file {name!r} cannot be read ({exc.strerror or exc}).", path=name, reason="unreadable") from exc
+        raise KnowledgeFileError(
+            f"Knowledge file {name!r} cannot be read ({exc.strerror or exc}).", path=name, reason="unreadable"
+        ) from exc
     text = _document_text(raw, path) if suffix in DOCUMENT_SUFFIXES else _plain_text(raw, name)
     if not text.strip():
         raise KnowledgeFileError(f"Knowledge file {name!r} is empty.", path=name, reason="empty")
@@ -100,12 +105,16 @@ def read_documents(paths: Sequence[Path]) -> dict[str, str]:
 
 def _plain_text(raw: bytes, name: str) -> str:
     if b"\x00" in raw:
-        raise KnowledgeFileError(f"Knowledge file {name!r} is binary (it holds NUL bytes), not text.", path=name, reason="binary")
+        raise KnowledgeFileError(
+            f"Knowledge file {name!r} is binary (it holds NUL bytes), not text.", path=name, reason="binary"
+        )
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise KnowledgeFileError(
-            f"Knowledge file {name!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8.", path=name, reason="invalid_utf8"
+            f"Knowledge file {name!r} is not valid UTF-8 (byte {exc.start}); save it as UTF-8.",
+            path=name,
+            reason="invalid_utf8",
         ) from None
 
 
@@ -118,11 +127,15 @@ def _document_text(raw: bytes, path: Path) -> str:
     try:
         extract = parse_document(raw, name=path.name)
     except FileParseError as exc:
-        raise KnowledgeFileError(f"Knowledge file {name!r} cannot be parsed: {exc}", path=name, reason="unreadable") from exc
+        raise KnowledgeFileError(
+            f"Knowledge file {name!r} cannot be parsed: {exc}", path=name, reason="unreadable"
+        ) from exc
     text = "\n\n".join(page.strip() for page in extract.pages if page.strip())
     if not text and extract.needs_ocr:
         raise KnowledgeFileError(
-            f"Knowledge file {name!r} is empty: its pages have no text layer (scanned; run OCR first).", path=name, reason="empty"
+            f"Knowledge file {name!r} is empty: its pages have no text layer (scanned; run OCR first).",
+            path=name,
+            reason="empty",
         )
     return text
 
@@ -172,8 +185,7 @@ def _pieces(paragraph: str, limit: int, counter: TokenCounter) -> list[str]:
         if current:
             pieces.append(current)
         while counter.count_text(sentence) > limit:  # one sentence longer than the cap: cut it
-            whole = sentence
-            cut = longest_fitting_prefix(len(whole), lambda n: counter.count_text(whole[:n]) <= limit, least=1)
+            cut = longest_fitting_prefix(len(sentence), functools.partial(_fits, counter, sentence, limit), least=1)
             pieces.append(sentence[:cut])
             sentence = sentence[cut:].lstrip()
         current = sentence
@@ -235,9 +247,15 @@ def add_texts(
         pieces = split_document(text, max_tokens=max_tokens, counter=counter)
         vectors = embedder.embed(pieces)
         sources[name] = [
-            NewChunk(content=piece, tokens=counter.count_text(piece), embedding=vec) for piece, vec in zip(pieces, vectors)
+            NewChunk(content=piece, tokens=counter.count_text(piece), embedding=vec)
+            for piece, vec in zip(pieces, vectors, strict=False)
         ]
     replace_sources(engine, persona=persona, sources=sources)
     added = [AddedFile(source=n, chunks=len(c), tokens=sum(x.tokens for x in c)) for n, c in sources.items()]
     log.info("knowledge.added", persona=persona, files=len(added), chunks=sum(a.chunks for a in added))
     return added
+
+
+def _fits(counter: TokenCounter, text: str, limit: int, n: int) -> bool:
+    """True if the first ``n`` characters of ``text`` fit ``limit`` tokens."""
+    return counter.count_text(text[:n]) <= limit

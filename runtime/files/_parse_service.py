@@ -29,10 +29,11 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Protocol
 
 import structlog
 
@@ -47,7 +48,6 @@ DEFAULT_PARSE_CPU_SECONDS = 60.0
 """``COMPANION_PARSE_CPU_SECONDS`` default: CPU time one parse may use, seconds."""
 DEFAULT_PARSE_MEMORY_BYTES = 1024 * 1024 * 1024
 """``COMPANION_PARSE_MEMORY_MB`` default: address space of one parse subprocess, bytes (1 GiB)."""
-
 
 
 class Parser(Protocol):
@@ -76,7 +76,7 @@ class _Watch:
 class WaitHandle:
     """One caller's interest in one file's parse. Cancel it when done (or use ``with``)."""
 
-    def __init__(self, service: "ParseService", watch: _Watch) -> None:
+    def __init__(self, service: ParseService, watch: _Watch) -> None:
         self._service = service
         self._watch = watch
         self._cancelled = False
@@ -108,7 +108,7 @@ class WaitHandle:
             self._cancelled = True
             self._service._release(self._watch)
 
-    def __enter__(self) -> "WaitHandle":
+    def __enter__(self) -> WaitHandle:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -306,7 +306,13 @@ class ParseService:
         if not written:  # edited while parsing: the edit's own parse will run
             log.info("file.parse.superseded", file_id=file_id)
             return "superseded"
-        log.info("file.parse.done", file_id=file_id, state=state, pages=len(extract.pages), body_start_page=extract.body_start_page)
+        log.info(
+            "file.parse.done",
+            file_id=file_id,
+            state=state,
+            pages=len(extract.pages),
+            body_start_page=extract.body_start_page,
+        )
         return state
 
     def _parse(self, data: bytes, stored) -> Extract:
@@ -355,7 +361,9 @@ class ParseService:
                 watch = _Watch(file_id, state=self.files.state(file_id))
                 self._watches[file_id] = watch
                 self.watches_started += 1
-                watch.thread = threading.Thread(target=self._poll, args=(watch,), name=f"companion-watch-{file_id}", daemon=True)
+                watch.thread = threading.Thread(
+                    target=self._poll, args=(watch,), name=f"companion-watch-{file_id}", daemon=True
+                )
                 watch.thread.start()
             watch.waiters += 1
         return WaitHandle(self, watch)
@@ -407,7 +415,7 @@ class ParseService:
             self._pool.close()
             self._pool.join()
 
-    def __enter__(self) -> "ParseService":
+    def __enter__(self) -> ParseService:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -2,10 +2,34 @@
 vision capability and image transcription.
 """
 
-from runtime.llm._image_encode import EDGES, EncodedImage, QUALITIES, fit_image
 from runtime.llm._errors import error_class_for, map_model_error, retry_after
+from runtime.llm._image_encode import EDGES, QUALITIES, EncodedImage, fit_image
 from runtime.llm._replier import LiteLLMReplier, Replier, Reply, RetryPolicy, Tools, model_window
 from runtime.llm._transcribe import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
 from runtime.llm._vision import catalog_says, family, heuristic_says, image_tokens, sees_images
 
-__all__ = ['EDGES', 'EncodedImage', 'ImageInput', 'LiteLLMReplier', 'QUALITIES', 'Replier', 'Reply', 'RetryPolicy', 'Tools', 'Transcriber', 'batch_timeout', 'catalog_says', 'error_class_for', 'family', 'fit_image', 'heuristic_says', 'image_tokens', 'map_model_error', 'model_window', 'retry_after', 'sees_images', 'split_reply', 'tesseract_text']
+__all__ = [
+    "EDGES",
+    "EncodedImage",
+    "ImageInput",
+    "LiteLLMReplier",
+    "QUALITIES",
+    "Replier",
+    "Reply",
+    "RetryPolicy",
+    "Tools",
+    "Transcriber",
+    "batch_timeout",
+    "catalog_says",
+    "error_class_for",
+    "family",
+    "fit_image",
+    "heuristic_says",
+    "image_tokens",
+    "map_model_error",
+    "model_window",
+    "retry_after",
+    "sees_images",
+    "split_reply",
+    "tesseract_text",
+]

@@ -31,6 +31,7 @@ from errors import (
 )
 from runtime._offline import load_litellm
 
+
 @dataclass(frozen=True)
 class OverflowWording:
     """One way a provider words "the prompt is longer than the context window" in an error.
@@ -56,12 +57,17 @@ OVERFLOW_WORDINGS: tuple[OverflowWording, ...] = (
     OverflowWording("vllm", rf"longer than the (?:model's )?maximum (?:context|model) length(?: of (?P<limit>{_N}))?"),
     # SGLang: "The input (61709 tokens) is longer than the model's context length (40960 tokens)."
     OverflowWording("sglang", rf"longer than the model's context length(?: \((?P<limit>{_N}) tokens\))?"),
-    OverflowWording("sglang", rf"input length \({_N} tokens\) exceeds the maximum allowed length \((?P<limit>{_N}) tokens\)"),
+    OverflowWording(
+        "sglang", rf"input length \({_N} tokens\) exceeds the maximum allowed length \((?P<limit>{_N}) tokens\)"
+    ),
     # Anthropic (and Bedrock): "prompt is too long: 209353 tokens > 200000 maximum"
     OverflowWording("anthropic", rf"prompt is too long(?:: {_N} tokens > (?P<limit>{_N}) maximum)?"),
     OverflowWording("anthropic", r"input is too long"),
     # Gemini: "The input token count (1200293) exceeds the maximum number of tokens allowed (1048576)."
-    OverflowWording("gemini", rf"input token count (?:\({_N}\) )?exceeds the maximum number of tokens allowed(?: \((?P<limit>{_N})\))?"),
+    OverflowWording(
+        "gemini",
+        rf"input token count (?:\({_N}\) )?exceeds the maximum number of tokens allowed(?: \((?P<limit>{_N})\))?",
+    ),
     # Mistral: "Prompt contains 300000 tokens, too large for model with 131072 maximum context length"
     OverflowWording("mistral", rf"too large for model with (?P<limit>{_N}) maximum context length"),
     # xAI: "This model's maximum prompt length is 131072 but the request contains 136973 tokens."
@@ -81,7 +87,9 @@ OVERFLOW_WORDINGS: tuple[OverflowWording, ...] = (
     # the first 10136 tokens when context the overflows. However, the model is loaded with context length
     # of only 7866 tokens"
     OverflowWording("lm-studio", rf"input length {_N} exceeds context length (?P<limit>{_N})"),
-    OverflowWording("lm-studio", rf"greater than the context length(?: \(n_keep: {_N}\s*>=\s*n_ctx: (?P<limit>{_N})\))?"),
+    OverflowWording(
+        "lm-studio", rf"greater than the context length(?: \(n_keep: {_N}\s*>=\s*n_ctx: (?P<limit>{_N})\))?"
+    ),
     OverflowWording("lm-studio", rf"context the overflows.*?context length of only (?P<limit>{_N}) tokens"),
     # Ollama: "prompt too long; exceeded max context length by 4096 tokens";
     #         "the input length exceeds the context length"

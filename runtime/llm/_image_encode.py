@@ -137,11 +137,17 @@ def fit_image(data: bytes, *, budget: int = DEFAULT_IMAGE_BYTES, name: str = "im
             png = _png(_scaled(source.convert("RGBA") if source.mode in ("RGBA", "LA", "P") else rgb, edge))
             top = _jpeg(scaled, QUALITIES[0])
             if len(png) <= budget and len(png) <= len(top):
-                return EncodedImage(data=png, mime="image/png", width=scaled.width, height=scaled.height, quality=None, fits=True)
+                return EncodedImage(
+                    data=png, mime="image/png", width=scaled.width, height=scaled.height, quality=None, fits=True
+                )
         for quality in QUALITIES:
             jpeg = top if (quality == QUALITIES[0] and top is not None) else _jpeg(scaled, quality)
             last = EncodedImage(
-                data=jpeg, mime="image/jpeg", width=scaled.width, height=scaled.height, quality=quality,
+                data=jpeg,
+                mime="image/jpeg",
+                width=scaled.width,
+                height=scaled.height,
+                quality=quality,
                 fits=len(jpeg) <= budget,
             )
             if last.fits:

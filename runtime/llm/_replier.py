@@ -39,8 +39,9 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import structlog
 
@@ -53,6 +54,7 @@ from runtime.llm._errors import map_model_error
 from runtime.messages import to_openai
 
 log = structlog.get_logger("companion.model")
+
 
 @dataclass(frozen=True, kw_only=True)
 class Reply:
@@ -67,7 +69,7 @@ class Reply:
     """True if the stream broke off: ``content`` is what arrived before it did."""
     attempts: int = 1
     """Requests made for this reply, the first one included (retries and tool rounds too)."""
-    tool_calls: tuple["ToolCall", ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     """Tool calls the model asked for, all rounds, in order (empty without tools)."""
 
 
@@ -108,7 +110,9 @@ def run_tool_call(tools: Tools, call: ToolCall) -> str:
     try:
         arguments = json.loads(call.arguments or "{}")
     except json.JSONDecodeError as exc:
-        return f"The arguments of {call.name} are not valid JSON ({exc.msg} at character {exc.pos}). Send a JSON object."
+        return (
+            f"The arguments of {call.name} are not valid JSON ({exc.msg} at character {exc.pos}). Send a JSON object."
+        )
     if not isinstance(arguments, dict):
         return f"The arguments of {call.name} must be a JSON object, got {type(arguments).__name__}."
     try:
@@ -278,8 +282,13 @@ class LiteLLMReplier:
                 texts.append(answer.content)
             if not answer.tool_calls or last or answer.interrupted:
                 if answer.tool_calls:
-                    log.warning("model.tool_calls_ignored", session_id=session_id, model=self.model,
-                                calls=len(answer.tool_calls), rounds=rounds)
+                    log.warning(
+                        "model.tool_calls_ignored",
+                        session_id=session_id,
+                        model=self.model,
+                        calls=len(answer.tool_calls),
+                        rounds=rounds,
+                    )
                 return Reply(
                     content="\n\n".join(texts),
                     prompt_tokens=first_prompt,
@@ -289,19 +298,27 @@ class LiteLLMReplier:
                     tool_calls=tuple(calls),
                 )
             calls.extend(answer.tool_calls)
-            convo.append({
-                "role": "assistant",
-                "content": answer.content or None,
-                "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-                    for c in answer.tool_calls
-                ],
-            })
+            convo.append(
+                {
+                    "role": "assistant",
+                    "content": answer.content or None,
+                    "tool_calls": [
+                        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in answer.tool_calls
+                    ],
+                }
+            )
             for call in answer.tool_calls:
                 result = run_tool_call(tools, call)
                 convo.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                log.info("model.tool_call", session_id=session_id, tool=call.name, call_id=call.id,
-                         result_chars=len(result), round=rounds + 1)
+                log.info(
+                    "model.tool_call",
+                    session_id=session_id,
+                    tool=call.name,
+                    call_id=call.id,
+                    result_chars=len(result),
+                    round=rounds + 1,
+                )
             if tools.fit is not None:
                 convo = tools.fit(convo)
             rounds += 1
@@ -321,7 +338,9 @@ class LiteLLMReplier:
         while True:
             attempt += 1
             try:
-                return replace(self._once(messages, session_id=session_id, on_delta=on_delta, extra=extra), attempts=attempt)
+                return replace(
+                    self._once(messages, session_id=session_id, on_delta=on_delta, extra=extra), attempts=attempt
+                )
             except _ProviderFailure as failure:
                 exc = failure.exc
             error = map_model_error(exc, model=self.model, session_id=session_id)
@@ -463,7 +482,9 @@ def _add_fragment(fragments: dict[int, dict[str, str]], piece: Any) -> None:
         entry["id"] = get("id")
     function = get("function")
     if function is not None:
-        fget: Callable[[str], Any] = function.get if isinstance(function, dict) else lambda k: getattr(function, k, None)
+        fget: Callable[[str], Any] = (
+            function.get if isinstance(function, dict) else lambda k: getattr(function, k, None)
+        )
         if fget("name"):
             entry["name"] = fget("name")
         entry["arguments"] += fget("arguments") or ""

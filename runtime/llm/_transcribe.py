@@ -28,21 +28,24 @@ Images are re-encoded to the byte budget first (:func:`runtime.llm.fit_image`).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import structlog
 
 from errors import FileParseError, ModelCallError
 from prompts import render
-from runtime.messages import ImagePart, Message, Part, TextPart
 from runtime.config import Settings
 from runtime.llm._image_encode import fit_image, open_image
 from runtime.llm._replier import LiteLLMReplier, RetryPolicy
+from runtime.messages import ImagePart, Message, Part, TextPart
 
 log = structlog.get_logger("companion.images")
 
-SECTION = re.compile(r"【\s*图\s*(\d+)\s*】|\[\s*(?:Image|图)\s*(\d+)\s*\]|^\s*\**Image\s+(\d+)\s*\**\s*:", re.IGNORECASE | re.MULTILINE)
+SECTION = re.compile(
+    r"【\s*图\s*(\d+)\s*】|\[\s*(?:Image|图)\s*(\d+)\s*\]|^\s*\**Image\s+(\d+)\s*\**\s*:", re.IGNORECASE | re.MULTILINE
+)
 """The numbered per-image markers a batched reply may use: 【图1】, [Image 1], ``Image 1:``."""
 
 
@@ -74,7 +77,9 @@ class Transcript:
 
 def batch_timeout(count: int, settings: Settings) -> float:
     """Seconds for a call with ``count`` images: base + per-image x (count - 1), capped."""
-    return min(settings.vision_timeout_max, settings.vision_timeout + settings.vision_timeout_per_image * max(count - 1, 0))
+    return min(
+        settings.vision_timeout_max, settings.vision_timeout + settings.vision_timeout_per_image * max(count - 1, 0)
+    )
 
 
 def split_reply(text: str, count: int) -> list[str]:
@@ -121,18 +126,24 @@ class Transcriber:
             routes.append(("direct", s.vision_model, s.vision_direct_api_base))
         return routes
 
-    def _ask(self, model: str, api_base: str | None, prompt: str, urls: Sequence[str], timeout: float, session_id: str) -> str:
+    def _ask(
+        self, model: str, api_base: str | None, prompt: str, urls: Sequence[str], timeout: float, session_id: str
+    ) -> str:
         """One vision call; the reply text, stripped.
 
         Raises:
             ModelCallError: the call failed, or the reply was empty.
         """
-        replier = LiteLLMReplier(model=model, api_base=api_base, timeout=timeout, retry=RetryPolicy(retries=0), **self.extra)
+        replier = LiteLLMReplier(
+            model=model, api_base=api_base, timeout=timeout, retry=RetryPolicy(retries=0), **self.extra
+        )
         parts: list[Part] = [TextPart(text=prompt), *(ImagePart(url=url, detail="high") for url in urls)]
         reply = replier.reply([Message(role="user", content=tuple(parts))], session_id=session_id)
         text = reply.content.strip()
         if not text:
-            raise ModelCallError(f"The vision model {model!r} returned an empty description.", model=model, session_id=session_id)
+            raise ModelCallError(
+                f"The vision model {model!r} returned an empty description.", model=model, session_id=session_id
+            )
         return text
 
     def _models(self, images: Sequence[ImageInput], urls: Sequence[str], session_id: str) -> list[Transcript] | None:
@@ -143,12 +154,22 @@ class Transcriber:
             try:
                 text = self._ask(model, api_base, prompt, urls, batch_timeout(count, self.settings), session_id)
             except ModelCallError as exc:
-                log.warning("image.transcribe_step", step=step, ok=False, images=count, model=model,
-                            error=type(exc).__name__, session_id=session_id)
+                log.warning(
+                    "image.transcribe_step",
+                    step=step,
+                    ok=False,
+                    images=count,
+                    model=model,
+                    error=type(exc).__name__,
+                    session_id=session_id,
+                )
                 continue
             log.info("image.transcribe_step", step=step, ok=True, images=count, model=model, session_id=session_id)
             texts = split_reply(text, count)
-            return [Transcript(file_id=img.file_id, text=t, method=step, model=model) for img, t in zip(images, texts)]
+            return [
+                Transcript(file_id=img.file_id, text=t, method=step, model=model)
+                for img, t in zip(images, texts, strict=False)
+            ]
         return None
 
     def _text_only(self, image: ImageInput, url: str, session_id: str) -> Transcript | None:
@@ -159,22 +180,38 @@ class Transcriber:
                 found = self.ocr(image.data, langs).strip()
             except Exception as exc:  # no tesseract binary, a missing language, an undecodable image
                 found = ""
-                log.warning("image.transcribe_step", step="ocr", ok=False, images=1, error=type(exc).__name__,
-                            session_id=session_id)
+                log.warning(
+                    "image.transcribe_step",
+                    step="ocr",
+                    ok=False,
+                    images=1,
+                    error=type(exc).__name__,
+                    session_id=session_id,
+                )
             else:
                 log.info("image.transcribe_step", step="ocr", ok=bool(found), images=1, session_id=session_id)
             if found:
                 return Transcript(file_id=image.file_id, text=render("image_ocr_transcript", text=found), method="ocr")
         for _, model, api_base in self._routes()[:1] + [r for r in self._routes() if r[0] == "backup"]:
             try:
-                text = self._ask(model, api_base, render("image_ocr_only"), [url], batch_timeout(1, self.settings), session_id)
+                text = self._ask(
+                    model, api_base, render("image_ocr_only"), [url], batch_timeout(1, self.settings), session_id
+                )
             except ModelCallError as exc:
-                log.warning("image.transcribe_step", step="ocr_model", ok=False, images=1, model=model,
-                            error=type(exc).__name__, session_id=session_id)
+                log.warning(
+                    "image.transcribe_step",
+                    step="ocr_model",
+                    ok=False,
+                    images=1,
+                    model=model,
+                    error=type(exc).__name__,
+                    session_id=session_id,
+                )
                 continue
             log.info("image.transcribe_step", step="ocr_model", ok=True, images=1, model=model, session_id=session_id)
-            return Transcript(file_id=image.file_id, text=render("image_ocr_transcript", text=text), method="ocr_model",
-                              model=model)
+            return Transcript(
+                file_id=image.file_id, text=render("image_ocr_transcript", text=text), method="ocr_model", model=model
+            )
         return None
 
     # -- the chain ------------------------------------------------------------------------
@@ -186,7 +223,9 @@ class Transcriber:
         urls: dict[str, str | None] = {}
         for image in images:
             try:
-                urls[image.file_id] = fit_image(image.data, budget=self.settings.image_bytes, name=image.name).data_url()
+                urls[image.file_id] = fit_image(
+                    image.data, budget=self.settings.image_bytes, name=image.name
+                ).data_url()
             except FileParseError:
                 urls[image.file_id] = None
                 log.warning("image.undecodable", file_id=image.file_id, session_id=session_id)
@@ -198,7 +237,9 @@ class Transcriber:
                 done.update((t.file_id, t) for t in batch)
             else:
                 if len(readable) > 1:
-                    log.warning("image.transcribe_step", step="alone", ok=True, images=len(readable), session_id=session_id)
+                    log.warning(
+                        "image.transcribe_step", step="alone", ok=True, images=len(readable), session_id=session_id
+                    )
                 for img in readable:
                     url = urls[img.file_id] or ""
                     alone = self._models([img], [url], session_id) if len(readable) > 1 else None
@@ -210,7 +251,8 @@ class Transcriber:
             if image.file_id not in done:
                 log.warning("image.unreadable", file_id=image.file_id, session_id=session_id)
                 done[image.file_id] = Transcript(
-                    file_id=image.file_id, text=render("image_unreadable", file_name=image.name, file_id=image.file_id),
+                    file_id=image.file_id,
+                    text=render("image_unreadable", file_name=image.name, file_id=image.file_id),
                     method="failed",
                 )
             out.append(done[image.file_id])

@@ -32,17 +32,40 @@ request (pixels for a vision model, transcripts for a text-only one):
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
-from runtime.accounting import anthropic_image_tokens, openai_image_tokens
 from runtime._offline import load_litellm
+from runtime.accounting import anthropic_image_tokens, openai_image_tokens
 
 VISION_FAMILIES = (
-    r"gpt-4o", r"gpt-4\.1", r"gpt-4\.5", r"gpt-5", r"gpt-4-turbo", r"(?:^|/)o[134](?:-|$)",
-    r"claude-(?:3|sonnet-4|opus-4|haiku-4|4)", r"claude-[a-z]+-[4-9]", r"gemini", r"llava", r"bakllava", r"pixtral",
-    r"llama-?3\.2-(?:11|90)b", r"llama-?4", r"gemma-?3", r"minicpm-?v", r"moondream", r"glm-4v", r"glm-4\.\dv",
-    r"qwen2?\.?5?-?vl", r"qvq", r"internvl", r"idefics", r"phi-?[34]\.?5?-(?:multimodal|vision)", r"grok-(?:2-)?vision",
-    r"mistral-(?:small|medium)-3", r"kimi-vl", r"step-1v",
+    r"gpt-4o",
+    r"gpt-4\.1",
+    r"gpt-4\.5",
+    r"gpt-5",
+    r"gpt-4-turbo",
+    r"(?:^|/)o[134](?:-|$)",
+    r"claude-(?:3|sonnet-4|opus-4|haiku-4|4)",
+    r"claude-[a-z]+-[4-9]",
+    r"gemini",
+    r"llava",
+    r"bakllava",
+    r"pixtral",
+    r"llama-?3\.2-(?:11|90)b",
+    r"llama-?4",
+    r"gemma-?3",
+    r"minicpm-?v",
+    r"moondream",
+    r"glm-4v",
+    r"glm-4\.\dv",
+    r"qwen2?\.?5?-?vl",
+    r"qvq",
+    r"internvl",
+    r"idefics",
+    r"phi-?[34]\.?5?-(?:multimodal|vision)",
+    r"grok-(?:2-)?vision",
+    r"mistral-(?:small|medium)-3",
+    r"kimi-vl",
+    r"step-1v",
 )
 """Known multimodal families (regular expressions searched in the lower-cased model name)."""
 VISION_WORDS = re.compile(r"vision|omni|[-_/]vl(?:[-_.:]|$)|\bvl[-_]")

@@ -49,14 +49,56 @@ class ParseLimits:
     def budget(self) -> UnpackBudget:
         """A fresh budget for one parse."""
         return UnpackBudget(
-            max_bytes=self.max_unpacked_bytes, max_members=self.max_members, max_ratio=self.max_ratio, max_part_bytes=self.max_part_bytes
+            max_bytes=self.max_unpacked_bytes,
+            max_members=self.max_members,
+            max_ratio=self.max_ratio,
+            max_part_bytes=self.max_part_bytes,
         )
 
 
 _CODE_SUFFIXES = (
-    ".py", ".js", ".ts", ".tsx", ".jsx", ".java", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".go", ".rs", ".rb",
-    ".php", ".swift", ".kt", ".scala", ".sh", ".bash", ".sql", ".json", ".yaml", ".yml", ".toml", ".ini", ".cfg",
-    ".xml", ".html", ".htm", ".css", ".csv", ".tsv", ".log", ".txt", ".rst", ".tex", ".r", ".lua", ".pl", ".m",
+    ".py",
+    ".js",
+    ".ts",
+    ".tsx",
+    ".jsx",
+    ".java",
+    ".c",
+    ".h",
+    ".cc",
+    ".cpp",
+    ".hpp",
+    ".cs",
+    ".go",
+    ".rs",
+    ".rb",
+    ".php",
+    ".swift",
+    ".kt",
+    ".scala",
+    ".sh",
+    ".bash",
+    ".sql",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".ini",
+    ".cfg",
+    ".xml",
+    ".html",
+    ".htm",
+    ".css",
+    ".csv",
+    ".tsv",
+    ".log",
+    ".txt",
+    ".rst",
+    ".tex",
+    ".r",
+    ".lua",
+    ".pl",
+    ".m",
 )
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -73,7 +115,14 @@ def format_of(data: bytes, *, name: str, mime: str | None = None) -> str:
 
     sniffed = sniff_mime(data, name)
     lower = name.lower()
-    by_mime = {"application/pdf": "pdf", DOCX: "docx", PPTX: "pptx", XLSX: "xlsx", EPUB: "epub", "application/zip": "zip"}
+    by_mime = {
+        "application/pdf": "pdf",
+        DOCX: "docx",
+        PPTX: "pptx",
+        XLSX: "xlsx",
+        EPUB: "epub",
+        "application/zip": "zip",
+    }
     if sniffed in by_mime and sniffed != "application/zip":
         return by_mime[sniffed]
     if data.startswith(b"PK\x03\x04") or data.startswith(b"PK\x05\x06"):
@@ -150,7 +199,9 @@ def parse_document(
             data,
             name=name,
             budget=budget,
-            parse_member=lambda content, member: parse_document(content, name=member, limits=limits, _depth=_depth + 1, _budget=budget),
+            parse_member=lambda content, member: parse_document(
+                content, name=member, limits=limits, _depth=_depth + 1, _budget=budget
+            ),
         )
     elif kind == "image":
         from runtime.parsing._image import parse_image

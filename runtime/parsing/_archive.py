@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import zipfile
-from typing import Callable
+from collections.abc import Callable
 
 from errors import FileParseError
 from runtime.parsing._extract import Extract
@@ -61,7 +61,11 @@ def parse_zip(
             header = f"[{member}" + (f", page {k} of {len(member_pages)}]" if len(member_pages) > 1 else "]")
             pages.append(f"{header}\n{page}".rstrip())
         note = " (scanned, needs OCR)" if inner.needs_ocr else ""
-        span = f"page {first_page}" if len(member_pages) == 1 else f"pages {first_page}-{first_page + len(member_pages) - 1}"
+        span = (
+            f"page {first_page}"
+            if len(member_pages) == 1
+            else f"pages {first_page}-{first_page + len(member_pages) - 1}"
+        )
         catalog.append(f"- {member} ({info.file_size:,} bytes): {span}{note}")
     if infos and not pages and not too_deep:
         encrypted = all(i.flag_bits & 0x1 for i in infos[:MAX_MEMBERS])

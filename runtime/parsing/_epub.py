@@ -49,7 +49,9 @@ def parse_epub(data: bytes, *, name: str) -> Extract:
             book = epub.read_epub(tmp, options={"ignore_ncx": True})
             return _pages(book)
         except (epub.EpubException, *EPUB_ERRORS) as exc:
-            raise FileParseError(f"{name}: the EPUB is corrupt or unreadable ({type(exc).__name__}: {exc}).", reason="corrupt") from exc
+            raise FileParseError(
+                f"{name}: the EPUB is corrupt or unreadable ({type(exc).__name__}: {exc}).", reason="corrupt"
+            ) from exc
     finally:
         os.unlink(tmp)
 

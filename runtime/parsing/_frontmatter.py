@@ -114,7 +114,7 @@ def score_page(text: str, *, max_page: int | None = None) -> PageScore:
     trailing = len(numbers) / n
     numbered = sum(1 for e in entries if _NUMBERED_RE.match(e)) / n
     plausible = max_page is None or all(x <= max_page + 50 for x in numbers)
-    rises = sum(1 for a, b in zip(numbers, numbers[1:]) if b >= a)
+    rises = sum(1 for a, b in zip(numbers, numbers[1:], strict=False) if b >= a)
     ascending = len(numbers) >= 4 and plausible and rises >= 0.9 * (len(numbers) - 1)
     score = W_HEADING if heading else 0.0
     score += W_DOT_LEADERS * min(1.0, dots / 0.5)
@@ -123,7 +123,9 @@ def score_page(text: str, *, max_page: int | None = None) -> PageScore:
         score += W_NUMBERED * min(1.0, numbered / 0.5)
     score += W_ASCENDING if ascending else 0.0
     score += W_FLATTENED if flattened else 0.0
-    return PageScore(round(score, 3), heading, round(dots, 3), round(trailing, 3), ascending, round(numbered, 3), flattened, n)
+    return PageScore(
+        round(score, 3), heading, round(dots, 3), round(trailing, 3), ascending, round(numbered, 3), flattened, n
+    )
 
 
 def toc_body_start(pages: list[str]) -> int | None:

@@ -25,5 +25,7 @@ def parse_image(data: bytes, *, name: str) -> Extract:
         with Image.open(io.BytesIO(data)) as image:
             image.verify()
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        raise FileParseError(f"{name}: the image is corrupt or in a format Pillow cannot decode.", reason="corrupt") from exc
+        raise FileParseError(
+            f"{name}: the image is corrupt or in a format Pillow cannot decode.", reason="corrupt"
+        ) from exc
     return Extract(pages=[""], needs_ocr=True)

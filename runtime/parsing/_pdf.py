@@ -14,8 +14,19 @@ OCR_MIN_CHARS_PER_PAGE = 10
 """Fewer extracted characters than this per page, on average, means "no text layer"."""
 
 
-MALFORMED = (ValueError, KeyError, TypeError, AttributeError, IndexError, OSError, AssertionError, RecursionError,
-             ZeroDivisionError, UnicodeError, NotImplementedError)
+MALFORMED = (
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+    OSError,
+    AssertionError,
+    RecursionError,
+    ZeroDivisionError,
+    UnicodeError,
+    NotImplementedError,
+)
 """Plain exceptions pypdf lets escape on malformed objects (besides its own ``PyPdfError`` family)."""
 
 
@@ -27,7 +38,8 @@ def map_pdf_error(exc: BaseException, name: str) -> FileParseError:
 
     if isinstance(exc, (FileNotDecryptedError, WrongPasswordError, DependencyError)):
         return FileParseError(
-            f"{name}: the PDF is encrypted and cannot be opened ({exc}). Upload an unencrypted copy.", reason="encrypted"
+            f"{name}: the PDF is encrypted and cannot be opened ({exc}). Upload an unencrypted copy.",
+            reason="encrypted",
         )
     if isinstance(exc, LimitReachedError):
         return FileParseError(f"{name}: the PDF exceeds a safety limit while unpacking ({exc}).", reason="too_large")

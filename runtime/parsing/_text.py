@@ -24,7 +24,9 @@ def decode_text(data: bytes, *, name: str) -> str:
         try:
             return data.decode("utf-16")
         except UnicodeDecodeError as exc:
-            raise FileParseError(f"{name}: not valid UTF-16 text ({exc.reason} at byte {exc.start}).", reason="corrupt") from exc
+            raise FileParseError(
+                f"{name}: not valid UTF-16 text ({exc.reason} at byte {exc.start}).", reason="corrupt"
+            ) from exc
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -46,22 +46,26 @@ class UnpackBudget:
         for info in infos:
             if info.file_size > self.max_part_bytes:
                 raise self._refuse(
-                    name, f"member {info.filename!r} unpacks to {info.file_size:,} bytes, more than the {self.max_part_bytes:,} allowed for one member"
+                    name,
+                    f"member {info.filename!r} unpacks to {info.file_size:,} bytes, more than the {self.max_part_bytes:,} allowed for one member",
                 )
             if info.file_size >= RATIO_FLOOR_BYTES and info.file_size > self.max_ratio * max(info.compress_size, 1):
                 ratio = info.file_size / max(info.compress_size, 1)
                 raise self._refuse(
-                    name, f"member {info.filename!r} is compressed {ratio:,.0f}:1, more than the {self.max_ratio:g}:1 allowed (a ZIP bomb)"
+                    name,
+                    f"member {info.filename!r} is compressed {ratio:,.0f}:1, more than the {self.max_ratio:g}:1 allowed (a ZIP bomb)",
                 )
         count = len(infos)
         size = sum(i.file_size for i in infos)
         if self.used_members + count > self.max_members:
             raise self._refuse(
-                name, f"the file holds {self.used_members + count:,} archive members in all, more than the {self.max_members:,} allowed"
+                name,
+                f"the file holds {self.used_members + count:,} archive members in all, more than the {self.max_members:,} allowed",
             )
         if self.used_bytes + size > self.max_bytes:
             raise self._refuse(
-                name, f"the file unpacks to {self.used_bytes + size:,} bytes in all (nested archives included), more than the {self.max_bytes:,} allowed"
+                name,
+                f"the file unpacks to {self.used_bytes + size:,} bytes in all (nested archives included), more than the {self.max_bytes:,} allowed",
             )
         self.used_members += count
         self.used_bytes += size

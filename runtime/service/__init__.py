@@ -5,7 +5,13 @@ The HTTP API is the subpackage :mod:`runtime.service.api`.
 
 from runtime.service._bootstrap import Database, connect, open_engine, settings_for_model
 from runtime.service._jobs import close_idle_sessions, run_scheduler
-from runtime.service._replay import CATEGORIES, Conversation, load_conversations, replay_conversation, user_turn_coverage
+from runtime.service._replay import (
+    CATEGORIES,
+    Conversation,
+    load_conversations,
+    replay_conversation,
+    user_turn_coverage,
+)
 
 __all__ = [
     "CATEGORIES",

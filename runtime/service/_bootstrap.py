@@ -12,12 +12,12 @@ from memory.database import check_connection, check_dimension, make_engine, requ
 from memory.embeddings import Embedder, SentenceTransformerEmbedder
 from memory.store import Store
 from persona import Persona, load_persona
-from runtime.config import Settings
-from runtime.turn import Engine
-from runtime.files import open_file_services
-from runtime.logs import configure_logging
-from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, model_window
 from runtime.compaction import Summarizer
+from runtime.config import Settings
+from runtime.files import open_file_services
+from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, model_window
+from runtime.logs import configure_logging
+from runtime.turn import Engine
 
 log = structlog.get_logger("companion.bootstrap")
 
@@ -35,7 +35,9 @@ class Database:
 def connect(settings: Settings) -> Database:
     """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``."""
     if settings.database_url:
-        database = Database(settings.database_url, make_engine(settings.database_url, pool_size=settings.db_pool_size), embedded=False)
+        database = Database(
+            settings.database_url, make_engine(settings.database_url, pool_size=settings.db_pool_size), embedded=False
+        )
     else:
         url = start_embedded(settings.data_dir)
         database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)

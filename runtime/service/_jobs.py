@@ -38,8 +38,8 @@ from typing import Any
 import structlog
 from sqlalchemy import text
 
-from memory.database import storage_errors
 from errors import CompanionError, NotFoundError, SessionClosedError, TurnInProgressError
+from memory.database import storage_errors
 from memory.tables import utcnow
 from runtime.compaction import CompactionOutcome
 from runtime.turn import Engine
@@ -158,7 +158,9 @@ def close_idle_sessions(
                     outcome = CompactionOutcome(session_id=session_id, ok=False, error=f"{type(exc).__name__}: {exc}")
                 if outcome is not None and not outcome.ok:
                     report.failed[session_id] = outcome.error or "failed"
-                    log.warning("job.session_failed", session_id=session_id, worker=worker, error=(outcome.error or "")[:300])
+                    log.warning(
+                        "job.session_failed", session_id=session_id, worker=worker, error=(outcome.error or "")[:300]
+                    )
                     continue
                 conn.execute(_MARK_CLOSED, {"at": utcnow(), "by": worker, "s": session_id})
                 report.closed.append(session_id)

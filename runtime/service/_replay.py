@@ -16,16 +16,15 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Callable, Iterable
 
 from errors import ConfigurationError, InvalidMessageError
 from memory.tables import TurnState
 from persona import Persona
-from runtime.turn import Engine
-from runtime.turn import validate_message
+from runtime.turn import Engine, validate_message
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 """LoCoMo QA categories with evidence; 5 (adversarial) has none to count."""
@@ -130,9 +129,11 @@ LOCOMO_DATE = "%I:%M %p on %d %B, %Y"
 
 def _parse_locomo_date(raw: str) -> datetime:
     try:
-        return datetime.strptime(raw.strip(), LOCOMO_DATE).replace(tzinfo=timezone.utc)
+        return datetime.strptime(raw.strip(), LOCOMO_DATE).replace(tzinfo=UTC)
     except ValueError:
-        raise ConfigurationError(f"Unrecognised LoCoMo date {raw!r} (expected like '1:56 pm on 8 May, 2023').") from None
+        raise ConfigurationError(
+            f"Unrecognised LoCoMo date {raw!r} (expected like '1:56 pm on 8 May, 2023')."
+        ) from None
 
 
 def _locomo_text(turn: dict) -> str:
@@ -158,15 +159,30 @@ def load_locomo(data: list, conversation: str | None = None) -> list[Conversatio
             start = _parse_locomo_date(conv[f"session_{n}_date_time"])
             for i, t in enumerate(conv[f"session_{n}"]):
                 role = "user" if t["speaker"] == user else "assistant"
-                turns.append(SourceTurn(role=role, text=_locomo_text(t), at=start + timedelta(seconds=30 * i), turn_id=t.get("dia_id")))
+                turns.append(
+                    SourceTurn(
+                        role=role, text=_locomo_text(t), at=start + timedelta(seconds=30 * i), turn_id=t.get("dia_id")
+                    )
+                )
         qa = []
         for q in item.get("qa", []):
             ids = [e for raw in q.get("evidence", []) for e in re.split(r"[;,\s]+", str(raw)) if e]
             qa.append(QAItem(question=str(q["question"]), evidence=ids, category=int(q.get("category", 0))))
-        out.append(Conversation(id=item.get("sample_id", "conversation"), user_name=user, companion_name=companion, sessions=len(numbers), turns=turns, qa=qa))
+        out.append(
+            Conversation(
+                id=item.get("sample_id", "conversation"),
+                user_name=user,
+                companion_name=companion,
+                sessions=len(numbers),
+                turns=turns,
+                qa=qa,
+            )
+        )
     if conversation and not out:
         known = ", ".join(str(i.get("sample_id")) for i in data)
-        raise ConfigurationError(f"No conversation {conversation!r} in the file; it has: {known}.", setting="--conversation")
+        raise ConfigurationError(
+            f"No conversation {conversation!r} in the file; it has: {known}.", setting="--conversation"
+        )
     return out
 
 
@@ -181,20 +197,22 @@ def load_jsonl(lines: Iterable[str], name: str) -> Conversation:
             role, content = obj["role"], obj["content"]
             if not isinstance(content, str):
                 raise TypeError(f"content must be a string, got {type(content).__name__}")
-            at = datetime.fromisoformat(obj["timestamp"]) if obj.get("timestamp") else datetime.now(timezone.utc)
+            at = datetime.fromisoformat(obj["timestamp"]) if obj.get("timestamp") else datetime.now(UTC)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(
-                f"Line {number} of {name} is not a {{\"role\", \"content\", \"timestamp\"}} object ({type(exc).__name__}: {exc})."
+                f'Line {number} of {name} is not a {{"role", "content", "timestamp"}} object ({type(exc).__name__}: {exc}).'
             ) from None
         if role not in ("user", "assistant"):
             raise ConfigurationError(f"Line {number} of {name}: role must be user or assistant, got {role!r}.")
         if at.tzinfo is None:
-            at = at.replace(tzinfo=timezone.utc)
+            at = at.replace(tzinfo=UTC)
         dates.add(at.date())
         turns.append(SourceTurn(role=role, text=str(content), at=at, turn_id=str(number)))
     if not turns:
-        raise ConfigurationError(f"{name} has no turns; give one {{\"role\", \"content\", \"timestamp\"}} object per line.")
-    return Conversation(id=Path(name).stem[:80], user_name="User", companion_name="Companion", sessions=len(dates), turns=turns)
+        raise ConfigurationError(f'{name} has no turns; give one {{"role", "content", "timestamp"}} object per line.')
+    return Conversation(
+        id=Path(name).stem[:80], user_name="User", companion_name="Companion", sessions=len(dates), turns=turns
+    )
 
 
 def load_conversations(path: Path, conversation: str | None = None) -> list[Conversation]:
@@ -264,14 +282,18 @@ def replay_conversation(
         system_prompt=f"You are {conv.companion_name}, a friend of {conv.user_name}. Talk with {conv.user_name} warmly and remember what they share.",
     )
     engine = engine.derive(persona=persona)
-    report = ReplayReport(conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id)
+    report = ReplayReport(
+        conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id
+    )
     turns = conv.turns
     i = 0
     while i < len(turns):
         t = turns[i]
         context = None
         if t.role == "user" and i + 1 < len(turns) and turns[i + 1].role == "assistant":
-            result = engine.turn(user_id=user_id, session_id=session_id, message=t.text, at=t.at, reply=turns[i + 1].text)
+            result = engine.turn(
+                user_id=user_id, session_id=session_id, message=t.text, at=t.at, reply=turns[i + 1].text
+            )
             context = result.context
             _track(report, context)
             step = 2
@@ -339,7 +361,9 @@ def _evaluate(engine: Engine, conv: Conversation, report: ReplayReport) -> None:
             report.evidence_in_context[cat] = report.evidence_in_context.get(cat, 0) + sum(
                 1 for e in evidence if e in recent or e in memory
             )
-            report.evidence_retrieval[cat] = report.evidence_retrieval.get(cat, 0) + sum(1 for e in evidence if e in memory)
+            report.evidence_retrieval[cat] = report.evidence_retrieval.get(cat, 0) + sum(
+                1 for e in evidence if e in memory
+            )
 
 
 def user_turn_coverage(engine: Engine, session_id: str) -> tuple[int, int]:
@@ -349,7 +373,5 @@ def user_turn_coverage(engine: Engine, session_id: str) -> tuple[int, int]:
     summary_text = summary.content if summary else ""
     archive = "\n".join(s.content for s in engine.store.segments(session_id=session_id))
     users = [t for t in turns if t.role == "user"]
-    found = sum(
-        1 for t in users if t.state == TurnState.context or t.content in summary_text or t.content in archive
-    )
+    found = sum(1 for t in users if t.state == TurnState.context or t.content in summary_text or t.content in archive)
     return len(users), found

@@ -7,15 +7,20 @@ Rendering itself is :mod:`runtime.context`; the tool schema and loop glue
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, replace
-from typing import Any, Sequence
+from typing import Any
 
 from errors import ConfigurationError, InvalidMessageError
 from memory.files import FileStore, StoredFile
 from memory.store import Store, TurnFile
 from memory.tables import Turn
+from runtime.accounting import TokenCounter
+from runtime.config import Settings
 from runtime.context import (
+    AssembledContext,
     AttachedFile,
+    TurnBlocks,
     compact_block,
     first_turn_block,
     folded_block,
@@ -24,13 +29,8 @@ from runtime.context import (
     placeholder_ids,
     strip_placeholders,
 )
-from runtime.config import Settings
-from runtime.context import AssembledContext, TurnBlocks
-from runtime.files import FileReader
-from runtime.files import file_read_spec, file_tools, spec_tokens
+from runtime.files import FileReader, ParseService, file_read_spec, file_tools, spec_tokens
 from runtime.llm import Tools
-from runtime.files import ParseService
-from runtime.accounting import TokenCounter
 from runtime.turn._extensions import Gathered
 
 HEAD_MARGIN = 4000
@@ -85,7 +85,9 @@ def attached(row: TurnFile) -> AttachedFile:
     return AttachedFile(**asdict(row))
 
 
-def session_attachments(store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings) -> Gathered:
+def session_attachments(
+    store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings
+) -> Gathered:
     """The attachment blocks of the user turns in ``turns``, the files of the session's
     rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read."""
     rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN)
@@ -118,7 +120,9 @@ def session_attachments(store: Store, *, user_id: str, session_id: str, turns: l
     if named:
         live = store.existing_file_ids(named, user_id=user_id)
         if live != named:
-            turns = [t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)}) for t in turns]
+            turns = [
+                t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)}) for t in turns
+            ]
     return Gathered(turns=turns, blocks=blocks, earlier=list(earlier.values()), images=images)
 
 
@@ -129,7 +133,9 @@ class FileTool:
         self.reader = reader
         self.settings = settings
         self.counter = counter
-        self.spec: dict[str, Any] = file_read_spec(max_pages=settings.file_read_pages, max_chars=settings.file_read_chars)
+        self.spec: dict[str, Any] = file_read_spec(
+            max_pages=settings.file_read_pages, max_chars=settings.file_read_chars
+        )
         self.tokens: int = spec_tokens(self.spec, counter)
         """Tokens the schema adds to a request that offers it."""
 
@@ -167,7 +173,12 @@ class AttachmentsExtension:
     name = "attachments"
 
     def __init__(
-        self, *, store: Store, parses: ParseService | None, reader: FileReader | None, settings: Settings,
+        self,
+        *,
+        store: Store,
+        parses: ParseService | None,
+        reader: FileReader | None,
+        settings: Settings,
         counter: TokenCounter,
     ) -> None:
         self.store = store
@@ -188,8 +199,11 @@ class AttachmentsExtension:
         # while files are shown, the file_read schema goes with every request
         schema = self.file_tool.tokens if self.file_tool.available and (found.blocks or found.earlier) else 0
         return replace(
-            gathered, turns=found.turns, blocks={**gathered.blocks, **found.blocks},
-            earlier=[*gathered.earlier, *found.earlier], images={**gathered.images, **found.images},
+            gathered,
+            turns=found.turns,
+            blocks={**gathered.blocks, **found.blocks},
+            earlier=[*gathered.earlier, *found.earlier],
+            images={**gathered.images, **found.images},
             reserved_tokens=gathered.reserved_tokens + schema,
         )
 

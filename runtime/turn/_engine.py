@@ -8,27 +8,23 @@ are turn extensions (:mod:`runtime.turn._extensions`), called at the same points
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Callable, Sequence
 
 from memory.embeddings import Embedder
-from memory.profiles import Profiles
 from memory.store import Store
 from memory.tables import Turn, UserProfile
 from persona import Persona
 from runtime.accounting import Budgets, TokenCounter, counter_for
-from runtime.compaction import Compactor, Summarizer, summarizer_for
+from runtime.compaction import Summarizer
 from runtime.config import Settings
 from runtime.context import AssembledContext
 from runtime.files import FileServices
 from runtime.llm import Replier, Transcriber
-from runtime.turn._attachments import AttachmentsExtension
-from runtime.turn._extensions import TurnExtension
-from runtime.turn._gather import ContextGatherer
-from runtime.turn._images import TurnImages
-from runtime.turn._runner import TurnClaim, TurnResult, TurnRunner
+from runtime.turn._runner import TurnClaim, TurnResult
 from runtime.turn._sessions import delete_file, delete_session, greet
+from runtime.turn._wiring import wire
+
 
 class Engine:
     """Runs turns for any number of sessions on one database.
@@ -53,45 +49,25 @@ class Engine:
         file_services: FileServices | None = None,
         transcriber: Transcriber | None = None,
     ) -> None:
-        self.settings, self.store, self.embedder, self.persona, self.replier = settings, store, embedder, persona, replier
+        self.settings, self.store, self.embedder, self.persona, self.replier = (
+            settings,
+            store,
+            embedder,
+            persona,
+            replier,
+        )
         self.file_services = file_services
-        self.files = file_services.files if file_services is not None else None
-        self.parses = file_services.parses if file_services is not None else None
-        self.counter = counter or counter_for(settings.model)
-        self.budgets: Budgets = settings.scaled_budgets
-        self.window: int = settings.window
-        self.profiles = Profiles(store.engine)
-        """Users' pinned profiles (name, pronouns, facts)."""
-        attachments = AttachmentsExtension(
-            store=store, parses=self.parses, reader=file_services.reader if file_services is not None else None,
-            settings=settings, counter=self.counter,
-        )
-        self.file_tool = attachments.file_tool
-        self.images = TurnImages(
-            settings=settings, store=store, files=self.files, counter=self.counter,
-            model=getattr(replier, "model", None) or settings.model, transcriber=transcriber,
-        )
-        self.extensions: list[TurnExtension] = [attachments, self.images]
-        """The turn extensions, called in this order (documents, then images)."""
-        self.compactor = Compactor(
-            store=store,
-            embedder=embedder,
-            summarizer=summarizer or summarizer_for(settings),
-            counter=self.counter,
-            keep_exchanges=settings.keep_exchanges,
-            target=settings.compaction_target,
-            breaker_threshold=settings.breaker_threshold,
-            breaker_cooldown=settings.breaker_cooldown,
-        )
-        self.gatherer = ContextGatherer(
-            settings=settings, store=store, embedder=embedder, persona=persona, profiles=self.profiles,
-            counter=self.counter, budgets=self.budgets, window=self.window, extensions=self.extensions,
-        )
-        self.runner = TurnRunner(
-            settings=settings, store=store, files=self.files, gatherer=self.gatherer, compactor=self.compactor,
-            profiles=self.profiles, counter=self.counter, replier=replier, persona_name=persona.name,
-            extensions=self.extensions,
-        )
+        parts = wire(
+            settings, store, embedder, persona, replier, summarizer, counter or counter_for(settings.model),
+            file_services, transcriber,
+        )  # fmt: skip
+        self.files, self.parses, self.counter, self.budgets, self.window = (
+            parts.files, parts.parses, parts.counter, parts.budgets, parts.window,
+        )  # fmt: skip
+        self.profiles, self.file_tool, self.images, self.extensions = (
+            parts.profiles, parts.file_tool, parts.images, parts.extensions,
+        )  # fmt: skip
+        self.compactor, self.gatherer, self.runner = parts.compactor, parts.gatherer, parts.runner
 
     def derive(self, *, window: int | None = None, persona: Persona | None = None) -> Engine:
         """A copy of this engine on the same database and models, with budgets scaled to
@@ -101,13 +77,15 @@ class Engine:
             settings=settings, store=self.store, embedder=self.embedder, persona=persona or self.persona,
             replier=self.replier, summarizer=self.compactor.summarizer, counter=self.counter,
             file_services=self.file_services, transcriber=self.images.transcriber,
-        )
+        )  # fmt: skip
 
+    # fmt: off
     def turn(
         self, *, user_id: str, session_id: str, message: str | bytes, at: datetime | None = None,
         reply: str | None = None, on_delta: Callable[[str], None] | None = None, attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
     ) -> TurnResult:
+        # fmt: on
         """Run one turn: store the user message, assemble the context, reply, store the reply.
 
         One session runs one turn at a time: the turn claims its session (:meth:`claim`) before it
@@ -137,7 +115,7 @@ class Engine:
         return self.runner.run(
             user_id=user_id, session_id=session_id, message=message, at=at, reply=reply, on_delta=on_delta,
             attachments=attachments, claim=claim,
-        )
+        )  # fmt: skip
 
     def claim(self, session_id: str) -> TurnClaim:
         """Claim an existing session for one turn or edit; release it when done.
@@ -149,7 +127,13 @@ class Engine:
         return self.runner.claim(session_id)
 
     def add_turn(
-        self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None,
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        role: str,
+        content: str | bytes,
+        at: datetime | None = None,
         attachments: Sequence[str] = (),
     ) -> Turn:
         """Store one turn without a model call (e.g. a character's opening line). ``attachments``:
@@ -177,7 +161,7 @@ class Engine:
         return greet(
             self.runner, self.store, self.profiles, self.persona, user_id=user_id, session_id=session_id, at=at,
             greeting=greeting,
-        )
+        )  # fmt: skip
 
     def set_profile(
         self, *, user_id: str, name: str | None = None, pronouns: str | None = None, facts: list[str] | None = None
@@ -187,7 +171,12 @@ class Engine:
         return self.profiles.set(user_id, name=name, pronouns=pronouns, facts=facts)
 
     def assemble(
-        self, *, user_id: str, session_id: str, pending: str | None = None, budgets: Budgets | None = None,
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        pending: str | None = None,
+        budgets: Budgets | None = None,
         window: int | None = None,
     ) -> AssembledContext:
         """Assemble the context for the session's next reply. Changes nothing.
@@ -197,13 +186,17 @@ class Engine:
                 by default the newest stored user turn is the query.
             budgets, window: smaller ones than the engine's, for one harder attempt (tokens).
         """
-        return self.gatherer.assemble(user_id=user_id, session_id=session_id, pending=pending, budgets=budgets, window=window)
+        return self.gatherer.assemble(
+            user_id=user_id, session_id=session_id, pending=pending, budgets=budgets, window=window
+        )
 
+    # fmt: off
     def edit_turn(
         self, *, user_id: str, session_id: str, seq: int, message: str | bytes, attachments: Sequence[str] = (),
         at: datetime | None = None, reply: str | None = None, on_delta: Callable[[str], None] | None = None,
         claim: TurnClaim | None = None,
     ) -> TurnResult:
+        # fmt: on
         """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then the
         edited message runs as a new turn with ``attachments``. Files of earlier turns are kept; the
         replaced turns' files are deleted after the truncation, if nothing references them.
@@ -217,7 +210,7 @@ class Engine:
         return self.runner.edit(
             user_id=user_id, session_id=session_id, seq=seq, message=message, attachments=attachments, at=at,
             reply=reply, on_delta=on_delta, claim=claim,
-        )
+        )  # fmt: skip
 
     def delete_file(self, *, user_id: str, file_id: str) -> bool:
         """Delete a file and every reference to it in every session. False if the user has no such file."""

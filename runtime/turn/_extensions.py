@@ -16,8 +16,9 @@ every turn and of every assembly, the overflow retry included:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Protocol
 
 from memory.files import StoredFile
 from memory.tables import Turn

@@ -10,9 +10,9 @@ calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Sequence
 
 from memory.dates import time_spans
 from memory.embeddings import Embedder
@@ -32,8 +32,8 @@ from runtime.context import (
     RecalledItem,
     RecentTurn,
     RetrievalItem,
-    SummaryText,
     Scan,
+    SummaryText,
     assemble_context,
     macro_context,
     match_entries,
@@ -47,7 +47,10 @@ def pinned(profile: UserProfile | None) -> PinnedProfile | None:
     if profile is None:
         return None
     return PinnedProfile(
-        name=profile.name, pronouns=profile.pronouns, facts=tuple(profile.facts or ()), learned=tuple(profile.learned or ())
+        name=profile.name,
+        pronouns=profile.pronouns,
+        facts=tuple(profile.facts or ()),
+        learned=tuple(profile.learned or ()),
     )
 
 
@@ -113,7 +116,10 @@ class ContextGatherer:
             first_recent = turns[0].seq if turns else None
             # relative times ("yesterday", "上周六") count from when the message was said; a
             # pending message (not stored) is taken as said right after the newest turn
-            asked_at = next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None) or utcnow()
+            asked_at = (
+                next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None)
+                or utcnow()
+            )
             last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
             before = turns if pending is not None else turns[:last_user]
             recall_query = enrich_query(query, [t.content for t in before])
@@ -139,7 +145,11 @@ class ContextGatherer:
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
         last = usage[0] if usage else None
         baseline = (
-            Baseline(fingerprint=last.request_fingerprint, messages=last.request_messages, prompt_tokens=last.usage_prompt_tokens)
+            Baseline(
+                fingerprint=last.request_fingerprint,
+                messages=last.request_messages,
+                prompt_tokens=last.usage_prompt_tokens,
+            )
             if last is not None and last.request_fingerprint and last.request_messages and last.usage_prompt_tokens
             else None
         )
@@ -187,10 +197,17 @@ class ContextGatherer:
         else:
             last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
             previous = [t.content for t in turns[:last_user]]
-        depth = book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
+        depth = (
+            book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
+        )
         fired = match_entries(book, Scan(current=query, previous=previous, depth=depth))
         hits = (
-            search_chunks(self.store.engine, persona=self.persona.name, query_embedding=vector, limit=self.settings.knowledge_chunks)
+            search_chunks(
+                self.store.engine,
+                persona=self.persona.name,
+                query_embedding=vector,
+                limit=self.settings.knowledge_chunks,
+            )
             if vector is not None and self.settings.knowledge_chunks > 0
             else []
         )

@@ -34,30 +34,33 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 import structlog
 
 from errors import FileParseError
-from memory.files import FileStore
+from memory.files import FileStore, StoredFile
 from memory.images import Transcripts
 from memory.store import Store
 from memory.tables import Turn, TurnState
 from prompts import render
-from runtime.context import AttachedFile, safe_name
-from runtime.config import Settings
-from runtime.context import AssembledContext, TurnBlocks
-from runtime.llm import EncodedImage, fit_image
-from runtime.context import dedupe, render_transcript, split_transcripts
-from runtime.llm import Tools
 from runtime.accounting import TokenCounter
-from runtime.llm import ImageInput, Transcriber
+from runtime.config import Settings
+from runtime.context import (
+    AssembledContext,
+    AttachedFile,
+    TurnBlocks,
+    dedupe,
+    render_transcript,
+    safe_name,
+    split_transcripts,
+)
+from runtime.llm import EncodedImage, ImageInput, Tools, Transcriber, fit_image, image_tokens, sees_images
 from runtime.messages import ImagePart, Message, Part, TextPart
 from runtime.turn._attachments import attached
 from runtime.turn._extensions import Gathered
-from memory.files import StoredFile
-from runtime.llm import image_tokens, sees_images
 
 log = structlog.get_logger("companion.images")
 
@@ -93,7 +96,9 @@ def image_read_spec() -> dict[str, Any]:
             "description": render("tool_image_read"),
             "parameters": {
                 "type": "object",
-                "properties": {"file_id": {"type": "string", "description": "The image's file id, e.g. file_0123456789abcdef0123."}},
+                "properties": {
+                    "file_id": {"type": "string", "description": "The image's file id, e.g. file_0123456789abcdef0123."}
+                },
                 "required": ["file_id"],
                 "additionalProperties": False,
             },
@@ -153,7 +158,8 @@ class TurnImages:
     def gather(self, gathered: Gathered, *, user_id: str, session_id: str) -> Gathered:
         plan = self.plan(gathered)
         return replace(
-            plan.files, reserved_tokens=plan.files.reserved_tokens + plan.pixel_tokens + plan.tool_tokens,
+            plan.files,
+            reserved_tokens=plan.files.reserved_tokens + plan.pixel_tokens + plan.tool_tokens,
             plans={**plan.files.plans, self.name: plan},
         )
 
@@ -202,8 +208,12 @@ class TurnImages:
             else:
                 self._unreadable[t.file_id] = t.text
             out[t.file_id] = t.text
-        log.info("image.transcribed", session_id=session_id, images=len(images),
-                 failed=sum(1 for f in images if f.file_id in self._unreadable))
+        log.info(
+            "image.transcribed",
+            session_id=session_id,
+            images=len(images),
+            failed=sum(1 for f in images if f.file_id in self._unreadable),
+        )
         return out
 
     # -- assembly -------------------------------------------------------------------------
@@ -286,14 +296,19 @@ class TurnImages:
         return int(self.settings.scaled_budgets.recent * PIXEL_SHARE)
 
     @staticmethod
-    def _first_vision(shown: Sequence[AttachedFile], bad: Sequence[AttachedFile], over: Sequence[AttachedFile], *,
-                      limit: int) -> str:
+    def _first_vision(
+        shown: Sequence[AttachedFile], bad: Sequence[AttachedFile], over: Sequence[AttachedFile], *, limit: int
+    ) -> str:
         """The newest turn's image lines on the vision path: one numbered line per image whose
         pixels follow (numbers match the order of the image parts), then what is not shown and why."""
-        lines = [render("image_attached", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
-                 for i, f in enumerate(shown)]
+        lines = [
+            render("image_attached", number=i + 1, file_name=safe_name(f.name), file_id=f.file_id)
+            for i, f in enumerate(shown)
+        ]
         lines += [render("image_undecodable", file_name=safe_name(f.name), file_id=f.file_id) for f in bad]
-        lines += [render("image_over_budget", file_name=safe_name(f.name), file_id=f.file_id, limit=limit) for f in over]
+        lines += [
+            render("image_over_budget", file_name=safe_name(f.name), file_id=f.file_id, limit=limit) for f in over
+        ]
         return "\n".join(lines)
 
     def _first(self, images: Sequence[AttachedFile], in_text: dict[str, str], cached: dict[str, str]) -> str:
@@ -310,8 +325,9 @@ class TurnImages:
                 parts.append(render("image_reference_hint", file_id=f.file_id))
         return "\n".join(parts) if len(parts) > 1 else ""
 
-    def _folded(self, images: Sequence[AttachedFile], in_text: dict[str, str], cached: dict[str, str], *,
-                with_transcripts: bool) -> str:
+    def _folded(
+        self, images: Sequence[AttachedFile], in_text: dict[str, str], cached: dict[str, str], *, with_transcripts: bool
+    ) -> str:
         parts = [render("images_folded_header")]
         for f in images:
             if f.file_id in in_text:
@@ -338,7 +354,9 @@ class TurnImages:
         except FileParseError:
             log.warning("image.undecodable", file_id=f.file_id)
             return None
-        with self._encoded_lock:  # encoded outside the lock: two threads may both encode one image, never corrupt the cache
+        with (
+            self._encoded_lock
+        ):  # encoded outside the lock: two threads may both encode one image, never corrupt the cache
             self._encoded[f.file_id] = encoded
             while len(self._encoded) > ENCODED_CACHE:
                 self._encoded.popitem(last=False)
@@ -352,7 +370,11 @@ class TurnImages:
             return context
         end = len(context.messages) - context.post_history_messages
         index = next(
-            (i for i in range(end - 1, -1, -1) if context.messages[i]["role"] == "user" and i not in context.lore_messages),
+            (
+                i
+                for i in range(end - 1, -1, -1)
+                if context.messages[i]["role"] == "user" and i not in context.lore_messages
+            ),
             None,
         )
         if index is None:
@@ -373,10 +395,19 @@ class TurnImages:
         messages[index] = Message(role="user", content=tuple(parts))
         recent = context.sources["recent"]
         sources = {**context.sources, "recent": replace(recent, tokens=recent.tokens + plan.pixel_tokens)}
-        log.info("image.expanded", session_id=context.session_id, images=len(plan.pixels),
-                 generated=len(generated), pixel_tokens=plan.pixel_tokens)
-        return replace(context, messages=messages, sources=sources,
-                       overhead_tokens=max(context.overhead_tokens - plan.pixel_tokens, 0))
+        log.info(
+            "image.expanded",
+            session_id=context.session_id,
+            images=len(plan.pixels),
+            generated=len(generated),
+            pixel_tokens=plan.pixel_tokens,
+        )
+        return replace(
+            context,
+            messages=messages,
+            sources=sources,
+            overhead_tokens=max(context.overhead_tokens - plan.pixel_tokens, 0),
+        )
 
     def _parts(self, images: Sequence[AttachedFile]) -> list[Part]:
         out: list[Part] = []
@@ -413,9 +444,19 @@ class TurnImages:
             cached = self.transcripts.get_many([file_id])
             if file_id in cached:
                 return render_transcript(file_id, cached[file_id].text)
-            got = self._transcribe([AttachedFile(file_id=file_id, name=stored.name, mime=stored.mime,
-                                                 size_bytes=stored.size_bytes, durability=stored.durability,
-                                                 parse_state=stored.parse_state)], session_id=session_id)
+            got = self._transcribe(
+                [
+                    AttachedFile(
+                        file_id=file_id,
+                        name=stored.name,
+                        mime=stored.mime,
+                        size_bytes=stored.size_bytes,
+                        durability=stored.durability,
+                        parse_state=stored.parse_state,
+                    )
+                ],
+                session_id=session_id,
+            )
             return render_transcript(file_id, got[file_id])
 
         def run(name: str, arguments: dict[str, Any]) -> str:
@@ -444,5 +485,9 @@ def _merge(doc: TurnBlocks | None, first: str, folded: str, compact: str, images
     ids = tuple(f.file_id for f in images)
     if doc is None:
         return TurnBlocks(first=first, folded=folded, compact=compact, file_ids=ids)
-    return TurnBlocks(first=join(doc.first, first), folded=join(doc.folded, folded), compact=join(doc.compact, compact),
-                      file_ids=doc.file_ids + ids)
+    return TurnBlocks(
+        first=join(doc.first, first),
+        folded=join(doc.folded, folded),
+        compact=join(doc.compact, compact),
+        file_ids=doc.file_ids + ids,
+    )

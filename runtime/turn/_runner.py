@@ -25,9 +25,10 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import structlog
 
@@ -244,7 +245,13 @@ class TurnRunner:
         )
 
     def add_turn(
-        self, *, user_id: str, session_id: str, role: str, content: str | bytes, at: datetime | None = None,
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        role: str,
+        content: str | bytes,
+        at: datetime | None = None,
         attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
     ) -> Turn:
@@ -256,7 +263,11 @@ class TurnRunner:
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
             turn = self.store.add_turn(
-                session_id=session_id, role=role, content=text, tokens=self.tokens(role, text), created_at=at,
+                session_id=session_id,
+                role=role,
+                content=text,
+                tokens=self.tokens(role, text),
+                created_at=at,
                 file_ids=[f.id for f in attached],
             )
             self.compact(session_id, user_id)
@@ -306,7 +317,9 @@ class TurnRunner:
             SessionClosedError: the session was closed. NotFoundError: no such session.
         """
         return TurnClaim(
-            self.store, session_id, lease_seconds=self.settings.turn_lease_seconds,
+            self.store,
+            session_id,
+            lease_seconds=self.settings.turn_lease_seconds,
             wait_seconds=self.settings.turn_wait_seconds,
         )
 
@@ -408,7 +421,9 @@ class TurnRunner:
         )
         return self._learn_profile(user_id, session_id, outcome)
 
-    def _learn_profile(self, user_id: str, session_id: str, outcome: CompactionOutcome | None) -> CompactionOutcome | None:
+    def _learn_profile(
+        self, user_id: str, session_id: str, outcome: CompactionOutcome | None
+    ) -> CompactionOutcome | None:
         """After a compaction that wrote a summary, merge its profile section into the user's
         pinned profile (learned facts only; user-set facts are never touched). A separate
         transaction: if it fails the next compaction merges again, as the summary carries

@@ -20,8 +20,15 @@ log = structlog.get_logger("companion.engine")
 
 
 def greet(
-    runner: TurnRunner, store: Store, profiles: Profiles, persona: Persona, *, user_id: str, session_id: str,
-    at: datetime | None = None, greeting: int = 0,
+    runner: TurnRunner,
+    store: Store,
+    profiles: Profiles,
+    persona: Persona,
+    *,
+    user_id: str,
+    session_id: str,
+    at: datetime | None = None,
+    greeting: int = 0,
 ) -> Turn | None:
     """See :meth:`runtime.turn.Engine.greet`."""
     greetings = persona.greetings

@@ -27,7 +27,7 @@ def validate_message(raw: str | bytes, *, max_chars: int) -> str:
             text = bytes(raw).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidMessageError(
-                f"The message is not valid UTF-8: byte {exc.start} ({bytes(raw)[exc.start:exc.start + 1]!r}) "
+                f"The message is not valid UTF-8: byte {exc.start} ({bytes(raw)[exc.start : exc.start + 1]!r}) "
                 "cannot be decoded. Send the text encoded as UTF-8.",
                 reason="invalid_utf8",
                 position=exc.start,

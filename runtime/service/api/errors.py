@@ -69,7 +69,11 @@ def status_and_code(exc: E.CompanionError) -> tuple[int, str]:
 
 
 INTERNAL_ERROR: dict[str, Any] = {
-    "error": {"code": "internal_error", "message": "Internal server error; see the server log.", "type": "InternalError"}
+    "error": {
+        "code": "internal_error",
+        "message": "Internal server error; see the server log.",
+        "type": "InternalError",
+    }
 }
 """The body of any error that is not a :class:`~errors.CompanionError` (no details leak)."""
 

@@ -25,16 +25,18 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from errors import ConfigurationError, InvalidRequestError, NotFoundError
 from memory.files import file_not_found
 from memory.tables import App
+from runtime.files import FileServices
 from runtime.service.api.convert import file_out
 from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.schemas import ErrorBody, FileDeleteOut, FileOut, FileReadOut
-from runtime.files import FileServices
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "No or invalid API key (`unauthorized`)."},
-    404: {"model": ErrorBody, "description": "No such user, session or file for this app (`not_found`, `file_not_found`)."},
+    404: {
+        "model": ErrorBody,
+        "description": "No such user, session or file for this app (`not_found`, `file_not_found`).",
+    },
 }
-
 
 
 def prefer_extended_filename(disposition: bytes, charset: str = "utf-8") -> bytes:
@@ -174,7 +176,12 @@ async def upload_file(
     mime = file.content_type if file.content_type and file.content_type != OCTET_STREAM else None
     stored = await run_in_threadpool(
         lambda: fs.upload(
-            user_id=user.id, name=file.filename or "", data=data, mime=mime, durability=durability, session_id=session_id
+            user_id=user.id,
+            name=file.filename or "",
+            data=data,
+            mime=mime,
+            durability=durability,
+            session_id=session_id,
         )
     )
     return file_out(stored, user)
@@ -194,7 +201,10 @@ def list_files(
 
 @router.get("/files/{file_id}", response_model=FileOut)
 def get_file(
-    file_id: str, app: App = Depends(current_app), svc: Services = Depends(services), fs: FileServices = Depends(file_services)
+    file_id: str,
+    app: App = Depends(current_app),
+    svc: Services = Depends(services),
+    fs: FileServices = Depends(file_services),
 ):
     """The file's metadata: parse state (and error), page count, where the body starts."""
     user = svc.directory.file_owner(app.id, file_id)
@@ -209,7 +219,9 @@ def get_file(
 def read_file(
     file_id: str,
     start_page: int | None = Query(None, description="First page to read, 1-based (default: where the body starts)."),
-    max_pages: int | None = Query(None, description="Pages in the window (default and most: COMPANION_FILE_READ_PAGES)."),
+    max_pages: int | None = Query(
+        None, description="Pages in the window (default and most: COMPANION_FILE_READ_PAGES)."
+    ),
     focus: str | None = Query(None, description="Start at the first page containing this keyword."),
     app: App = Depends(current_app),
     svc: Services = Depends(services),
@@ -225,7 +237,10 @@ def read_file(
 
 @router.delete("/files/{file_id}", response_model=FileDeleteOut)
 def delete_file(
-    file_id: str, app: App = Depends(current_app), svc: Services = Depends(services), fs: FileServices = Depends(file_services)
+    file_id: str,
+    app: App = Depends(current_app),
+    svc: Services = Depends(services),
+    fs: FileServices = Depends(file_services),
 ):
     """Delete the file and every reference to it in every session: no assembled context
     shows it afterwards (its bytes go when no other file row uses them)."""

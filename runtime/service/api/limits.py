@@ -10,7 +10,8 @@ body. The error body has the API's one shape and names the setting to raise.
 from __future__ import annotations
 
 import json
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import structlog
 
@@ -45,7 +46,9 @@ class BodyLimit:
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
         upload = headers.get(b"content-type", b"").lower().startswith(b"multipart/form-data")
-        limit, setting = (self.upload_bytes, "COMPANION_MAX_FILE_BYTES") if upload else (self.json_bytes, "COMPANION_MAX_JSON_BYTES")
+        limit, setting = (
+            (self.upload_bytes, "COMPANION_MAX_FILE_BYTES") if upload else (self.json_bytes, "COMPANION_MAX_JSON_BYTES")
+        )
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             await self._refuse(send, scope, limit, setting, int(declared))
@@ -99,7 +102,11 @@ class BodyLimit:
             {
                 "type": "http.response.start",
                 "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), (b"connection", b"close")],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close"),
+                ],
             }
         )
         await send({"type": "http.response.body", "body": body})

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator, ClassVar
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
 
 from fastapi import APIRouter, Depends, Header, Response
 from fastapi.concurrency import run_in_threadpool
@@ -38,8 +39,7 @@ from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.errors import error_body
 from runtime.service.api.schemas import CheckedModel, ErrorBody
 from runtime.service.api.streaming import ClaimedRun, turn_events
-from runtime.turn import TurnResult
-from runtime.turn import validate_message
+from runtime.turn import TurnResult, validate_message
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -55,7 +55,9 @@ class ChatRequest(CheckedModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    user: str | None = Field(default=None, max_length=200, description="The app's user id, when no X-Session-Id header is sent.")
+    user: str | None = Field(
+        default=None, max_length=200, description="The app's user id, when no X-Session-Id header is sent."
+    )
 
 
 def newest_user_text(messages: list[dict[str, Any]]) -> str:
@@ -94,7 +96,10 @@ def _usage(result: TurnResult) -> dict[str, int]:
 @router.post(
     "/chat/completions",
     responses={
-        200: {"description": "A chat.completion object, or chat.completion.chunk events.", "content": {"text/event-stream": {}}},
+        200: {
+            "description": "A chat.completion object, or chat.completion.chunk events.",
+            "content": {"text/event-stream": {}},
+        },
         400: {"model": ErrorBody},
         401: {"model": ErrorBody},
         404: {"model": ErrorBody},

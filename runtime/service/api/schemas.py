@@ -78,7 +78,9 @@ class SessionIn(CheckedModel):
 
 class PersonaOut(BaseModel):
     name: str = Field(description="The persona's name.")
-    nickname: str | None = Field(default=None, description="What the persona is called in the prompt, when the card sets a nickname.")
+    nickname: str | None = Field(
+        default=None, description="What the persona is called in the prompt, when the card sets a nickname."
+    )
     greetings: list[str] = Field(
         description="The persona's greetings, by the number POST /v1/sessions takes as `greeting`: 0 the first "
         "message, then the alternate greetings. Macros are replaced, except `{{user}}`, which depends on the user."
@@ -93,7 +95,9 @@ class SessionOut(BaseModel):
     last_activity_at: datetime
     closed_at: datetime | None = None
     closed_by: str | None = None
-    carried_from: str | None = Field(default=None, description="The closed session whose summary this one started from.")
+    carried_from: str | None = Field(
+        default=None, description="The closed session whose summary this one started from."
+    )
 
 
 class MessageIn(CheckedModel):
@@ -167,7 +171,9 @@ class RecalledOut(BaseModel):
         description="Why it was recalled: ranked by embedding similarity (`vector`), by full-text match "
         "(`full_text`), or added next to a hit (`neighbour`)."
     )
-    score: float = Field(description="Reciprocal-rank-fusion score, sum of 1/(k + rank) over both rankers; 0 for a neighbour.")
+    score: float = Field(
+        description="Reciprocal-rank-fusion score, sum of 1/(k + rank) over both rankers; 0 for a neighbour."
+    )
     vector_rank: int | None = Field(default=None, description="1-based rank by embedding similarity, if in the pool.")
     text_rank: int | None = Field(default=None, description="1-based rank by full-text score, if in the pool.")
     distance: float = Field(description="Cosine distance of the segment's key to the query, 0 to 2.")
@@ -193,18 +199,23 @@ class NoticeOut(BaseModel):
 
 class ContextOut(BaseModel):
     session_id: str
-    total_tokens: int = Field(description="Estimated tokens of the prompt, framing, reply priming and overhead included.")
+    total_tokens: int = Field(
+        description="Estimated tokens of the prompt, framing, reply priming and overhead included."
+    )
     window: int = Field(description="The model's context window, tokens.")
     reply_reserve: int = Field(description="Tokens kept free for the reply.")
     overhead_tokens: int = Field(
-        default=0, description="Tokens reserved beyond the messages (provider overhead, tool schema, image pixels), "
-        "part of total_tokens."
+        default=0,
+        description="Tokens reserved beyond the messages (provider overhead, tool schema, image pixels), "
+        "part of total_tokens.",
     )
     sources: dict[str, SourceOut]
     recalled: list[RecalledOut] = Field(default_factory=list, description="The segments in `memory`, oldest first.")
     retrieved: list[RetrievedOut] = Field(default_factory=list, description="The items in `retrieval`, in block order.")
     notices: list[NoticeOut] = Field(default_factory=list, description="Every cut notice the prompt carries.")
-    attached_files: list[str] = Field(default_factory=list, description="Ids of the files the prompt shows, in turn order.")
+    attached_files: list[str] = Field(
+        default_factory=list, description="Ids of the files the prompt shows, in turn order."
+    )
 
 
 class BreakerOut(BaseModel):
@@ -229,7 +240,8 @@ class DeleteOut(BaseModel):
 # -- greeting, files, profile (HTTP API part 2) -----------------------------------------
 class NewSessionOut(SessionOut):
     greeting: TurnOut | None = Field(
-        default=None, description="The persona's first message, stored as the opening assistant turn; null when it has none."
+        default=None,
+        description="The persona's first message, stored as the opening assistant turn; null when it has none.",
     )
 
 
@@ -260,8 +272,8 @@ class FileDeleteOut(BaseModel):
 
 
 class ProfileIn(CheckedModel):
-    name: str | None = Field(default=None, max_length=200, description="null leaves it; \"\" clears it.")
-    pronouns: str | None = Field(default=None, max_length=100, description="null leaves it; \"\" clears it.")
+    name: str | None = Field(default=None, max_length=200, description='null leaves it; "" clears it.')
+    pronouns: str | None = Field(default=None, max_length=100, description='null leaves it; "" clears it.')
     facts: list[Annotated[str, Field(max_length=MAX_FACT_CHARS)]] | None = Field(
         default=None, max_length=100, description="Replaces the user-set facts (null leaves them; [] clears them)."
     )

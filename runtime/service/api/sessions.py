@@ -5,7 +5,8 @@ answers 404 ``not_found`` for another app's user or session, as for a missing on
 from __future__ import annotations
 
 import json
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import APIRouter, Depends, Response, status
 from fastapi.concurrency import run_in_threadpool
@@ -14,6 +15,9 @@ from starlette.background import BackgroundTask
 
 from errors import InvalidMessageError, InvalidRequestError, SessionClosedError
 from memory.tables import App, TurnState
+from persona import expand
+from runtime.compaction import reset_breaker
+from runtime.context import macro_context
 from runtime.service.api.context_view import context_out
 from runtime.service.api.convert import session_out, turn_done, turn_out, user_out
 from runtime.service.api.deps import Services, current_app, services
@@ -36,11 +40,7 @@ from runtime.service.api.schemas import (
     UserOut,
 )
 from runtime.service.api.streaming import ClaimedRun, turn_events
-from runtime.compaction import reset_breaker
-from persona import expand
-from runtime.context import macro_context
-from runtime.turn import validate_message
-from runtime.turn import check_attachments
+from runtime.turn import check_attachments, validate_message
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorBody, "description": "No or invalid API key (`unauthorized`)."},
@@ -97,7 +97,12 @@ def get_persona(app: App = Depends(current_app), svc: Services = Depends(service
     response_model=NewSessionOut,
     status_code=status.HTTP_201_CREATED,
     tags=["sessions"],
-    responses={400: {"model": ErrorBody, "description": "`greeting` is not one of the persona's greetings (`invalid_request`)."}},
+    responses={
+        400: {
+            "model": ErrorBody,
+            "description": "`greeting` is not one of the persona's greetings (`invalid_request`).",
+        }
+    },
 )
 def create_session(body: SessionIn, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Start a session for the user (created if new). It begins from the summary of the
@@ -132,11 +137,14 @@ def get_session(session_id: str, app: App = Depends(current_app), svc: Services 
     responses={
         200: {
             "description": "With `stream: true` (the default), server-sent events: `delta` "
-            "(`{\"text\"}`), then `done` (a TurnDone) or `error` (an ErrorBody).",
+            '(`{"text"}`), then `done` (a TurnDone) or `error` (an ErrorBody).',
             "content": {"text/event-stream": {}},
         },
-        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`), or another turn of it "
-                                                 "is running (`turn_in_progress`): nothing was stored."},
+        409: {
+            "model": ErrorBody,
+            "description": "The session is closed (`session_closed`), or another turn of it "
+            "is running (`turn_in_progress`): nothing was stored.",
+        },
         422: {"model": ErrorBody, "description": "The message is invalid (`invalid_message`) or the body is."},
     },
 )
@@ -153,7 +161,11 @@ async def post_message(
 
     def work(claim, on_delta=None):
         return svc.engine.turn(
-            user_id=user.id, session_id=session.id, message=text, on_delta=on_delta, attachments=attachments,
+            user_id=user.id,
+            session_id=session.id,
+            message=text,
+            on_delta=on_delta,
+            attachments=attachments,
             claim=claim,
         )
 
@@ -168,8 +180,11 @@ async def post_message(
     responses={
         200: {"description": "As POST /v1/sessions/{id}/messages.", "content": {"text/event-stream": {}}},
         409: {"model": ErrorBody, "description": "The session is closed (`session_closed`)."},
-        422: {"model": ErrorBody, "description": "Invalid message, or `seq` is no user turn of the recent window "
-                                                 "(`invalid_message`, reason `bad_edit`)."},
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid message, or `seq` is no user turn of the recent window "
+            "(`invalid_message`, reason `bad_edit`).",
+        },
     },
 )
 async def resend(
@@ -196,7 +211,12 @@ async def resend(
 
     def work(claim, on_delta=None):
         return svc.engine.edit_turn(
-            user_id=user.id, session_id=session.id, seq=seq, message=text, attachments=attachments, on_delta=on_delta,
+            user_id=user.id,
+            session_id=session.id,
+            seq=seq,
+            message=text,
+            attachments=attachments,
+            on_delta=on_delta,
             claim=claim,
         )
 
