@@ -40,8 +40,9 @@ import json
 import math
 import operator
 import re
+import string
 from pathlib import Path
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 from PIL import Image, UnidentifiedImageError
 
@@ -492,41 +493,48 @@ def text_features(text: str) -> tuple[int, ...]:
     raw = text.encode("utf-8", "surrogatepass")
     m = raw.translate(_CLASSES, _CONTINUATION)
     c = m.count
-    symbol = c(b"S")
-    general = len(_GENERAL_PUNCTUATION_RE.findall(text)) if symbol else 0
-    han = c(b"H")
-    han_common = len(_COMMON_HAN_RE.findall(text)) if han else 0
-    runs = []
-    for table in (_DIGIT_RUNS, _PUNCT_RUNS, _SPACE_RUNS):
-        z = m.translate(table)
-        runs.append(z.count(b"xy") + (z[0] == 0x79))
+    control = c(b"C")
+    if len(raw) == len(text):  # ASCII only: no lead bytes to count, no non-ASCII neighbours
+        wide: tuple[int, ...] = _NO_WIDE
+        near = _ascii_next_to_non_ascii(m.translate(_WIDE)) if control else 0
+    else:
+        symbol = c(b"S")
+        general = len(_GENERAL_PUNCTUATION_RE.findall(text)) if symbol else 0
+        han = c(b"H")
+        han_common = len(_COMMON_HAN_RE.findall(text)) if han else 0
+        wide = (
+            c(b"2"), c(b"c"), c(b"3"), c(b"I"), symbol - general, general, c(b"K"), han_common, han - han_common,
+            c(b"G"), c(b"F"), c(b"E"),
+        )
+        near = _ascii_next_to_non_ascii(m.translate(_WIDE))
+    digits, quotes, brackets, commas, underscores, dots, marks = (
+        c(b"d"), c(b"q"), c(b"b"), c(b","), c(b"_"), c(b"."), c(b"p"),
+    )
+    spaces = m.count(b" ")
     f = m.translate(_FOLDED)
-    w = m.translate(_WIDE)
     return (
         1,
-        c(b"a"), c(b"A"), c(b"d"), c(b"n"), c(b"q"), c(b"b"), c(b","), c(b"_"), c(b"."), c(b"p"), c(b"C"),
-        c(b"2"), c(b"c"), c(b"3"), c(b"I"), symbol - general, general, c(b"K"), han_common, han - han_common, c(b"G"),
-        c(b"F"), c(b"E"),
-        *runs,
-        c(b"aA"), c(b"AA"), c(b"  "), f.count(b"pa"), f.count(b"da"), f.count(b"ad"),
-        _ascii_next_to_non_ascii(w),
-        len(_RARE_PAIRS.findall(raw.lower())) if f.count(b"aa") else 0,
-        _rare_punctuation_pairs(text) if f.count(b"pp") else 0,
-        *_repeats(raw),
+        c(b"a"), c(b"A"), digits, c(b"n"), quotes, brackets, commas, underscores, dots, marks, control,
+        *wide,
+        _runs(m, _DIGIT_RUNS) if digits else 0,
+        _runs(m, _PUNCT_RUNS) if quotes or brackets or commas or underscores or dots or marks else 0,
+        _runs(m, _SPACE_RUNS) if spaces else 0,
+        c(b"aA"), c(b"AA"), c(b"  ") if spaces > 1 else 0, f.count(b"pa"), f.count(b"da") if digits else 0,
+        f.count(b"ad") if digits else 0,
+        near,
+        *(_pair_features(raw) if f.count(b"aa") or f.count(b"pp") else _NO_PAIRS),
     )
 
 
-def _repeats(raw: bytes) -> tuple[int, int]:
-    """(letters that repeat the two before them, punctuation marks that repeat the one before them)."""
-    found = _REPEATS.findall(raw)
-    letters = sum(1 for letter, _ in found if letter)
-    return letters, len(found) - letters
+_NO_WIDE = (0,) * 12
+"""The non-ASCII class counts of ASCII text."""
+_NO_PAIRS = (0, 0, 0, 0)
 
 
-def _rare_punctuation_pairs(text: str) -> int:
-    """Adjacent pairs of ASCII punctuation marks in ``text`` that are not :data:`COMMON_PUNCTUATION_PAIRS`."""
-    pairs = _PUNCTUATION_PAIRS.findall(text.encode("utf-8", "surrogatepass"))
-    return len(pairs) - sum(map(_COMMON_PUNCTUATION_BYTES.__contains__, pairs))
+def _runs(m: bytes, table: bytes) -> int:
+    """Maximal runs of the classes that ``table`` maps to ``y``, in the class string ``m``."""
+    z = m.translate(table)
+    return z.count(b"xy") + (z[0] == 0x79)
 
 
 def _ascii_next_to_non_ascii(w: bytes) -> int:
@@ -902,12 +910,6 @@ COMMON_PUNCTUATION_PAIRS = frozenset(_COMMON_PUNCTUATION[i : i + 2] for i in ran
 o200k_base and DeepSeek's vocabularies (``"": () -> ==`` ...), so a tokenizer can merge them. Any
 other pair of adjacent marks is priced as a token boundary (mixed runs such as ``;=@`` cost up to a
 token per mark). Computed from the bundled tokenizers; a test re-checks it."""
-_REPEATS = re.compile(rb"([a-zA-Z])(?=\1\1)|([!-/:-@\[-`{-~])(?=\2)")
-_COMMON_PUNCTUATION_BYTES = frozenset(pair.encode("ascii") for pair in COMMON_PUNCTUATION_PAIRS)
-_PUNCTUATION_PAIRS = re.compile(rb"(?=([!-/:-@\[-`{-~]{2}))")
-_RARE_PAIRS = re.compile(
-    "|".join(pair[0] + "(?=" + pair[1:] + ")" for pair in RARE_LETTER_PAIRS.split("|")).encode("ascii")
-)
 
 
 def _table_savings() -> dict[str, int]:
@@ -924,6 +926,8 @@ def _table_savings() -> dict[str, int]:
 
 
 _SAVING = _table_savings()
+
+
 def _char_class(codes: list[int]) -> str:
     """A regular-expression character class of the sorted code points ``codes``, as ranges."""
     parts, start, prev = [], codes[0], codes[0]
@@ -934,6 +938,62 @@ def _char_class(codes: list[int]) -> str:
         parts.append(re.escape(chr(start)) + ("-" + re.escape(chr(prev)) if prev > start else ""))
         start = prev = code
     return "[" + "".join(parts) + "]"
+
+
+_ASCII_MARKS = "!-/:-@\\[-`{-~"
+"""ASCII punctuation marks, as a regular-expression class body."""
+_PUNCTUATION = [c for c in map(chr, range(128)) if re.fullmatch("[" + _ASCII_MARKS + "]", c)]
+_LETTERS = string.ascii_letters
+
+
+def _pair_class(pairs: Iterable[tuple[str, str]]) -> re.Pattern[str]:
+    """A one-character class matching the bigram code points (see :func:`_bigrams`) of ``pairs``."""
+    return re.compile(_char_class(sorted({ord(a) + 256 * ord(b) for a, b in pairs})))
+
+
+_RARE_LETTER_BIGRAMS = _pair_class(
+    (first, b)
+    for group in RARE_LETTER_PAIRS.split("|")
+    for first in (group[0], group[0].upper())
+    for follow in group[2:-1]
+    for b in (follow, follow.upper())
+)
+_RARE_PUNCTUATION_BIGRAMS = _pair_class((a, b) for a in _PUNCTUATION for b in _PUNCTUATION if a + b not in COMMON_PUNCTUATION_PAIRS)
+_REPEATED_PUNCTUATION = _pair_class((a, a) for a in _PUNCTUATION)
+_DOUBLE_LETTER = _char_class(sorted(ord(a) * 257 for a in _LETTERS))
+_LETTER_TRIPLES = re.compile(_DOUBLE_LETTER + "(?=" + _DOUBLE_LETTER + ")")
+_ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
+"""Translation: every non-ASCII byte to 0x80, so no bigram code point is a surrogate."""
+
+
+def _bigrams(raw: bytes) -> str:
+    """One character per byte of ``raw``: code point ``raw[i] + 256 * raw[i + 1]`` (the last byte pairs with 0).
+
+    Non-ASCII bytes become 0x80 first. Interleaving the bytes with themselves shifted by one and
+    decoding as UTF-16-LE is a few C passes; afterwards every count of adjacent pairs is a count of
+    characters in a class, which ``re`` scans with a bitmap and no backtracking.
+    """
+    ascii_raw = raw.translate(_ASCII_ONLY)
+    pairs = bytearray(2 * len(ascii_raw))
+    pairs[0::2] = ascii_raw
+    pairs[1:-1:2] = ascii_raw[1:]
+    return pairs.decode("utf-16-le")
+
+
+def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
+    """(rare letter pairs, rare punctuation pairs, letter triples, punctuation repeats) in UTF-8 ``raw``.
+
+    Every adjacent pair counts, overlapping ones included: letter pairs of :data:`RARE_LETTER_PAIRS`
+    in either case; pairs of ASCII marks outside :data:`COMMON_PUNCTUATION_PAIRS`; letters that
+    repeat the two before them (case-sensitive: ``"zzz"`` has one); marks that repeat the one before.
+    """
+    pairs = _bigrams(raw)
+    return (
+        len(_RARE_LETTER_BIGRAMS.findall(pairs)),
+        len(_RARE_PUNCTUATION_BIGRAMS.findall(pairs)),
+        len(_LETTER_TRIPLES.findall(pairs)),
+        len(_REPEATED_PUNCTUATION.findall(pairs)),
+    )
 
 
 _MARKER = {1: "\ufdd1", 2: "\ufdd2", 3: "\ufdd3"}
@@ -965,10 +1025,10 @@ def non_ascii_bound(text: str) -> int:
     one pre-token that cl100k_base cuts into 3 tokens) it costs its bytes again.
     Units: tokens; ``0`` for ASCII-only text.
     """
+    if text.isascii():
+        return 0
     raw = text.encode("utf-8", "surrogatepass")
     total = len(raw) - len(raw.translate(None, _HIGH_BYTES))
-    if not total:
-        return 0
     if max(text) >= "\ufdd1":  # astral tabled characters (or markers) in the text: mark them
         text = text.translate(_MARKED)
     saving = _BMP_SAVING.get
