@@ -400,8 +400,9 @@ _COMMON_HAN = (
 """The 549 CJK ideographs that cl100k_base encodes as one token each: in practice the most frequent
 characters of modern Chinese (about 75% of the Han characters in MemoryBank-CN). Every other Han
 character costs 2-3 tokens there, the most of the tokenizers measured."""
-_COMMON_HAN_RE = re.compile("[" + _COMMON_HAN + "]")
-_GENERAL_PUNCTUATION_RE = re.compile("[\u2000-\u206f]")
+_COMMON_HAN_RE = re.compile("[" + _COMMON_HAN + "]+")
+_GENERAL_PUNCTUATION_RE = re.compile("[\u2000-\u206f]+")
+"""Runs of these characters: counted as the summed run lengths (fewer match objects than characters)."""
 
 
 def _byte_class_table() -> bytes:
@@ -462,10 +463,6 @@ def _fold_table(groups: Mapping[str, str]) -> bytes:
 
 _CLASSES = _byte_class_table()
 _CONTINUATION = bytes(range(0x80, 0xC0))
-_DIGIT_RUNS = _fold_table({"y": "d"})
-_PUNCT_RUNS = _fold_table({"y": "qb,_.p"})
-_SPACE_RUNS = _fold_table({"y": " t"})
-_FOLDED = _fold_table({"a": "aA", "d": "d", "p": "qb,_.p"})
 _WIDE = _fold_table({"y": "2c3ISKHGFEC"})  # non-ASCII lead-byte classes and controls -> y, other ASCII -> x
 
 FEATURES = (
@@ -499,42 +496,51 @@ def text_features(text: str) -> tuple[int, ...]:
         near = _ascii_next_to_non_ascii(m.translate(_WIDE)) if control else 0
     else:
         symbol = c(b"S")
-        general = len(_GENERAL_PUNCTUATION_RE.findall(text)) if symbol else 0
+        general = _matched(_GENERAL_PUNCTUATION_RE, text) if symbol else 0
         han = c(b"H")
-        han_common = len(_COMMON_HAN_RE.findall(text)) if han else 0
+        han_common = _matched(_COMMON_HAN_RE, text) if han else 0
         wide = (
             c(b"2"), c(b"c"), c(b"3"), c(b"I"), symbol - general, general, c(b"K"), han_common, han - han_common,
             c(b"G"), c(b"F"), c(b"E"),
         )
         near = _ascii_next_to_non_ascii(m.translate(_WIDE))
-    digits, quotes, brackets, commas, underscores, dots, marks = (
-        c(b"d"), c(b"q"), c(b"b"), c(b","), c(b"_"), c(b"."), c(b"p"),
-    )
-    spaces = m.count(b" ")
-    f = m.translate(_FOLDED)
+    digits, spaces, uppers = c(b"d"), c(b" "), c(b"A")
+    marks = (c(b"q"), c(b"b"), c(b","), c(b"_"), c(b"."), c(b"p"))
+    pairs = _bigrams(m.translate(_PAIR_CLASSES)).count  # every adjacent pair, overlapping ones included
+    upper_pairs = pairs(_UU)
+    letter_pairs = pairs(_LL) or pairs(_LU) or pairs(_UL) or upper_pairs
     return (
         1,
-        c(b"a"), c(b"A"), digits, c(b"n"), quotes, brackets, commas, underscores, dots, marks, control,
+        c(b"a"), uppers, digits, c(b"n"), *marks, control,
         *wide,
-        _runs(m, _DIGIT_RUNS) if digits else 0,
-        _runs(m, _PUNCT_RUNS) if quotes or brackets or commas or underscores or dots or marks else 0,
-        _runs(m, _SPACE_RUNS) if spaces else 0,
-        c(b"aA"), c(b"AA"), c(b"  ") if spaces > 1 else 0, f.count(b"pa"), f.count(b"da") if digits else 0,
-        f.count(b"ad") if digits else 0,
+        digits - pairs(_DD),  # runs: characters of the class minus those that follow one of it
+        sum(marks) - pairs(_PP),
+        spaces - pairs(_SS),
+        pairs(_LU), c(b"AA") if upper_pairs else 0, c(b"  ") if spaces > 1 else 0,
+        pairs(_PL) + pairs(_PU), pairs(_DL) + pairs(_DU), pairs(_LD) + pairs(_UD),
         near,
-        *(_pair_features(raw) if f.count(b"aa") or f.count(b"pp") else _NO_PAIRS),
+        *(_pair_features(raw) if letter_pairs or pairs(_PP) else _NO_PAIRS),
     )
 
 
+def _pair_char(pair: str) -> str:
+    """The :func:`_bigrams` character of a two-character ASCII string."""
+    return chr(ord(pair[0]) + 256 * ord(pair[1]))
+
+
+_PAIR_CLASSES = _fold_table({"a": "a", "A": "A", "d": "d", "p": "qb,_.p", " ": " "})
+"""Classes kept for adjacency counts: lower, upper, digit, punctuation, space; all else ``x``."""
+_LL, _LU, _UL, _UU, _DD, _PP, _SS, _PL, _PU, _DL, _DU, _LD, _UD = map(
+    _pair_char, ("aa", "aA", "Aa", "AA", "dd", "pp", "  ", "pa", "pA", "da", "dA", "ad", "Ad")
+)
 _NO_WIDE = (0,) * 12
 """The non-ASCII class counts of ASCII text."""
 _NO_PAIRS = (0, 0, 0, 0)
 
 
-def _runs(m: bytes, table: bytes) -> int:
-    """Maximal runs of the classes that ``table`` maps to ``y``, in the class string ``m``."""
-    z = m.translate(table)
-    return z.count(b"xy") + (z[0] == 0x79)
+def _matched(runs: re.Pattern[str], text: str) -> int:
+    """Characters of ``text`` matched by ``runs`` (a pattern for runs of a class): summed run lengths."""
+    return sum(map(len, runs.findall(text)))
 
 
 def _ascii_next_to_non_ascii(w: bytes) -> int:
@@ -967,16 +973,15 @@ _ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
 
 
 def _bigrams(raw: bytes) -> str:
-    """One character per byte of ``raw``: code point ``raw[i] + 256 * raw[i + 1]`` (the last byte pairs with 0).
+    """One character per byte of ASCII ``raw``: code point ``raw[i] + 256 * raw[i + 1]`` (the last byte pairs with 0).
 
-    Non-ASCII bytes become 0x80 first. Interleaving the bytes with themselves shifted by one and
+    Interleaving the bytes with themselves shifted by one and
     decoding as UTF-16-LE is a few C passes; afterwards every count of adjacent pairs is a count of
     characters in a class, which ``re`` scans with a bitmap and no backtracking.
     """
-    ascii_raw = raw.translate(_ASCII_ONLY)
-    pairs = bytearray(2 * len(ascii_raw))
-    pairs[0::2] = ascii_raw
-    pairs[1:-1:2] = ascii_raw[1:]
+    pairs = bytearray(2 * len(raw))
+    pairs[0::2] = raw
+    pairs[1:-1:2] = raw[1:]
     return pairs.decode("utf-16-le")
 
 
@@ -987,7 +992,7 @@ def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
     in either case; pairs of ASCII marks outside :data:`COMMON_PUNCTUATION_PAIRS`; letters that
     repeat the two before them (case-sensitive: ``"zzz"`` has one); marks that repeat the one before.
     """
-    pairs = _bigrams(raw)
+    pairs = _bigrams(raw.translate(_ASCII_ONLY))  # non-ASCII bytes to 0x80: no surrogate code points
     return (
         len(_RARE_LETTER_BIGRAMS.findall(pairs)),
         len(_RARE_PUNCTUATION_BIGRAMS.findall(pairs)),
@@ -1003,10 +1008,10 @@ _MARKED = {**{ord(m): "\ufdd0" for m in _MARKER.values()}, **{ord(c): _MARKER[v]
 """Translation: astral tabled characters to their marker; a marker in the text itself to U+FDD0 (not tabled, 3 bytes)."""
 _BMP_SAVING = {**{c: v for c, v in _SAVING.items() if c <= "\uffff"}, **{m: v for v, m in _MARKER.items()}}
 _BMP_SAVINGS = tuple(
-    (value, re.compile(_char_class(sorted(ord(c) for c, v in _BMP_SAVING.items() if v == value))))
+    (value, re.compile(_char_class(sorted(ord(c) for c, v in _BMP_SAVING.items() if v == value)) + "+"))
     for value in sorted(set(_BMP_SAVING.values()))
 )
-"""(tokens saved, the characters saving that many)."""
+"""(tokens saved, a pattern for runs of the characters saving that many)."""
 _TABLED_BMP = _char_class(sorted(ord(c) for c in _BMP_SAVING))
 _RUN_STARTS_BMP = re.compile(_TABLED_BMP + "(?<!" + _TABLED_BMP + _TABLED_BMP + ")")
 """A tabled character that does not follow another tabled character."""
@@ -1029,10 +1034,10 @@ def non_ascii_bound(text: str) -> int:
         return 0
     raw = text.encode("utf-8", "surrogatepass")
     total = len(raw) - len(raw.translate(None, _HIGH_BYTES))
-    if max(text) >= "\ufdd1":  # astral tabled characters (or markers) in the text: mark them
+    if b"\xf0" in raw or b"\xef\xb7" in raw:  # characters of planes 1-3 (or markers, U+FDxx) in the text: mark them
         text = text.translate(_MARKED)
     saving = _BMP_SAVING.get
-    total -= sum(value * len(chars.findall(text)) for value, chars in _BMP_SAVINGS)  # each at its table's count...
+    total -= sum([value * _matched(chars, text) for value, chars in _BMP_SAVINGS])  # each at its table's count...
     starts: list[str] = _RUN_STARTS_BMP.findall(text)
     total += sum(saving(char, 0) for char in starts) - saving(text[0], 0)  # ...but runs start at their bytes
     return total
