@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import functools
 import io
 import json
@@ -490,37 +491,36 @@ def text_features(text: str) -> tuple[int, ...]:
     raw = text.encode("utf-8", "surrogatepass")
     m = raw.translate(_CLASSES, _CONTINUATION)
     c = m.count
-    control = c(b"C")
+    lower, upper, digit, newline, quote, bracket, comma, underscore, dot, punct, control, space = map(c, _ASCII_CLASSES)
     if len(raw) == len(text):  # ASCII only: no lead bytes to count, no non-ASCII neighbours
         wide: tuple[int, ...] = _NO_WIDE
         near = _ascii_next_to_non_ascii(m.translate(_WIDE)) if control else 0
     else:
-        symbol = c(b"S")
+        symbol, han = c(b"S"), c(b"H")
         general = _matched(_GENERAL_PUNCTUATION_RE, text) if symbol else 0
-        han = c(b"H")
         han_common = _matched(_COMMON_HAN_RE, text) if han else 0
         wide = (
             c(b"2"), c(b"c"), c(b"3"), c(b"I"), symbol - general, general, c(b"K"), han_common, han - han_common,
             c(b"G"), c(b"F"), c(b"E"),
         )
         near = _ascii_next_to_non_ascii(m.translate(_WIDE))
-    digits, spaces, uppers = c(b"d"), c(b" "), c(b"A")
-    marks = (c(b"q"), c(b"b"), c(b","), c(b"_"), c(b"."), c(b"p"))
-    pairs = _bigrams(m.translate(_PAIR_CLASSES)).count  # every adjacent pair, overlapping ones included
-    upper_pairs = pairs(_UU)
-    letter_pairs = pairs(_LL) or pairs(_LU) or pairs(_UL) or upper_pairs
+    # Every adjacent pair of classes, overlapping ones included (see _bigrams):
+    ll, lu, ul, uu, dd, pp, ss, pl, pu, dl, du, ld, ud = map(_bigrams(m.translate(_PAIR_CLASSES)).count, _CLASS_PAIRS)
+    marks = quote + bracket + comma + underscore + dot + punct
     return (
         1,
-        c(b"a"), uppers, digits, c(b"n"), *marks, control,
+        lower, upper, digit, newline, quote, bracket, comma, underscore, dot, punct, control,
         *wide,
-        digits - pairs(_DD),  # runs: characters of the class minus those that follow one of it
-        sum(marks) - pairs(_PP),
-        spaces - pairs(_SS),
-        pairs(_LU), c(b"AA") if upper_pairs else 0, c(b"  ") if spaces > 1 else 0,
-        pairs(_PL) + pairs(_PU), pairs(_DL) + pairs(_DU), pairs(_LD) + pairs(_UD),
+        digit - dd, marks - pp, space - ss,  # runs: characters of the class minus those that follow one of it
+        lu, c(b"AA") if uu else 0, c(b"  ") if ss else 0,  # non-overlapping, as bytes.count counts
+        pl + pu, dl + du, ld + ud,
         near,
-        *(_pair_features(raw) if letter_pairs or pairs(_PP) else _NO_PAIRS),
+        *(_pair_features(raw) if ll or lu or ul or uu or pp else _NO_PAIRS),
     )
+
+
+_ASCII_CLASSES = (b"a", b"A", b"d", b"n", b"q", b"b", b",", b"_", b".", b"p", b"C", b" ")
+"""The class letters of :func:`_byte_class_table` counted for every text (``C`` control, `` `` space)."""
 
 
 def _pair_char(pair: str) -> str:
@@ -530,9 +530,10 @@ def _pair_char(pair: str) -> str:
 
 _PAIR_CLASSES = _fold_table({"a": "a", "A": "A", "d": "d", "p": "qb,_.p", " ": " "})
 """Classes kept for adjacency counts: lower, upper, digit, punctuation, space; all else ``x``."""
-_LL, _LU, _UL, _UU, _DD, _PP, _SS, _PL, _PU, _DL, _DU, _LD, _UD = map(
-    _pair_char, ("aa", "aA", "Aa", "AA", "dd", "pp", "  ", "pa", "pA", "da", "dA", "ad", "Ad")
+_CLASS_PAIRS = tuple(
+    map(_pair_char, ("aa", "aA", "Aa", "AA", "dd", "pp", "  ", "pa", "pA", "da", "dA", "ad", "Ad"))
 )
+"""The class pairs counted for every text, as :func:`_bigrams` characters of the :data:`_PAIR_CLASSES` string."""
 _NO_WIDE = (0,) * 12
 """The non-ASCII class counts of ASCII text."""
 _NO_PAIRS = (0, 0, 0, 0)
@@ -972,6 +973,9 @@ _ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
 """Translation: every non-ASCII byte to 0x80, so no bigram code point is a surrogate."""
 
 
+_utf_16_le_decode = codecs.utf_16_le_decode
+
+
 def _bigrams(raw: bytes) -> str:
     """One character per byte of ASCII ``raw``: code point ``raw[i] + 256 * raw[i + 1]`` (the last byte pairs with 0).
 
@@ -982,7 +986,7 @@ def _bigrams(raw: bytes) -> str:
     pairs = bytearray(2 * len(raw))
     pairs[0::2] = raw
     pairs[1:-1:2] = raw[1:]
-    return pairs.decode("utf-16-le")
+    return _utf_16_le_decode(pairs)[0]
 
 
 def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
