@@ -505,8 +505,12 @@ def text_features(text: str) -> tuple[int, ...]:
         )
         near = _ascii_next_to_non_ascii(m.translate(_WIDE))
     # Every adjacent pair of classes, overlapping ones included (see _bigrams):
-    ll, lu, ul, uu, dd, pp, ss, pl, pu, dl, du, ld, ud = map(_bigrams(m.translate(_PAIR_CLASSES)).count, _CLASS_PAIRS)
+    pairs = _bigrams(m.translate(_PAIR_CLASSES)).count
     marks = quote + bracket + comma + underscore + dot + punct
+    ll, lu, ul, uu = map(pairs, _LETTER_PAIRS) if upper else (pairs(_LL), 0, 0, 0)
+    dd, dl, du, ld, ud = map(pairs, _DIGIT_PAIRS) if digit else _NO_PAIRS_5
+    pp, pl, pu = map(pairs, _MARK_PAIRS) if marks else _NO_PAIRS_3
+    ss = pairs(_SS) if space > 1 else 0
     return (
         1,
         lower, upper, digit, newline, quote, bracket, comma, underscore, dot, punct, control,
@@ -530,10 +534,13 @@ def _pair_char(pair: str) -> str:
 
 _PAIR_CLASSES = _fold_table({"a": "a", "A": "A", "d": "d", "p": "qb,_.p", " ": " "})
 """Classes kept for adjacency counts: lower, upper, digit, punctuation, space; all else ``x``."""
-_CLASS_PAIRS = tuple(
-    map(_pair_char, ("aa", "aA", "Aa", "AA", "dd", "pp", "  ", "pa", "pA", "da", "dA", "ad", "Ad"))
-)
-"""The class pairs counted for every text, as :func:`_bigrams` characters of the :data:`_PAIR_CLASSES` string."""
+_LETTER_PAIRS = tuple(map(_pair_char, ("aa", "aA", "Aa", "AA")))
+_DIGIT_PAIRS = tuple(map(_pair_char, ("dd", "da", "dA", "ad", "Ad")))
+_MARK_PAIRS = tuple(map(_pair_char, ("pp", "pa", "pA")))
+_LL, _SS = _pair_char("aa"), _pair_char("  ")
+"""Class pairs, as :func:`_bigrams` characters of the :data:`_PAIR_CLASSES` string (``p`` any ASCII mark)."""
+_NO_PAIRS_5 = (0,) * 5
+_NO_PAIRS_3 = (0,) * 3
 _NO_WIDE = (0,) * 12
 """The non-ASCII class counts of ASCII text."""
 _NO_PAIRS = (0, 0, 0, 0)
@@ -953,21 +960,26 @@ _PUNCTUATION = [c for c in map(chr, range(128)) if re.fullmatch("[" + _ASCII_MAR
 _LETTERS = string.ascii_letters
 
 
-def _pair_class(pairs: Iterable[tuple[str, str]]) -> re.Pattern[str]:
-    """A one-character class matching the bigram code points (see :func:`_bigrams`) of ``pairs``."""
-    return re.compile(_char_class(sorted({ord(a) + 256 * ord(b) for a, b in pairs})))
+def _pair_chars(pairs: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The bigram characters (see :func:`_bigrams`) of ``pairs`` of ASCII characters."""
+    return frozenset(chr(ord(a) + 256 * ord(b)) for a, b in pairs)
 
 
-_RARE_LETTER_BIGRAMS = _pair_class(
+_RARE_LETTER_BIGRAMS = _pair_chars(
     (first, b)
     for group in RARE_LETTER_PAIRS.split("|")
     for first in (group[0], group[0].upper())
     for follow in group[2:-1]
     for b in (follow, follow.upper())
 )
-_RARE_PUNCTUATION_BIGRAMS = _pair_class((a, b) for a in _PUNCTUATION for b in _PUNCTUATION if a + b not in COMMON_PUNCTUATION_PAIRS)
-_REPEATED_PUNCTUATION = _pair_class((a, a) for a in _PUNCTUATION)
-_DOUBLE_LETTER = _char_class(sorted(ord(a) * 257 for a in _LETTERS))
+_RARE_PUNCTUATION_BIGRAMS = _pair_chars((a, b) for a in _PUNCTUATION for b in _PUNCTUATION if a + b not in COMMON_PUNCTUATION_PAIRS)
+_REPEATED_PUNCTUATION = _pair_chars((a, a) for a in _PUNCTUATION)
+_DOUBLE_LETTERS = _pair_chars((a, a) for a in _LETTERS)
+_NOTABLE_PAIRS = re.compile(
+    _char_class(sorted(map(ord, _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION | _DOUBLE_LETTERS)))
+)
+"""Any bigram that one of the pair features counts: one scan finds them all, then sets sort them."""
+_DOUBLE_LETTER = _char_class(sorted(map(ord, _DOUBLE_LETTERS)))
 _LETTER_TRIPLES = re.compile(_DOUBLE_LETTER + "(?=" + _DOUBLE_LETTER + ")")
 _ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
 """Translation: every non-ASCII byte to 0x80, so no bigram code point is a surrogate."""
@@ -997,11 +1009,15 @@ def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
     repeat the two before them (case-sensitive: ``"zzz"`` has one); marks that repeat the one before.
     """
     pairs = _bigrams(raw.translate(_ASCII_ONLY))  # non-ASCII bytes to 0x80: no surrogate code points
+    found = _NOTABLE_PAIRS.findall(pairs)
+    if not found:
+        return _NO_PAIRS
+    doubles = sum(map(_DOUBLE_LETTERS.__contains__, found))
     return (
-        len(_RARE_LETTER_BIGRAMS.findall(pairs)),
-        len(_RARE_PUNCTUATION_BIGRAMS.findall(pairs)),
-        len(_LETTER_TRIPLES.findall(pairs)),
-        len(_REPEATED_PUNCTUATION.findall(pairs)),
+        sum(map(_RARE_LETTER_BIGRAMS.__contains__, found)),
+        sum(map(_RARE_PUNCTUATION_BIGRAMS.__contains__, found)),
+        len(_LETTER_TRIPLES.findall(pairs)) if doubles > 1 else 0,  # a triple is two doubles in a row
+        sum(map(_REPEATED_PUNCTUATION.__contains__, found)),
     )
 
 
