@@ -555,7 +555,11 @@ def _ascii_next_to_non_ascii(w: bytes) -> int:
     """Printable ASCII characters next to a non-ASCII or control character, in ``w`` (``x`` printable ASCII, ``y`` other)."""
     if b"y" not in w or b"x" not in w:
         return 0
-    return len(re.findall(rb"x(?=y)|(?<=y)x", w))
+    return w.count(b"xy") + w.count(b"yx") - len(_BETWEEN_OTHERS.findall(w))  # those between two counted once
+
+
+_BETWEEN_OTHERS = re.compile(rb"yx(?=y)")
+"""An ASCII character between two others (overlapping ones included: ``yxyxy`` has two)."""
 
 
 ESTIMATOR_PRICES: dict[str, float] = {
@@ -1036,6 +1040,7 @@ _TABLED_BMP = _char_class(sorted(ord(c) for c in _BMP_SAVING))
 _RUN_STARTS_BMP = re.compile(_TABLED_BMP + "(?<!" + _TABLED_BMP + _TABLED_BMP + ")")
 """A tabled character that does not follow another tabled character."""
 _HIGH_BYTES = bytes(range(0x80, 0x100))
+_ASCII_RUNS = re.compile("[\x00-\x7f]+")
 
 
 def non_ascii_bound(text: str) -> int:
@@ -1054,6 +1059,8 @@ def non_ascii_bound(text: str) -> int:
         return 0
     raw = text.encode("utf-8", "surrogatepass")
     total = len(raw) - len(raw.translate(None, _HIGH_BYTES))
+    if total < len(raw):  # ASCII only separates runs here: one stand-in per ASCII run, fewer characters to scan
+        text = _ASCII_RUNS.sub("\x00", text)
     if b"\xf0" in raw or b"\xef\xb7" in raw:  # characters of planes 1-3 (or markers, U+FDxx) in the text: mark them
         text = text.translate(_MARKED)
     saving = _BMP_SAVING.get
