@@ -983,6 +983,17 @@ _NOTABLE_PAIRS = re.compile(
     _char_class(sorted(map(ord, _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION | _DOUBLE_LETTERS)))
 )
 """Any bigram that one of the pair features counts: one scan finds them all, then sets sort them."""
+_RARE_LETTER, _RARE_MARK, _REPEAT, _DOUBLE = 1, 2, 4, 8
+_NOTABLE_KINDS = {
+    pair: (pair in _RARE_LETTER_BIGRAMS) * _RARE_LETTER
+    | (pair in _RARE_PUNCTUATION_BIGRAMS) * _RARE_MARK
+    | (pair in _REPEATED_PUNCTUATION) * _REPEAT
+    | (pair in _DOUBLE_LETTERS) * _DOUBLE
+    for pair in _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION | _DOUBLE_LETTERS
+}
+"""Each notable bigram's sets as bits. Letters and marks never mix, nor repeats and rare letter pairs,
+so the only combinations are a doubled rare letter pair (``qq``) and a rare repeated mark."""
+assert set(_NOTABLE_KINDS.values()) <= {_RARE_LETTER, _RARE_MARK, _REPEAT, _DOUBLE, _RARE_LETTER | _DOUBLE, _RARE_MARK | _REPEAT}
 _DOUBLE_LETTER = _char_class(sorted(map(ord, _DOUBLE_LETTERS)))
 _LETTER_TRIPLES = re.compile(_DOUBLE_LETTER + "(?=" + _DOUBLE_LETTER + ")")
 _ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
@@ -1016,12 +1027,12 @@ def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
     found = _NOTABLE_PAIRS.findall(pairs)
     if not found:
         return _NO_PAIRS
-    doubles = sum(map(_DOUBLE_LETTERS.__contains__, found))
+    c = bytes(map(_NOTABLE_KINDS.__getitem__, found)).count  # one byte per notable pair: the sets it is in
     return (
-        sum(map(_RARE_LETTER_BIGRAMS.__contains__, found)),
-        sum(map(_RARE_PUNCTUATION_BIGRAMS.__contains__, found)),
-        len(_LETTER_TRIPLES.findall(pairs)) if doubles > 1 else 0,  # a triple is two doubles in a row
-        sum(map(_REPEATED_PUNCTUATION.__contains__, found)),
+        c(_RARE_LETTER) + c(_RARE_LETTER | _DOUBLE),
+        c(_RARE_MARK) + c(_RARE_MARK | _REPEAT),
+        len(_LETTER_TRIPLES.findall(pairs)) if c(_DOUBLE) + c(_RARE_LETTER | _DOUBLE) > 1 else 0,  # two doubles in a row
+        c(_REPEAT) + c(_RARE_MARK | _REPEAT),
     )
 
 
