@@ -42,8 +42,9 @@ import math
 import operator
 import re
 import string
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from PIL import Image, UnidentifiedImageError
 
