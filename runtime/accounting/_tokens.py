@@ -485,7 +485,9 @@ def text_features(text: str) -> tuple[int, ...]:
 
     Units: characters for the class counts (one per code point, found through its UTF-8 lead byte),
     runs for ``*_runs`` (maximal sequences of one class) and pairs for the adjacency counts. Computed
-    with ``bytes.translate`` and ``bytes.count`` only, so the cost is a few C passes over the text.
+    with ``bytes.translate``, ``bytes.count`` and counts over :func:`_bigrams` strings (one character
+    per adjacent pair, so a pair count is a character count), a few C passes over the text and no
+    per-character Python loop.
     """
     if not text:
         return (0,) * len(FEATURES)
