@@ -981,24 +981,20 @@ _RARE_LETTER_BIGRAMS = _pair_chars(
 )
 _RARE_PUNCTUATION_BIGRAMS = _pair_chars((a, b) for a in _PUNCTUATION for b in _PUNCTUATION if a + b not in COMMON_PUNCTUATION_PAIRS)
 _REPEATED_PUNCTUATION = _pair_chars((a, a) for a in _PUNCTUATION)
-_DOUBLE_LETTERS = _pair_chars((a, a) for a in _LETTERS)
-_NOTABLE_PAIRS = re.compile(
-    _char_class(sorted(map(ord, _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION | _DOUBLE_LETTERS)))
-)
-"""Any bigram that one of the pair features counts: one scan finds them all, then sets sort them."""
-_RARE_LETTER, _RARE_MARK, _REPEAT, _DOUBLE = 1, 2, 4, 8
+_NOTABLE_PAIRS = re.compile(_char_class(sorted(map(ord, _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION))))
+"""Any bigram that a pair feature but the letter triples counts: one scan finds them all, then sets sort them."""
+_RARE_LETTER, _RARE_MARK, _REPEAT = 1, 2, 4
 _NOTABLE_KINDS = {
     pair: (pair in _RARE_LETTER_BIGRAMS) * _RARE_LETTER
     | (pair in _RARE_PUNCTUATION_BIGRAMS) * _RARE_MARK
     | (pair in _REPEATED_PUNCTUATION) * _REPEAT
-    | (pair in _DOUBLE_LETTERS) * _DOUBLE
-    for pair in _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION | _DOUBLE_LETTERS
+    for pair in _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION
 }
-"""Each notable bigram's sets as bits. Letters and marks never mix, nor repeats and rare letter pairs,
-so the only combinations are a doubled rare letter pair (``qq``) and a rare repeated mark."""
-assert set(_NOTABLE_KINDS.values()) <= {_RARE_LETTER, _RARE_MARK, _REPEAT, _DOUBLE, _RARE_LETTER | _DOUBLE, _RARE_MARK | _REPEAT}
-_DOUBLE_LETTER = _char_class(sorted(map(ord, _DOUBLE_LETTERS)))
+"""Each notable bigram's sets as bits; letters and marks never mix, so a pair is in one set or is a
+rare repeated mark (``@@``)."""
+_DOUBLE_LETTER = _char_class(sorted(ord(a) * 257 for a in _LETTERS))
 _LETTER_TRIPLES = re.compile(_DOUBLE_LETTER + "(?=" + _DOUBLE_LETTER + ")")
+"""A doubled letter followed by the same doubled letter: a letter repeating the two before it."""
 _ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
 """Translation: every non-ASCII byte to 0x80, so no bigram code point is a surrogate."""
 
@@ -1028,15 +1024,11 @@ def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
     """
     pairs = _bigrams(raw.translate(_ASCII_ONLY))  # non-ASCII bytes to 0x80: no surrogate code points
     found = _NOTABLE_PAIRS.findall(pairs)
+    triples = len(_LETTER_TRIPLES.findall(pairs))
     if not found:
-        return _NO_PAIRS
+        return 0, 0, triples, 0
     c = bytes(map(_NOTABLE_KINDS.__getitem__, found)).count  # one byte per notable pair: the sets it is in
-    return (
-        c(_RARE_LETTER) + c(_RARE_LETTER | _DOUBLE),
-        c(_RARE_MARK) + c(_RARE_MARK | _REPEAT),
-        len(_LETTER_TRIPLES.findall(pairs)) if c(_DOUBLE) + c(_RARE_LETTER | _DOUBLE) > 1 else 0,  # two doubles in a row
-        c(_REPEAT) + c(_RARE_MARK | _REPEAT),
-    )
+    return c(_RARE_LETTER), c(_RARE_MARK) + c(_RARE_MARK | _REPEAT), triples, c(_REPEAT) + c(_RARE_MARK | _REPEAT)
 
 
 _MARKER = {1: "\ufdd1", 2: "\ufdd2", 3: "\ufdd3"}
