@@ -465,8 +465,8 @@ def _pair_counts_by_definition(text: str) -> tuple[int, ...]:
     """The adjacency counts of :func:`text_features`, counted pair by pair from their definitions."""
     marks = set(string.punctuation)
     rare = {a + b for group in tokens_module.RARE_LETTER_PAIRS.split("|") for a in group[0] for b in group[2:-1]}
-    pairs = list(zip(text, text[1:]))
-    triples = zip(text, text[1:], text[2:])
+    pairs = list(zip(text, text[1:], strict=False))
+    triples = zip(text, text[1:], text[2:], strict=False)
     return (
         sum((a + b).lower() in rare and (a + b).isascii() and (a + b).isalpha() for a, b in pairs),
         sum(a in marks and b in marks and a + b not in tokens_module.COMMON_PUNCTUATION_PAIRS for a, b in pairs),
