@@ -502,3 +502,40 @@ def test_digit_groups_and_common_punctuation_pairs_are_one_token_in_every_tokeni
     groups = [str(i) for i in range(10)] + [f"{i:02d}" for i in range(100)] + [f"{i:03d}" for i in range(1000)]
     pairs = sorted(tokens_module.COMMON_PUNCTUATION_PAIRS)
     assert all(tokenizers_by_name[name](text) == 1 for name in THREE for text in groups + pairs)
+
+
+def _pair_counts_by_definition(text: str) -> tuple[int, ...]:
+    """The adjacency counts of :func:`text_features`, counted pair by pair from their definitions."""
+    marks = set(string.punctuation)
+    rare = {a + b for group in tokens_module.RARE_LETTER_PAIRS.split("|") for a in group[0] for b in group[2:-1]}
+    pairs = list(zip(text, text[1:], strict=False))
+    triples = zip(text, text[1:], text[2:], strict=False)
+    return (
+        sum((a + b).lower() in rare and (a + b).isascii() and (a + b).isalpha() for a, b in pairs),
+        sum(a in marks and b in marks and a + b not in tokens_module.COMMON_PUNCTUATION_PAIRS for a, b in pairs),
+        sum(a == b == c and a.isascii() and a.isalpha() for a, b, c in triples),
+        sum(a == b and a in marks for a, b in pairs),
+    )
+
+
+def test_pair_features_count_every_overlapping_pair():
+    """Property: rare letter pairs, rare mark pairs, letter triples and mark repeats, counted from
+    bigram strings, equal a pair-by-pair count, next to any non-ASCII or control character too."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    names = ("rare_letter_pairs", "rare_punctuation_pairs", "letter_triples", "punctuation_repeats")
+    where = [tokens_module.FEATURES.index(name) for name in names]
+
+    @settings(max_examples=400, deadline=None, database=None)
+    @given(
+        st.text(
+            alphabet=st.sampled_from("zZqQjJxXkKaa" + "]]}}@@;;=<.\"'" + " \n\x00\x7f\x80é哈😀\ud7ff\ue000"),
+            max_size=60,
+        )
+    )
+    def check(text):
+        features = tokens_module.text_features(text)
+        assert tuple(features[i] for i in where) == _pair_counts_by_definition(text), text
+
+    check()

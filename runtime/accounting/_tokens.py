@@ -34,13 +34,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import functools
 import io
 import json
 import math
 import operator
 import re
-from collections.abc import Callable, Mapping, Sequence
+import string
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -399,8 +401,9 @@ _COMMON_HAN = (
 """The 549 CJK ideographs that cl100k_base encodes as one token each: in practice the most frequent
 characters of modern Chinese (about 75% of the Han characters in MemoryBank-CN). Every other Han
 character costs 2-3 tokens there, the most of the tokenizers measured."""
-_COMMON_HAN_RE = re.compile("[" + _COMMON_HAN + "]")
-_GENERAL_PUNCTUATION_RE = re.compile("[\u2000-\u206f]")
+_COMMON_HAN_RE = re.compile("[" + _COMMON_HAN + "]+")
+_GENERAL_PUNCTUATION_RE = re.compile("[\u2000-\u206f]+")
+"""Runs of these characters: counted as the summed run lengths (fewer match objects than characters)."""
 
 
 def _byte_class_table() -> bytes:
@@ -470,10 +473,6 @@ def _fold_table(groups: Mapping[str, str]) -> bytes:
 
 _CLASSES = _byte_class_table()
 _CONTINUATION = bytes(range(0x80, 0xC0))
-_DIGIT_RUNS = _fold_table({"y": "d"})
-_PUNCT_RUNS = _fold_table({"y": "qb,_.p"})
-_SPACE_RUNS = _fold_table({"y": " t"})
-_FOLDED = _fold_table({"a": "aA", "d": "d", "p": "qb,_.p"})
 _WIDE = _fold_table({"y": "2c3ISKHGFEC"})  # non-ASCII lead-byte classes and controls -> y, other ASCII -> x
 
 FEATURES = (
@@ -524,80 +523,110 @@ def text_features(text: str) -> tuple[int, ...]:
 
     Units: characters for the class counts (one per code point, found through its UTF-8 lead byte),
     runs for ``*_runs`` (maximal sequences of one class) and pairs for the adjacency counts. Computed
-    with ``bytes.translate`` and ``bytes.count`` only, so the cost is a few C passes over the text.
+    with ``bytes.translate``, ``bytes.count`` and counts over :func:`_bigrams` strings (one character
+    per adjacent pair, so a pair count is a character count), a few C passes over the text and no
+    per-character Python loop.
     """
     if not text:
         return (0,) * len(FEATURES)
     raw = text.encode("utf-8", "surrogatepass")
     m = raw.translate(_CLASSES, _CONTINUATION)
     c = m.count
-    symbol = c(b"S")
-    general = len(_GENERAL_PUNCTUATION_RE.findall(text)) if symbol else 0
-    han = c(b"H")
-    han_common = len(_COMMON_HAN_RE.findall(text)) if han else 0
-    runs = []
-    for table in (_DIGIT_RUNS, _PUNCT_RUNS, _SPACE_RUNS):
-        z = m.translate(table)
-        runs.append(z.count(b"xy") + (z[0] == 0x79))
-    f = m.translate(_FOLDED)
-    w = m.translate(_WIDE)
+    lower, upper, digit, newline, quote, bracket, comma, underscore, dot, punct, control, space = map(c, _ASCII_CLASSES)
+    if len(raw) == len(text):  # ASCII only: no lead bytes to count, no non-ASCII neighbours
+        wide: tuple[int, ...] = _NO_WIDE
+        near = _ascii_next_to_non_ascii(m.translate(_WIDE)) if control else 0
+    else:
+        symbol, han = c(b"S"), c(b"H")
+        general = _matched(_GENERAL_PUNCTUATION_RE, text) if symbol else 0
+        han_common = _matched(_COMMON_HAN_RE, text) if han else 0
+        wide = (
+            c(b"2"),
+            c(b"c"),
+            c(b"3"),
+            c(b"I"),
+            symbol - general,
+            general,
+            c(b"K"),
+            han_common,
+            han - han_common,
+            c(b"G"),
+            c(b"F"),
+            c(b"E"),
+        )
+        near = _ascii_next_to_non_ascii(m.translate(_WIDE))
+    # Every adjacent pair of classes, overlapping ones included (see _bigrams):
+    pairs = _bigrams(m.translate(_PAIR_CLASSES)).count
+    marks = quote + bracket + comma + underscore + dot + punct
+    ll, lu, ul, uu = map(pairs, _LETTER_PAIRS) if upper else (pairs(_LL), 0, 0, 0)
+    dd, dl, du, ld, ud = map(pairs, _DIGIT_PAIRS) if digit else _NO_PAIRS_5
+    pp, pl, pu = map(pairs, _MARK_PAIRS) if marks else _NO_PAIRS_3
+    ss = pairs(_SS) if space > 1 else 0
     return (
         1,
-        c(b"a"),
-        c(b"A"),
-        c(b"d"),
-        c(b"n"),
-        c(b"q"),
-        c(b"b"),
-        c(b","),
-        c(b"_"),
-        c(b"."),
-        c(b"p"),
-        c(b"C"),
-        c(b"2"),
-        c(b"c"),
-        c(b"3"),
-        c(b"I"),
-        symbol - general,
-        general,
-        c(b"K"),
-        han_common,
-        han - han_common,
-        c(b"G"),
-        c(b"F"),
-        c(b"E"),
-        *runs,
-        c(b"aA"),
-        c(b"AA"),
-        c(b"  "),
-        f.count(b"pa"),
-        f.count(b"da"),
-        f.count(b"ad"),
-        _ascii_next_to_non_ascii(w),
-        len(_RARE_PAIRS.findall(raw.lower())) if f.count(b"aa") else 0,
-        _rare_punctuation_pairs(text) if f.count(b"pp") else 0,
-        *_repeats(raw),
+        lower,
+        upper,
+        digit,
+        newline,
+        quote,
+        bracket,
+        comma,
+        underscore,
+        dot,
+        punct,
+        control,
+        *wide,
+        digit - dd,
+        marks - pp,
+        space - ss,  # runs: characters of the class minus those that follow one of it
+        lu,
+        c(b"AA") if uu else 0,
+        c(b"  ") if ss else 0,  # non-overlapping, as bytes.count counts
+        pl + pu,
+        dl + du,
+        ld + ud,
+        near,
+        *(_pair_features(raw) if ll or lu or ul or uu or pp else _NO_PAIRS),
     )
 
 
-def _repeats(raw: bytes) -> tuple[int, int]:
-    """(letters that repeat the two before them, punctuation marks that repeat the one before them)."""
-    found = _REPEATS.findall(raw)
-    letters = sum(1 for letter, _ in found if letter)
-    return letters, len(found) - letters
+_ASCII_CLASSES = (b"a", b"A", b"d", b"n", b"q", b"b", b",", b"_", b".", b"p", b"C", b" ")
+"""The class letters of :func:`_byte_class_table` counted for every text (``C`` control, `` `` space)."""
 
 
-def _rare_punctuation_pairs(text: str) -> int:
-    """Adjacent pairs of ASCII punctuation marks in ``text`` that are not :data:`COMMON_PUNCTUATION_PAIRS`."""
-    pairs = _PUNCTUATION_PAIRS.findall(text.encode("utf-8", "surrogatepass"))
-    return len(pairs) - sum(map(_COMMON_PUNCTUATION_BYTES.__contains__, pairs))
+def _pair_char(pair: str) -> str:
+    """The :func:`_bigrams` character of a two-character ASCII string."""
+    return chr(ord(pair[0]) + 256 * ord(pair[1]))
+
+
+_PAIR_CLASSES = _fold_table({"a": "a", "A": "A", "d": "d", "p": "qb,_.p", " ": " "})
+"""Classes kept for adjacency counts: lower, upper, digit, punctuation, space; all else ``x``."""
+_LETTER_PAIRS = tuple(map(_pair_char, ("aa", "aA", "Aa", "AA")))
+_DIGIT_PAIRS = tuple(map(_pair_char, ("dd", "da", "dA", "ad", "Ad")))
+_MARK_PAIRS = tuple(map(_pair_char, ("pp", "pa", "pA")))
+_LL, _SS = _pair_char("aa"), _pair_char("  ")
+"""Class pairs, as :func:`_bigrams` characters of the :data:`_PAIR_CLASSES` string (``p`` any ASCII mark)."""
+_NO_PAIRS_5 = (0,) * 5
+_NO_PAIRS_3 = (0,) * 3
+_NO_WIDE = (0,) * 12
+"""The non-ASCII class counts of ASCII text."""
+_NO_PAIRS = (0, 0, 0, 0)
+
+
+def _matched(runs: re.Pattern[str], text: str) -> int:
+    """Characters of ``text`` matched by ``runs`` (a pattern for runs of a class): summed run lengths."""
+    return sum(map(len, runs.findall(text)))
 
 
 def _ascii_next_to_non_ascii(w: bytes) -> int:
     """Printable ASCII characters next to a non-ASCII or control character, in ``w`` (``x`` printable ASCII, ``y`` other)."""
     if b"y" not in w or b"x" not in w:
         return 0
-    return len(re.findall(rb"x(?=y)|(?<=y)x", w))
+    return w.count(b"xy") + w.count(b"yx") - len(_BETWEEN_OTHERS.findall(w))  # those between two counted once
+
+
+_BETWEEN_OTHERS = re.compile(rb"yx(?=y)")
+"""An ASCII character between two others (overlapping ones included: ``yxyxy`` has two)."""
 
 
 ESTIMATOR_PRICES: dict[str, float] = {
@@ -966,12 +995,6 @@ COMMON_PUNCTUATION_PAIRS = frozenset(_COMMON_PUNCTUATION[i : i + 2] for i in ran
 o200k_base and DeepSeek's vocabularies (``"": () -> ==`` ...), so a tokenizer can merge them. Any
 other pair of adjacent marks is priced as a token boundary (mixed runs such as ``;=@`` cost up to a
 token per mark). Computed from the bundled tokenizers; a test re-checks it."""
-_REPEATS = re.compile(rb"([a-zA-Z])(?=\1\1)|([!-/:-@\[-`{-~])(?=\2)")
-_COMMON_PUNCTUATION_BYTES = frozenset(pair.encode("ascii") for pair in COMMON_PUNCTUATION_PAIRS)
-_PUNCTUATION_PAIRS = re.compile(rb"(?=([!-/:-@\[-`{-~]{2}))")
-_RARE_PAIRS = re.compile(
-    "|".join(pair[0] + "(?=" + pair[1:] + ")" for pair in RARE_LETTER_PAIRS.split("|")).encode("ascii")
-)
 
 
 def _table_savings() -> dict[str, int]:
@@ -1002,6 +1025,80 @@ def _char_class(codes: list[int]) -> str:
     return "[" + "".join(parts) + "]"
 
 
+_ASCII_MARKS = "!-/:-@\\[-`{-~"
+"""ASCII punctuation marks, as a regular-expression class body."""
+_PUNCTUATION = [c for c in map(chr, range(128)) if re.fullmatch("[" + _ASCII_MARKS + "]", c)]
+_LETTERS = string.ascii_letters
+
+
+def _pair_chars(pairs: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The bigram characters (see :func:`_bigrams`) of ``pairs`` of ASCII characters."""
+    return frozenset(chr(ord(a) + 256 * ord(b)) for a, b in pairs)
+
+
+_RARE_LETTER_BIGRAMS = _pair_chars(
+    (first, b)
+    for group in RARE_LETTER_PAIRS.split("|")
+    for first in (group[0], group[0].upper())
+    for follow in group[2:-1]
+    for b in (follow, follow.upper())
+)
+_RARE_PUNCTUATION_BIGRAMS = _pair_chars(
+    (a, b) for a in _PUNCTUATION for b in _PUNCTUATION if a + b not in COMMON_PUNCTUATION_PAIRS
+)
+_REPEATED_PUNCTUATION = _pair_chars((a, a) for a in _PUNCTUATION)
+_NOTABLE_PAIRS = re.compile(
+    _char_class(sorted(map(ord, _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION)))
+)
+"""Any bigram that a pair feature but the letter triples counts: one scan finds them all, then sets sort them."""
+_RARE_LETTER, _RARE_MARK, _REPEAT = 1, 2, 4
+_NOTABLE_KINDS = {
+    pair: (pair in _RARE_LETTER_BIGRAMS) * _RARE_LETTER
+    | (pair in _RARE_PUNCTUATION_BIGRAMS) * _RARE_MARK
+    | (pair in _REPEATED_PUNCTUATION) * _REPEAT
+    for pair in _RARE_LETTER_BIGRAMS | _RARE_PUNCTUATION_BIGRAMS | _REPEATED_PUNCTUATION
+}
+"""Each notable bigram's sets as bits; letters and marks never mix, so a pair is in one set or is a
+rare repeated mark (``@@``)."""
+_DOUBLE_LETTER = _char_class(sorted(ord(a) * 257 for a in _LETTERS))
+_LETTER_TRIPLES = re.compile(_DOUBLE_LETTER + "(?=" + _DOUBLE_LETTER + ")")
+"""A doubled letter followed by the same doubled letter: a letter repeating the two before it."""
+_ASCII_ONLY = bytes(range(128)) + b"\x80" * 128
+"""Translation: every non-ASCII byte to 0x80, so no bigram code point is a surrogate."""
+
+
+_utf_16_le_decode = codecs.utf_16_le_decode
+
+
+def _bigrams(raw: bytes) -> str:
+    """One character per byte of ASCII ``raw``: code point ``raw[i] + 256 * raw[i + 1]`` (the last byte pairs with 0).
+
+    Interleaving the bytes with themselves shifted by one and
+    decoding as UTF-16-LE is a few C passes; afterwards every count of adjacent pairs is a count of
+    characters in a class, which ``re`` scans with a bitmap and no backtracking.
+    """
+    pairs = bytearray(2 * len(raw))
+    pairs[0::2] = raw
+    pairs[1:-1:2] = raw[1:]
+    return _utf_16_le_decode(pairs)[0]
+
+
+def _pair_features(raw: bytes) -> tuple[int, int, int, int]:
+    """(rare letter pairs, rare punctuation pairs, letter triples, punctuation repeats) in UTF-8 ``raw``.
+
+    Every adjacent pair counts, overlapping ones included: letter pairs of :data:`RARE_LETTER_PAIRS`
+    in either case; pairs of ASCII marks outside :data:`COMMON_PUNCTUATION_PAIRS`; letters that
+    repeat the two before them (case-sensitive: ``"zzz"`` has one); marks that repeat the one before.
+    """
+    pairs = _bigrams(raw.translate(_ASCII_ONLY))  # non-ASCII bytes to 0x80: no surrogate code points
+    found = _NOTABLE_PAIRS.findall(pairs)
+    triples = len(_LETTER_TRIPLES.findall(pairs))
+    if not found:
+        return 0, 0, triples, 0
+    c = bytes(map(_NOTABLE_KINDS.__getitem__, found)).count  # one byte per notable pair: the sets it is in
+    return c(_RARE_LETTER), c(_RARE_MARK) + c(_RARE_MARK | _REPEAT), triples, c(_REPEAT) + c(_RARE_MARK | _REPEAT)
+
+
 _MARKER = {1: "\ufdd1", 2: "\ufdd2", 3: "\ufdd3"}
 """Stand-ins (Unicode noncharacters) for astral tabled characters by tokens saved, so that ``re``
 can count everything with BMP bitmap classes (classes with astral ranges are scanned range by range)."""
@@ -1012,14 +1109,15 @@ _MARKED = {
 """Translation: astral tabled characters to their marker; a marker in the text itself to U+FDD0 (not tabled, 3 bytes)."""
 _BMP_SAVING = {**{c: v for c, v in _SAVING.items() if c <= "\uffff"}, **{m: v for v, m in _MARKER.items()}}
 _BMP_SAVINGS = tuple(
-    (value, re.compile(_char_class(sorted(ord(c) for c, v in _BMP_SAVING.items() if v == value))))
+    (value, re.compile(_char_class(sorted(ord(c) for c, v in _BMP_SAVING.items() if v == value)) + "+"))
     for value in sorted(set(_BMP_SAVING.values()))
 )
-"""(tokens saved, the characters saving that many)."""
+"""(tokens saved, a pattern for runs of the characters saving that many)."""
 _TABLED_BMP = _char_class(sorted(ord(c) for c in _BMP_SAVING))
 _RUN_STARTS_BMP = re.compile(_TABLED_BMP + "(?<!" + _TABLED_BMP + _TABLED_BMP + ")")
 """A tabled character that does not follow another tabled character."""
 _HIGH_BYTES = bytes(range(0x80, 0x100))
+_ASCII_RUNS = re.compile("[\x00-\x7f]+")
 
 
 def non_ascii_bound(text: str) -> int:
@@ -1034,14 +1132,16 @@ def non_ascii_bound(text: str) -> int:
     one pre-token that cl100k_base cuts into 3 tokens) it costs its bytes again.
     Units: tokens; ``0`` for ASCII-only text.
     """
+    if text.isascii():
+        return 0
     raw = text.encode("utf-8", "surrogatepass")
     total = len(raw) - len(raw.translate(None, _HIGH_BYTES))
-    if not total:
-        return 0
-    if max(text) >= "\ufdd1":  # astral tabled characters (or markers) in the text: mark them
+    if total < len(raw):  # ASCII only separates runs here: one stand-in per ASCII run, fewer characters to scan
+        text = _ASCII_RUNS.sub("\x00", text)
+    if b"\xf0" in raw or b"\xef\xb7" in raw:  # characters of planes 1-3 (or markers, U+FDxx) in the text: mark them
         text = text.translate(_MARKED)
     saving = _BMP_SAVING.get
-    total -= sum(value * len(chars.findall(text)) for value, chars in _BMP_SAVINGS)  # each at its table's count...
+    total -= sum([value * _matched(chars, text) for value, chars in _BMP_SAVINGS])  # each at its table's count...
     starts: list[str] = _RUN_STARTS_BMP.findall(text)
     total += sum(saving(char, 0) for char in starts) - saving(text[0], 0)  # ...but runs start at their bytes
     return total
