@@ -136,6 +136,7 @@ def assemble_context(
     retrieval: Sequence[RetrievalItem] = (),
     attachments: dict[int, TurnBlocks] | None = None,
     earlier_files: Sequence[AttachedFile] = (),
+    idle_to_memory: bool = True,
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
@@ -162,6 +163,8 @@ def assemble_context(
         earlier_files: files of turns rolled out of the recent window, oldest first; listed
             (placeholder lines) in the system context while ``retrieval`` has room after the
             folded blocks, newest kept first.
+        idle_to_memory: let what the persona, the summary and retrieval leave of their caps
+            flow to recalled segments (``False`` for an overflow retry, which must send less).
 
     Raises:
         ConfigurationError: the persona's parts that are never cut exceed its cap.
@@ -230,7 +233,7 @@ def assemble_context(
         + (budgets.summary - sources["summary"].tokens)
         + (budgets.retrieval - sources["retrieval"].tokens)
     )
-    memory_cap = budgets.memory + max(idle, 0)
+    memory_cap = budgets.memory + (max(idle, 0) if idle_to_memory else 0)
     room_for_recalled = memory_cap - pinned.tokens - (1 if pinned.text else 0)
     memory_text, recalled, recalled_report = _memory_block(candidates, room_for_recalled, counter)
     if pinned.text:

@@ -101,8 +101,9 @@ class ContextGatherer:
         pending: str | None = None,
         budgets: Budgets | None = None,
         window: int | None = None,
+        idle_to_memory: bool = True,
     ) -> AssembledContext:
-        """See :meth:`runtime.turn.Engine.assemble`."""
+        """See :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in :func:`runtime.context.assemble_context`."""
         budgets = budgets or self.budgets
         gathered = Gathered(turns=self.store.turns(session_id, state=TurnState.context))
         for extension in self.extensions:
@@ -170,6 +171,7 @@ class ContextGatherer:
             retrieval=self.retrieval(turns, pending, query, vector, profile, session_id),
             attachments=gathered.blocks,
             earlier_files=gathered.earlier,
+            idle_to_memory=idle_to_memory,
         )
         for extension in self.extensions:
             context = extension.finish(context, gathered)

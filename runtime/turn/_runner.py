@@ -325,11 +325,14 @@ class TurnRunner:
 
     # -- the reply ---------------------------------------------------------------------------
     def _prepare(
-        self, user_id: str, session_id: str, budgets: Budgets, window: int
+        self, user_id: str, session_id: str, budgets: Budgets, window: int, *, harder: bool = False
     ) -> tuple[AssembledContext, Tools | None]:
         """One attempt's request: the context within ``budgets`` and ``window`` (tokens), and the
-        tools the extensions offer a reply to it."""
-        context = self.gatherer.assemble(user_id=user_id, session_id=session_id, budgets=budgets, window=window)
+        tools the extensions offer a reply to it. A ``harder`` attempt (after an overflow) keeps
+        idle budget out of ``memory``, so it sends less than the attempt before it."""
+        context = self.gatherer.assemble(
+            user_id=user_id, session_id=session_id, budgets=budgets, window=window, idle_to_memory=not harder
+        )
         tools: Tools | None = None
         for extension in self.extensions:
             tools = extension.tools(tools, context, user_id=user_id, session_id=session_id, window=window)
@@ -384,7 +387,7 @@ class TurnRunner:
             retry_cap_memory=budgets.memory,
         )
         compaction = self.compact(session_id, user_id, recent_cap=budgets.recent)
-        harder, tools = self._prepare(user_id, session_id, budgets, window)
+        harder, tools = self._prepare(user_id, session_id, budgets, window, harder=True)
         try:
             return (*self._ask(session_id, harder, tools, on_delta), compaction)
         except ContextOverflowError as second:
