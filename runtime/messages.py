@@ -96,10 +96,6 @@ class Message(Mapping[str, Any]):
     __hash__ = None  # type: ignore[assignment]
 
 
-def system(text: str) -> Message:
-    return Message(role="system", content=text)
-
-
 def to_openai(messages: Any) -> list[dict[str, Any]]:
     """The OpenAI-format dicts of a message list (typed messages converted, dicts copied)."""
     return [m.to_openai() if isinstance(m, Message) else dict(m) for m in messages]
