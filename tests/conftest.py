@@ -96,6 +96,9 @@ def _reset_fake(request):
         server.script.clear()
         server.requests.clear()
         server.responder = None
+        server.prompt_tokens = 123
+        server.default_reply = "I hear you."
+        server.stream_delay = 0.0
     yield
 
 
