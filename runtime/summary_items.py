@@ -173,7 +173,7 @@ def item_from_json(data: Mapping[str, object], *, index: int = 0, session_id: st
         raise read.error("'role' is not user, assistant or note")
     unknown = sorted(set(data) - _KEYS[role])
     if unknown:
-        raise read.error(f"a {role} entry has no key {unknown[0]!r}")
+        raise read.error(f"a {role} entry has an unknown key {unknown[0]!r}")
     carried_from, from_seq = read.optional_string("carried_from"), read.optional_integer("from_seq")
     if role == "note":
         section = data.get("section")

@@ -1,8 +1,8 @@
 """Wiring: the parts one engine is made of, built once from its settings and services.
 
 :class:`EngineParts` builds them (extensions, compactor, context gatherer, turn runner, session
-operations) and holds
-them as attributes; :class:`runtime.turn.Engine` adds the public operations, which delegate to them.
+operations) and holds them as attributes; :class:`runtime.turn.Engine` adds the public
+operations, which delegate to them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ class EngineParts:
     Args:
         settings: the engine's settings; ``settings.window`` and ``settings.scaled_budgets`` give
             its context window and per-source caps (tokens).
-        replier: the chat model; ``None`` only for an engine that never asks for a reply (replay).
+        replier: the chat model; without one, every turn must carry its ``reply`` (as a replay
+            does), else it raises InvalidMessageError (``no_replier``) before storing anything.
         summarizer: by default the one ``COMPANION_SUMMARIZER`` names (:func:`runtime.compaction.summarizer_for`).
         counter: by default the token counter of ``settings.model``.
         file_services: storage, parsing and reading of files; without them attachments are refused.
