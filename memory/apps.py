@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import uuid
-from typing import Any
 
 from sqlalchemy import Engine, text
 from sqlmodel import Session, col, select
@@ -28,7 +27,7 @@ from sqlmodel import Session, col, select
 from errors import InvalidFieldError, InvalidRequestError, NotFoundError
 from memory.database import storage_errors
 from memory.files import file_not_found
-from memory.tables import App, ChatSession, FileRow, Summary, User
+from memory.tables import App, ChatSession, FileRow, Summary, SummaryItemJSON, User
 
 KEY_PREFIX = "ck_"
 MAX_ID_CHARS = 200
@@ -285,17 +284,17 @@ def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> s
     return old.session_id
 
 
-def carry_items(items: list[dict[str, Any]], *, from_session: str) -> list[dict[str, Any]]:
+def carry_items(items: list[SummaryItemJSON], *, from_session: str) -> list[SummaryItemJSON]:
     """Summary entries copied into a new session: same order and text, ``seq`` renumbered
     to ``-(m-1) … 0`` in the order of the old numbers (the old one kept as ``from_seq``),
     and ``carried_from`` naming the session they came from."""
-    old = sorted({i["seq"] for i in items if isinstance(i.get("seq"), int)})
+    old = sorted({seq for i in items if isinstance(seq := i.get("seq"), int)})
     new = {seq: rank - (len(old) - 1) for rank, seq in enumerate(old)}
-    out = []
+    out: list[SummaryItemJSON] = []
     for item in items:
-        copy = {**item, "carried_from": from_session}
-        if isinstance(item.get("seq"), int):
-            copy["from_seq"] = item.get("from_seq", item["seq"])
-            copy["seq"] = new[item["seq"]]
+        copy: SummaryItemJSON = {**item, "carried_from": from_session}
+        if isinstance(seq := item.get("seq"), int):
+            copy["from_seq"] = item.get("from_seq", seq)
+            copy["seq"] = new[seq]
         out.append(copy)
     return out

@@ -34,6 +34,7 @@ from memory.tables import (
     ChatSession,
     CompactionState,
     Summary,
+    SummaryItemJSON,
     Turn,
     TurnState,
     utcnow,
@@ -406,7 +407,7 @@ class Store:
         turn_ids: Sequence[int],
         segments: Sequence[NewSegment],
         summary_content: str,
-        summary_items: list[dict[str, Any]],
+        summary_items: list[SummaryItemJSON],
         summary_first_seq: int,
         summary_last_seq: int,
         summary_tokens: int,
@@ -518,9 +519,9 @@ class Store:
         summary = self.summary(session_id)
         items = summary.items if summary is not None else []
         return {
-            int(i["seq"]): str(i.get("text", ""))
+            seq: str(i.get("text", ""))
             for i in items
-            if i.get("carried_from") and i.get("role") == "user" and isinstance(i.get("seq"), int) and i["seq"] <= 0
+            if i.get("carried_from") and i.get("role") == "user" and isinstance(seq := i.get("seq"), int) and seq <= 0
         }
 
     # -- attachments and deletion -----------------------------------------------

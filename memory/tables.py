@@ -14,6 +14,12 @@ from sqlalchemy import Column, DateTime, Text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
+SummaryItemJSON = dict[str, str | int | None]
+"""One flat summary entry as stored in ``summaries.items``: a JSON object of strings, integers
+and nulls. Its shapes (user quote, assistant line, note) are defined, and converted to typed
+values, by the runtime (``runtime.summary_items``); storage reads only ``seq``, ``role`` and
+``text`` (carrying a summary into a new session)."""
+
 
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
@@ -119,8 +125,8 @@ class Summary(SQLModel, table=True):
     session_id: str = Field(primary_key=True, foreign_key="sessions.id", max_length=200)
     content: str = Field(sa_column=Column(Text, nullable=False))
     """The rendered summary, as it enters the prompt."""
-    items: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False))
-    """The summary's flat entries (seq, role, date, text); merged, never nested."""
+    items: list[SummaryItemJSON] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False))
+    """The summary's flat entries, oldest first (see :data:`SummaryItemJSON`); merged, never nested."""
     first_seq: int
     """First turn seq the summary covers."""
     last_seq: int

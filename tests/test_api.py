@@ -218,13 +218,16 @@ def test_context_and_summary_can_be_read_by_source(alice, fake_llm):
     assert http.get(f"/v1/sessions/{session['id']}/summary").json()["content"] is None
 
 
-def test_closing_rolls_the_session_into_its_summary_and_refuses_new_turns(alice, fake_llm):
+def test_closing_rolls_the_session_into_its_summary_and_refuses_new_turns(alice, fake_llm, api_engine):
     http, session = alice
     http.post(f"/v1/sessions/{session['id']}/messages", json={"content": "I love hiking in Sintra.", "stream": False})
     closed = http.post(f"/v1/sessions/{session['id']}/close").json()
     assert closed["rolled_turns"] == 2 and closed["summarized"] and closed["session"]["closed_by"] == "api"
     summary = http.get(f"/v1/sessions/{session['id']}/summary").json()
     assert "I love hiking in Sintra." in summary["content"]
+    assert summary["items"] == api_engine.store.summary(session["id"]).items  # the entries as stored
+    assert [(i["seq"], i["role"], i["text"]) for i in summary["items"]][0] == (1, "user", "I love hiking in Sintra.")
+    assert set(summary["items"][0]) == {"seq", "role", "date", "text"}
     refused = http.post(f"/v1/sessions/{session['id']}/messages", json={"content": "Hello again"})
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_closed"
     assert http.post(f"/v1/sessions/{session['id']}/close").json()["error"]["code"] == "session_closed"
@@ -233,6 +236,11 @@ def test_closing_rolls_the_session_into_its_summary_and_refuses_new_turns(alice,
     assert again["carried_from"] == session["id"]
     context = http.get(f"/v1/sessions/{again['id']}/context").json()
     assert "I love hiking in Sintra." in context["sources"]["summary"]["text"]
+    carried = http.get(f"/v1/sessions/{again['id']}/summary").json()["items"]
+    assert [(i["seq"], i["from_seq"], i["carried_from"]) for i in carried] == [
+        (-1, 1, session["id"]),
+        (0, 2, session["id"]),
+    ]
 
 
 def test_deleting_a_session_removes_all_its_rows_and_nothing_else(alice, fake_llm, api_engine):

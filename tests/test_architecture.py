@@ -59,6 +59,7 @@ RULES = [
         ("memory", "runtime.accounting", "runtime.context", "runtime.llm", "runtime.turn"),
         id="messages-at-the-bottom",
     ),
+    pytest.param("runtime.summary_items", ("memory", "runtime", "persona"), id="summary-items-at-the-bottom"),
     pytest.param("runtime.llm", ("memory", "runtime.turn", "runtime.service", "runtime.cli"), id="llm-boundary"),
     pytest.param("runtime.compaction", ("runtime.turn", "runtime.service", "runtime.cli"), id="compaction-below-turn"),
     pytest.param("runtime.files", ("runtime.turn", "runtime.service", "runtime.cli"), id="files-below-turn"),

@@ -13,6 +13,7 @@ from errors import SummarizationError
 from runtime.accounting import counter_for
 from runtime.compaction import ExtractiveSummarizer
 from runtime.compaction._summarizers import RolledTurn, validate_summary
+from runtime.summary_items import SummaryNote, UserQuote
 
 COUNTER = counter_for("gpt-4o-mini")
 
@@ -55,18 +56,14 @@ def test_the_extractive_summary_is_valid_and_within_any_cap_of_a_window_from_256
     for i in range(12):
         turns.append(RolledTurn(seq=2 * i + 1, role="user", date="2026-03-01", text=sentence_message(i), chars=400))
         turns.append(RolledTurn(seq=2 * i + 2, role="assistant", date="2026-03-01", text="Sure. " * 60, chars=360))
-    previous = (
-        [{"role": "note", "section": "profile", "date": None, "text": "The user likes long messages " * 6}]
-        if with_notes
-        else []
-    )
+    previous = [SummaryNote(section="profile", text="The user likes long messages " * 6)] if with_notes else []
     draft = ExtractiveSummarizer().summarize(
         previous=previous, turns=turns, cap=cap, counter=COUNTER, omitted_before=1234
     )
     validate_summary(
         draft, cap=cap, counter=COUNTER, boundary_seq=24, user_turns={t.seq: t.text for t in turns if t.role == "user"}
     )
-    assert any(i["role"] == "user" for i in draft.items)  # the user's own words, not only the companion's
+    assert any(isinstance(i, UserQuote) for i in draft.items)  # the user's own words, not only the companion's
     assert draft.tokens <= cap
 
 

@@ -16,6 +16,7 @@ from runtime.context import AttachedFile, first_turn_block, fit_retrieval, rende
 from runtime.context._assemble import _memory_block
 from runtime.context._lorebook import FiredEntry
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem
+from runtime.summary_items import AssistantLine, UserQuote
 
 COUNTER = counter_for("gpt-4o-mini")
 
@@ -78,8 +79,8 @@ def test_a_recalled_turn_stays_inside_its_block(tag):
 @pytest.mark.parametrize("compact", [pytest.param(False, id="full"), pytest.param(True, id="compact")])
 def test_the_summary_stays_one_block(tag, compact):
     items = [
-        {"seq": 1, "role": "user", "date": "2026-01-01", "text": payload(tag)},
-        {"seq": 2, "role": "assistant", "date": "2026-01-01", "text": f"Noted {tag}"},
+        UserQuote(seq=1, date="2026-01-01", text=payload(tag)),
+        AssistantLine(seq=2, date="2026-01-01", text=f"Noted {tag}"),
     ]
     assert_one_block(render_summary(items, 0, compact=compact), "summary")
 

@@ -54,6 +54,7 @@ from memory.tables import CompactionState, Turn, TurnState, utcnow
 from prompts import render
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 from runtime.compaction._summarizers import RolledTurn, Summarizer, validate_summary
+from runtime.summary_items import items_from_json, items_to_json
 
 log = structlog.get_logger("companion.compaction")
 
@@ -333,8 +334,8 @@ class Compactor:
         inputs = [cut_for_summarizer(t, limit=recent_cap, counter=self.counter) for t in rolled]
         inputs = [i for i in inputs if i.text.strip()]
         previous = self.store.summary(session_id)
-        prev_items = list(previous.items) if previous else []
-        in_summary = {i["seq"] for i in prev_items if i.get("seq") is not None}
+        prev_items = items_from_json(previous.items, session_id=session_id) if previous else []
+        in_summary = {i.seq for i in prev_items if i.seq is not None}
         omitted_before = sum(1 for seq in self.store.rolled_out_seqs(session_id) if seq not in in_summary)
         user_turns = {  # quotes carried over from the previous session count as the user's
             **self.store.carried_quotes(session_id),
@@ -372,7 +373,7 @@ class Compactor:
             turn_ids=[t.id for t in rolled if t.id is not None],
             segments=segments,
             summary_content=draft.content,
-            summary_items=draft.items,
+            summary_items=items_to_json(draft.items),
             summary_first_seq=previous.first_seq if previous else rolled[0].seq,
             summary_last_seq=boundary,
             summary_tokens=tokens,

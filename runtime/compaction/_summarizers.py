@@ -22,14 +22,10 @@ Every summary is checked by :func:`validate_summary` before it is accepted. Erro
 from litellm are classified by the replier's mapping (:func:`runtime.llm.map_model_error`)
 and wrapped in a :class:`~errors.SummarizationError` by :func:`map_summarizer_error`.
 
-Item shapes (dicts, stored as JSON in ``summaries.items``):
-
-- a user quote: ``{"seq": int, "role": "user", "date": "YYYY-MM-DD", "text": str}``, plus
-  ``"section": "quotes"`` from the model summarizer and ``"cut_of": int`` (characters of
-  the whole turn) when only a prefix of an oversized turn is quoted;
-- an assistant line (extractive): ``{"seq", "role": "assistant", "date", "text"}``;
-- a note (model): ``{"role": "note", "section": one of :data:`NOTE_SECTIONS`, "text",
-  "date": "YYYY-MM-DD" or None}``.
+Items are typed values (:mod:`runtime.summary_items`): :class:`~runtime.summary_items.UserQuote`,
+:class:`~runtime.summary_items.AssistantLine` (extractive) and :class:`~runtime.summary_items.SummaryNote`
+(model). The summarizers take and return them; the compactor converts them from and to the JSON
+storage keeps.
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from errors import SummarizationError
@@ -46,15 +42,13 @@ from runtime._offline import load_litellm
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 from runtime.llm import map_model_error
 from runtime.messages import Message, to_openai
+from runtime.summary_items import NOTE_SECTIONS, AssistantLine, NoteSection, SummaryItem, SummaryNote, UserQuote
 
 if TYPE_CHECKING:
     from runtime.config import Settings
 
 ASSISTANT_LINE_CHARS = 80
 """Longest shortened assistant line, in characters (our choice: one short sentence)."""
-
-NOTE_SECTIONS = ("profile", "relationship", "preferences", "open_threads")
-"""The model summary's parts besides the quotes, in the order they are rendered."""
 
 MIN_QUOTE_PREFIX_CHARS = 20
 """Shortest prefix of a user line the extractive summarizer keeps when the whole line does not fit, characters."""
@@ -89,8 +83,8 @@ class SummaryDraft:
 
     content: str
     """The rendered summary as it enters the prompt."""
-    items: list[dict[str, Any]]
-    """The flat entries kept, oldest first (see the module docstring for their shapes)."""
+    items: list[SummaryItem]
+    """The flat entries kept, oldest first."""
     tokens: int
     """Tokens of ``content`` by the session's counter; at most the cap it was made for."""
     dropped: int
@@ -107,7 +101,7 @@ class Summarizer(Protocol):
     def summarize(
         self,
         *,
-        previous: Sequence[dict[str, Any]],
+        previous: Sequence[SummaryItem],
         turns: Sequence[RolledTurn],
         cap: int,
         counter: TokenCounter,
@@ -140,34 +134,29 @@ def shorten(text: str, limit: int = ASSISTANT_LINE_CHARS) -> str:
     return first if len(first) <= limit else first[: limit - 1].rstrip() + "…"
 
 
-def render_line(item: Mapping[str, Any], *, compact: bool = False) -> str:
+def render_line(item: SummaryItem, *, compact: bool = False) -> str:
     """One summary line for ``item``; ``compact`` leaves out the date and the cut note's numbers
     (the form for caps too small for the full one)."""
-    if compact and item["role"] in ("user", "assistant"):
-        if item["role"] == "assistant":
-            return render("summary_line_assistant_compact", text=fence(item["text"]))
-        return render(
-            "summary_line_user_cut_compact" if item.get("cut_of") else "summary_line_user_compact",
-            text=fence(item["text"]),
-        )
-    if item["role"] == "user":
-        if item.get("cut_of"):
+    if isinstance(item, UserQuote):
+        if compact:
             return render(
-                "summary_line_user_cut",
-                date=item["date"],
-                text=fence(item["text"]),
-                shown=len(item["text"]),
-                total=item["cut_of"],
+                "summary_line_user_cut_compact" if item.cut_of else "summary_line_user_compact", text=fence(item.text)
             )
-        return render("summary_line_user", date=item["date"], text=fence(item["text"]))
-    if item["role"] == "assistant":
-        return render("summary_line_assistant", date=item["date"], text=fence(item["text"]))
-    if item.get("date"):
-        return render("summary_line_note_dated", date=item["date"], text=fence(item["text"]))
-    return render("summary_line_note", text=fence(item["text"]))
+        if item.cut_of:
+            return render(
+                "summary_line_user_cut", date=item.date, text=fence(item.text), shown=len(item.text), total=item.cut_of
+            )
+        return render("summary_line_user", date=item.date, text=fence(item.text))
+    if isinstance(item, AssistantLine):
+        if compact:
+            return render("summary_line_assistant_compact", text=fence(item.text))
+        return render("summary_line_assistant", date=item.date, text=fence(item.text))
+    if item.date:
+        return render("summary_line_note_dated", date=item.date, text=fence(item.text))
+    return render("summary_line_note", text=fence(item.text))
 
 
-def render_summary(items: Sequence[Mapping[str, Any]], omitted: int, *, compact: bool = False) -> str:
+def render_summary(items: Sequence[SummaryItem], omitted: int, *, compact: bool = False) -> str:
     """Render items (oldest first): as dated lines, or in up to five titled parts (empty
     parts left out) when any item is a model note.
 
@@ -177,19 +166,18 @@ def render_summary(items: Sequence[Mapping[str, Any]], omitted: int, *, compact:
     if compact:
         return render("summary_block_compact", body="\n".join(render_line(i, compact=True) for i in items))
     notice = render("summary_omitted", count=omitted) if omitted else ""
-    if not any(item["role"] == "note" for item in items):
+    if not any(isinstance(item, SummaryNote) for item in items):
         return render("summary_block", omitted=notice, body="\n".join(render_line(i) for i in items))
     parts: dict[str, list[str]] = {s: [] for s in (*NOTE_SECTIONS, "quotes")}
     for item in items:
-        section = item.get("section") if item["role"] == "note" else "quotes"
-        parts[section if section in parts else "quotes"].append(render_line(item))
+        parts[item.section if isinstance(item, SummaryNote) else "quotes"].append(render_line(item))
     body = [render(f"summary_section_{section}", lines="\n".join(lines)) for section, lines in parts.items() if lines]
     return render("summary_block", omitted=notice, body="\n".join(body))
 
 
 def fit_to_cap(
-    items: Sequence[dict[str, Any]], *, omitted: int, cap: int, counter: TokenCounter
-) -> tuple[list[dict[str, Any]], list[int]]:
+    items: Sequence[SummaryItem], *, omitted: int, cap: int, counter: TokenCounter
+) -> tuple[list[SummaryItem], list[int]]:
     """Drop the oldest user quotes until the rendered summary fits ``cap`` tokens.
 
     Returns the items kept and the seqs of the quotes dropped, oldest first. If the
@@ -199,12 +187,12 @@ def fit_to_cap(
     kept = list(items)
     dropped: list[int] = []
     while counter.count_text(render_summary(kept, omitted + len(dropped))) > cap:
-        quotes = [i for i in kept if i["role"] == "user"]
+        quotes = [i for i in kept if isinstance(i, UserQuote)]
         if not quotes:
             break
-        oldest = min(quotes, key=lambda i: i["seq"])
+        oldest = min(quotes, key=lambda i: i.seq)
         kept.remove(oldest)
-        dropped.append(oldest["seq"])
+        dropped.append(oldest.seq)
     return kept, dropped
 
 
@@ -244,29 +232,26 @@ def validate_summary(
         raise reject(f"{tokens} tokens exceed its cap of {cap} (tokens={tokens})")
     # a user's own words may mention "<summary" (rendering fences them); a note may not carry a summary
     if draft.content.count("<summary") != 1 or any(
-        "<summary" in str(i.get("text", "")) for i in draft.items if i["role"] == "note"
+        "<summary" in i.text for i in draft.items if isinstance(i, SummaryNote)
     ):
         raise reject("it nests a summary inside itself")
     folded_turns = {seq: _folded(text) for seq, text in user_turns.items() if seq <= boundary_seq}
     for item in draft.items:
-        seq = item.get("seq")
+        seq, text = item.seq, item.text
         if seq is not None and seq > boundary_seq:
             raise reject(f"it summarizes turn {seq}, newer than the roll-out boundary {boundary_seq}")
-        text = str(item.get("text", ""))
         if not text.strip():
             raise reject(f"an entry (seq {seq}) is empty")
-        if item["role"] == "user":
-            source = folded_turns.get(seq) if seq is not None else None
+        if isinstance(item, UserQuote):
+            source = folded_turns.get(item.seq)
             if source is None or _folded(text) not in source:
                 raise reject(
                     f"the quote attributed to user turn {seq} is not an exact quote of it ({len(text)} characters)"
                 )
-        elif item["role"] == "note":
+        elif isinstance(item, SummaryNote):
             for span in _QUOTED.findall(text):
                 if not any(_folded(span) in t for t in folded_turns.values()):
-                    raise reject(
-                        f"a {item.get('section')} note quotes words the user never said ({len(span)} characters)"
-                    )
+                    raise reject(f"a {item.section} note quotes words the user never said ({len(span)} characters)")
 
 
 # -- the model-free summarizer ----------------------------------------------------
@@ -292,7 +277,7 @@ class ExtractiveSummarizer:
     def summarize(
         self,
         *,
-        previous: Sequence[dict[str, Any]],
+        previous: Sequence[SummaryItem],
         turns: Sequence[RolledTurn],
         cap: int,
         counter: TokenCounter,
@@ -300,35 +285,30 @@ class ExtractiveSummarizer:
         session_id: str | None = None,
         assistant_name: str = "Companion",
     ) -> SummaryDraft:
-        new_items = []
-        for t in turns:
-            if not t.text.strip():
-                continue
-            item: dict[str, Any] = {
-                "seq": t.seq,
-                "role": "user" if t.role == "user" else "assistant",
-                "date": t.date,
-                "text": t.text if t.role == "user" else shorten(t.text),
-            }
-            if t.role == "user" and t.cut:
-                item["cut_of"] = t.chars
-            new_items.append(item)
+        new_items: list[UserQuote | AssistantLine] = [
+            UserQuote(seq=t.seq, date=t.date, text=t.text, cut_of=t.chars if t.cut else None)
+            if t.role == "user"
+            else AssistantLine(seq=t.seq, date=t.date, text=shorten(t.text))
+            for t in turns
+            if t.text.strip()
+        ]
         # model notes from an earlier model summary are carried over as they are (full block only)
-        notes = [i for i in previous if i["role"] == "note"]
-        candidates = sorted([i for i in [*previous, *new_items] if i["role"] != "note"], key=lambda i: i["seq"])
+        notes = [i for i in previous if isinstance(i, SummaryNote)]
+        lines = [i for i in previous if not isinstance(i, SummaryNote)]
+        candidates = sorted([*lines, *new_items], key=lambda i: i.seq)
         drafts = [
             d
             for compact in (False, True)
             if (d := _fill(notes, candidates, omitted_before=omitted_before, cap=cap, counter=counter, compact=compact))
         ]
-        wants_quote = any(i["role"] == "user" for i in candidates)
+        wants_quote = any(isinstance(i, UserQuote) for i in candidates)
         for draft in drafts:  # the full block when it quotes the user, else the compact one
-            if not wants_quote or any(i["role"] == "user" for i in draft.items):
+            if not wants_quote or any(isinstance(i, UserQuote) for i in draft.items):
                 return draft
         if drafts:
             return drafts[0]
         smallest = counter.count_text(
-            render_summary([{"role": "user", "text": "x" * MIN_COMPACT_QUOTE_CHARS, "cut_of": 1}], 0, compact=True)
+            render_summary([UserQuote(seq=0, date="", text="x" * MIN_COMPACT_QUOTE_CHARS, cut_of=1)], 0, compact=True)
         )
         raise SummarizationError(
             f"The summary cap of {cap} tokens is below the smallest summary ({smallest} tokens): "
@@ -342,8 +322,8 @@ MIN_COMPACT_QUOTE_CHARS = 8
 
 
 def _fill(
-    notes: list[dict[str, Any]],
-    candidates: list[dict[str, Any]],
+    notes: list[SummaryNote],
+    candidates: list[UserQuote | AssistantLine],
     *,
     omitted_before: int,
     cap: int,
@@ -357,14 +337,14 @@ def _fill(
     most_omitted = omitted_before + len(candidates) + len(notes)
     base = counter.count_text(render_summary(notes, 0 if compact else max(most_omitted, 1), compact=compact))
     least = MIN_COMPACT_QUOTE_CHARS if compact else MIN_QUOTE_PREFIX_CHARS
-    kept: list[dict[str, Any]] = []
+    kept: list[UserQuote | AssistantLine] = []
     used = base
     for item in reversed(candidates):
         line = counter.count_text(render_line(item, compact=compact)) + 1
         if used + line > cap:
-            if item["role"] == "assistant":
+            if isinstance(item, AssistantLine):
                 continue  # a shortened assistant line may be skipped; user lines stop the scan
-            if not any(i["role"] == "user" for i in kept):  # the newest quote is cut rather than lost
+            if not any(isinstance(i, UserQuote) for i in kept):  # the newest quote is cut rather than lost
                 cut = _prefix_that_fits(item, cap - used, counter, least=least, compact=compact)
                 if cut is None and kept:  # make room: assistant lines give way to the user's words
                     cut = _prefix_that_fits(item, cap - base, counter, least=least, compact=compact)
@@ -376,22 +356,22 @@ def _fill(
         kept.append(item)
         used += line
     kept.reverse()
-    kept_seqs = {i["seq"] for i in kept}
-    dropped_quotes = [i["seq"] for i in candidates if i["role"] == "user" and i["seq"] not in kept_seqs]
-    kept = [*notes, *kept]
-    dropped = len(candidates) + len(notes) - len(kept)
-    content = render_summary(kept, omitted_before + dropped, compact=compact)
-    while kept and counter.count_text(content) > cap:  # a safety net; the reserve above makes it rare
-        gone = kept.pop(0)
+    kept_seqs = {i.seq for i in kept}
+    dropped_quotes = [i.seq for i in candidates if isinstance(i, UserQuote) and i.seq not in kept_seqs]
+    items: list[SummaryItem] = [*notes, *kept]
+    dropped = len(candidates) + len(notes) - len(items)
+    content = render_summary(items, omitted_before + dropped, compact=compact)
+    while items and counter.count_text(content) > cap:  # a safety net; the reserve above makes it rare
+        gone = items.pop(0)
         dropped += 1
-        if gone["role"] == "user":
-            dropped_quotes.append(gone["seq"])
-        content = render_summary(kept, omitted_before + dropped, compact=compact)
-    if not kept:
+        if isinstance(gone, UserQuote):
+            dropped_quotes.append(gone.seq)
+        content = render_summary(items, omitted_before + dropped, compact=compact)
+    if not items:
         return None
     return SummaryDraft(
         content=content,
-        items=kept,
+        items=items,
         tokens=counter.count_text(content),
         dropped=dropped,
         dropped_quote_seqs=sorted(dropped_quotes),
@@ -399,23 +379,23 @@ def _fill(
 
 
 def _prefix_that_fits(
-    item: dict[str, Any],
+    item: UserQuote,
     room: int,
     counter: TokenCounter,
     *,
     least: int = MIN_QUOTE_PREFIX_CHARS,
     compact: bool = False,
-) -> dict[str, Any] | None:
+) -> UserQuote | None:
     """The longest prefix of a user line (an exact substring) whose line fits ``room`` tokens;
     ``None`` when that prefix is shorter than ``least`` characters."""
-    text = item["text"]
-    total = item.get("cut_of") or len(text)
+    text = item.text
+    total = item.cut_of or len(text)
 
     def fits(n: int) -> bool:
-        return counter.count_text(render_line({**item, "text": text[:n], "cut_of": total}, compact=compact)) + 1 <= room
+        return counter.count_text(render_line(replace(item, text=text[:n], cut_of=total), compact=compact)) + 1 <= room
 
     prefix = text[: longest_fitting_prefix(len(text), fits)].rstrip()
-    return {**item, "text": prefix, "cut_of": total} if len(prefix) >= least else None
+    return replace(item, text=prefix, cut_of=total) if len(prefix) >= least else None
 
 
 # -- the model summarizer -----------------------------------------------------------
@@ -434,23 +414,28 @@ def map_summarizer_error(exc: BaseException, *, model: str, session_id: str | No
     return error
 
 
-def previous_as_json(previous: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+ModelSummaryJSON = dict[str, list[str | dict[str, str | int | None]]]
+"""The model's five-part summary as JSON: each note section a list of texts (``relationship``: of
+``{"date", "text"}``), ``quotes`` a list of ``{"seq", "text"}``."""
+
+
+def previous_as_json(previous: Sequence[SummaryItem]) -> ModelSummaryJSON:
     """The current summary's items in the model's five-part JSON shape.
 
     Items of an extractive summary are converted: user lines become quotes, assistant
     lines dated relationship notes.
     """
-    out: dict[str, Any] = {section: [] for section in NOTE_SECTIONS}
+    out: ModelSummaryJSON = {section: [] for section in NOTE_SECTIONS}
     out["quotes"] = []
     for item in previous:
-        if item["role"] == "user":
-            out["quotes"].append({"seq": item["seq"], "text": item["text"]})
-        elif item["role"] == "assistant":
-            out["relationship"].append({"date": item["date"], "text": f"The companion said: {item['text']}"})
-        elif item.get("section") == "relationship":
-            out["relationship"].append({"date": item.get("date"), "text": item["text"]})
+        if isinstance(item, UserQuote):
+            out["quotes"].append({"seq": item.seq, "text": item.text})
+        elif isinstance(item, AssistantLine):
+            out["relationship"].append({"date": item.date, "text": f"The companion said: {item.text}"})
+        elif item.section == "relationship":
+            out["relationship"].append({"date": item.date, "text": item.text})
         else:
-            out[item.get("section", "profile")].append(item["text"])
+            out[item.section].append(item.text)
     return out
 
 
@@ -463,20 +448,18 @@ def _turn_lines(turns: Sequence[RolledTurn], assistant_name: str) -> str:
     return "\n".join(lines)
 
 
-def _json_object(raw: str) -> dict[str, Any]:
+def _json_object(raw: str) -> Mapping[str, object]:
     """The JSON object in a model reply (a fenced block or bare object)."""
     start, end = raw.find("{"), raw.rfind("}")
     if start < 0 or end < start:
         raise ValueError("the reply holds no JSON object")
-    value = json.loads(raw[start : end + 1])
+    value: object = json.loads(raw[start : end + 1])
     if not isinstance(value, dict):
         raise ValueError("the reply's JSON is not an object")
     return value
 
 
-def parse_model_summary(
-    raw: str, *, turns: Sequence[RolledTurn], previous: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
+def parse_model_summary(raw: str, *, turns: Sequence[RolledTurn], previous: Sequence[SummaryItem]) -> list[SummaryItem]:
     """The model's JSON reply as flat items, oldest quote first.
 
     Quote dates come from the turn (or the previous quote) with that seq.
@@ -485,45 +468,45 @@ def parse_model_summary(
         ValueError: the reply is not the five-part JSON object.
     """
     data = _json_object(raw)
-    items: list[dict[str, Any]] = []
+    notes: list[SummaryItem] = []
     for section in NOTE_SECTIONS:
         entries = data.get(section, [])
         if not isinstance(entries, list):
             raise ValueError(f"{section!r} is not a list")
         for entry in entries:
-            if isinstance(entry, str):
-                text, date = entry, None
-            elif isinstance(entry, dict) and isinstance(entry.get("text"), str):
-                text, date = entry["text"], entry.get("date")
-            else:
-                raise ValueError(f"an entry of {section!r} is neither text nor {{date, text}}")
+            text, date = _note_entry(entry, section)
             if text.strip():
-                items.append(
-                    {"role": "note", "section": section, "date": str(date) if date else None, "text": text.strip()}
-                )
+                notes.append(SummaryNote(section=section, date=str(date) if date else None, text=text.strip()))
     dates = {t.seq: t.date for t in turns}
-    dates.update({i["seq"]: i["date"] for i in previous if i.get("seq") is not None})
+    dates.update({i.seq: i.date for i in previous if i.seq is not None and i.date is not None})
     quotes = data.get("quotes", [])
     if not isinstance(quotes, list):
         raise ValueError("'quotes' is not a list")
+    found: list[UserQuote] = []
     for entry in quotes:
-        if (
-            not isinstance(entry, dict)
-            or not isinstance(entry.get("text"), str)
-            or not isinstance(entry.get("seq"), int)
-        ):
-            raise ValueError("a quote is not {seq: int, text: str}")
-        items.append(
-            {
-                "role": "user",
-                "section": "quotes",
-                "seq": entry["seq"],
-                "date": dates.get(entry["seq"], "?"),
-                "text": entry["text"],
-            }
-        )
-    quotes_sorted = sorted((i for i in items if i["role"] == "user"), key=lambda i: i["seq"])
-    return [i for i in items if i["role"] == "note"] + quotes_sorted
+        seq, quoted = _quote_entry(entry)
+        found.append(UserQuote(section="quotes", seq=seq, date=dates.get(seq, "?"), text=quoted))
+    return [*notes, *sorted(found, key=lambda i: i.seq)]
+
+
+def _quote_entry(entry: object) -> tuple[int, str]:
+    """A quote entry's seq and text."""
+    if (
+        isinstance(entry, dict)
+        and isinstance(seq := entry.get("seq"), int)
+        and isinstance(text := entry.get("text"), str)
+    ):
+        return seq, text
+    raise ValueError("a quote is not {seq: int, text: str}")
+
+
+def _note_entry(entry: object, section: NoteSection) -> tuple[str, object]:
+    """A note entry's text and date (``None`` for a bare string)."""
+    if isinstance(entry, str):
+        return entry, None
+    if isinstance(entry, dict) and isinstance(text := entry.get("text"), str):
+        return text, entry.get("date")
+    raise ValueError(f"an entry of {section!r} is neither text nor {{date, text}}")
 
 
 class LiteLLMSummarizer:
@@ -552,7 +535,7 @@ class LiteLLMSummarizer:
     def messages(
         self,
         *,
-        previous: Sequence[dict[str, Any]],
+        previous: Sequence[SummaryItem],
         turns: Sequence[RolledTurn],
         cap: int,
         assistant_name: str,
@@ -573,7 +556,7 @@ class LiteLLMSummarizer:
     def summarize(
         self,
         *,
-        previous: Sequence[dict[str, Any]],
+        previous: Sequence[SummaryItem],
         turns: Sequence[RolledTurn],
         cap: int,
         counter: TokenCounter,

@@ -8,13 +8,13 @@ notice (``prompts/notice_profile_cut.txt``) counts them; name and pronouns stay.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from prompts import fence, render
 from runtime.accounting import TokenCounter
 from runtime.context._values import PinnedProfile
+from runtime.summary_items import SummaryItem, SummaryNote
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,14 +27,12 @@ class ProfileBlock:
     cut: str | None = None
 
 
-def summary_profile_facts(items: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The texts of a summary's profile notes (model summarizer, ``section == "profile"``).
+def summary_profile_facts(items: Sequence[SummaryItem]) -> list[str]:
+    """The texts of a summary's profile notes (model summarizer, ``section == "profile"``), in order.
 
     The extractive summarizer writes no profile section, so it teaches nothing.
     """
-    return [
-        str(i["text"]) for i in items if i.get("role") == "note" and i.get("section") == "profile" and i.get("text")
-    ]
+    return [i.text for i in items if isinstance(i, SummaryNote) and i.section == "profile" and i.text]
 
 
 def render_profile(profile: PinnedProfile | None, *, cap: int, counter: TokenCounter) -> ProfileBlock:

@@ -1,9 +1,10 @@
 """The engine: the public facade over turn running and context gathering.
 
-:class:`Engine` wires the parts once (storage, embedder, persona, replier, summarizer, token
-counter, file services) and delegates: writing turns to :class:`~runtime.turn._runner.TurnRunner`,
-assembling contexts to :class:`~runtime.turn._gather.ContextGatherer`. Attachments and images
-are turn extensions (:mod:`runtime.turn._extensions`), called at the same points of every turn.
+:class:`Engine` is its parts (storage, embedder, persona, replier, summarizer, token counter,
+file services), wired once by :class:`~runtime.turn._wiring.EngineParts`, and delegates: writing
+turns to :class:`~runtime.turn._runner.TurnRunner`, assembling contexts to
+:class:`~runtime.turn._gather.ContextGatherer`. Attachments and images are turn extensions
+(:mod:`runtime.turn._extensions`), called at the same points of every turn.
 """
 
 from __future__ import annotations
@@ -11,81 +12,36 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from memory.embeddings import Embedder
-from memory.store import Store
 from memory.tables import Turn, UserProfile
-from persona import Persona
-from runtime.accounting import Budgets, TokenCounter, counter_for
-from runtime.compaction import Summarizer
-from runtime.config import Settings
+from runtime.accounting import Budgets
 from runtime.context import AssembledContext
-from runtime.files import FileServices
-from runtime.llm import Replier, Transcriber
 from runtime.turn._runner import TurnClaim, TurnResult
-from runtime.turn._sessions import delete_file, delete_session, greet
-from runtime.turn._wiring import wire
+from runtime.turn._wiring import EngineParts
 
 
-class Engine:
+class Engine(EngineParts):
     """Runs turns for any number of sessions on one database.
 
     Build it with :func:`runtime.service.open_engine`, which starts or connects to the database
-    and checks the schema and the embedding dimension. ``file_services``
+    and checks the schema and the embedding dimension. The constructor and :meth:`derive` are
+    :class:`~runtime.turn._wiring.EngineParts`'s. ``file_services``
     (:func:`runtime.files.open_file_services`) enable attachments; without them a turn with
     attachments raises ConfigurationError. ``transcriber`` describes images for a text-only reply
     model; by default one built from the ``COMPANION_VISION_*`` settings.
     """
 
-    def __init__(
+    def turn(
         self,
         *,
-        settings: Settings,
-        store: Store,
-        embedder: Embedder,
-        persona: Persona,
-        replier: Replier | None = None,
-        summarizer: Summarizer | None = None,
-        counter: TokenCounter | None = None,
-        file_services: FileServices | None = None,
-        transcriber: Transcriber | None = None,
-    ) -> None:
-        self.settings, self.store, self.embedder, self.persona, self.replier = (
-            settings,
-            store,
-            embedder,
-            persona,
-            replier,
-        )
-        self.file_services = file_services
-        parts = wire(
-            settings, store, embedder, persona, replier, summarizer, counter or counter_for(settings.model),
-            file_services, transcriber,
-        )  # fmt: skip
-        self.files, self.parses, self.counter, self.budgets, self.window = (
-            parts.files, parts.parses, parts.counter, parts.budgets, parts.window,
-        )  # fmt: skip
-        self.profiles, self.file_tool, self.images, self.extensions = (
-            parts.profiles, parts.file_tool, parts.images, parts.extensions,
-        )  # fmt: skip
-        self.compactor, self.gatherer, self.runner = parts.compactor, parts.gatherer, parts.runner
-
-    def derive(self, *, window: int | None = None, persona: Persona | None = None) -> Engine:
-        """A copy of this engine on the same database and models, with budgets scaled to
-        ``window`` tokens and/or speaking as ``persona``."""
-        settings = self.settings.model_copy(update={"context_window": window}) if window is not None else self.settings
-        return Engine(
-            settings=settings, store=self.store, embedder=self.embedder, persona=persona or self.persona,
-            replier=self.replier, summarizer=self.compactor.summarizer, counter=self.counter,
-            file_services=self.file_services, transcriber=self.images.transcriber,
-        )  # fmt: skip
-
-    # fmt: off
-    def turn(
-        self, *, user_id: str, session_id: str, message: str | bytes, at: datetime | None = None,
-        reply: str | None = None, on_delta: Callable[[str], None] | None = None, attachments: Sequence[str] = (),
+        user_id: str,
+        session_id: str,
+        message: str | bytes,
+        at: datetime | None = None,
+        reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
+        attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
     ) -> TurnResult:
-        # fmt: on
         """Run one turn: store the user message, assemble the context, reply, store the reply.
 
         One session runs one turn at a time: the turn claims its session (:meth:`claim`) before it
@@ -113,9 +69,15 @@ class Engine:
             StorageError: the database failed.
         """
         return self.runner.run(
-            user_id=user_id, session_id=session_id, message=message, at=at, reply=reply, on_delta=on_delta,
-            attachments=attachments, claim=claim,
-        )  # fmt: skip
+            user_id=user_id,
+            session_id=session_id,
+            message=message,
+            at=at,
+            reply=reply,
+            on_delta=on_delta,
+            attachments=attachments,
+            claim=claim,
+        )
 
     def claim(self, session_id: str) -> TurnClaim:
         """Claim an existing session for one turn or edit; release it when done.
@@ -158,10 +120,7 @@ class Engine:
         Raises:
             InvalidRequestError: ``greeting`` is not an index of the persona's greetings (field ``greeting``).
         """
-        return greet(
-            self.runner, self.store, self.profiles, self.persona, user_id=user_id, session_id=session_id, at=at,
-            greeting=greeting,
-        )  # fmt: skip
+        return self.sessions.greet(user_id=user_id, session_id=session_id, at=at, greeting=greeting)
 
     def set_profile(
         self, *, user_id: str, name: str | None = None, pronouns: str | None = None, facts: list[str] | None = None
@@ -190,13 +149,19 @@ class Engine:
             user_id=user_id, session_id=session_id, pending=pending, budgets=budgets, window=window
         )
 
-    # fmt: off
     def edit_turn(
-        self, *, user_id: str, session_id: str, seq: int, message: str | bytes, attachments: Sequence[str] = (),
-        at: datetime | None = None, reply: str | None = None, on_delta: Callable[[str], None] | None = None,
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        seq: int,
+        message: str | bytes,
+        attachments: Sequence[str] = (),
+        at: datetime | None = None,
+        reply: str | None = None,
+        on_delta: Callable[[str], None] | None = None,
         claim: TurnClaim | None = None,
     ) -> TurnResult:
-        # fmt: on
         """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then the
         edited message runs as a new turn with ``attachments``. Files of earlier turns are kept; the
         replaced turns' files are deleted after the truncation, if nothing references them.
@@ -208,13 +173,20 @@ class Engine:
             ModelCallError: as in :meth:`turn`; the edited user turn stays stored.
         """
         return self.runner.edit(
-            user_id=user_id, session_id=session_id, seq=seq, message=message, attachments=attachments, at=at,
-            reply=reply, on_delta=on_delta, claim=claim,
-        )  # fmt: skip
+            user_id=user_id,
+            session_id=session_id,
+            seq=seq,
+            message=message,
+            attachments=attachments,
+            at=at,
+            reply=reply,
+            on_delta=on_delta,
+            claim=claim,
+        )
 
     def delete_file(self, *, user_id: str, file_id: str) -> bool:
         """Delete a file and every reference to it in every session. False if the user has no such file."""
-        return delete_file(self.files, user_id=user_id, file_id=file_id)
+        return self.sessions.delete_file(user_id=user_id, file_id=file_id)
 
     def delete_session(self, *, user_id: str, session_id: str) -> dict[str, int]:
         """Delete a session and everything of it, and the files no other session references
@@ -223,4 +195,4 @@ class Engine:
         Raises:
             SessionOwnershipError: the session belongs to another user (nothing deleted).
         """
-        return delete_session(self.store, self.files, user_id=user_id, session_id=session_id)
+        return self.sessions.delete_session(user_id=user_id, session_id=session_id)

@@ -42,6 +42,7 @@ from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
 from runtime.context import AssembledContext, summary_profile_facts
 from runtime.llm import Replier, Reply, Tools
+from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
@@ -433,7 +434,7 @@ class TurnRunner:
         its profile forward."""
         if outcome is not None and outcome.ok and outcome.summarized:
             summary = self.store.summary(session_id)
-            facts = summary_profile_facts(summary.items if summary else [])
+            facts = summary_profile_facts(items_from_json(summary.items, session_id=session_id) if summary else [])
             if facts and self.profiles.learn(user_id, facts) is not None:
                 log.info("profile.learned", session_id=session_id, facts=len(facts))
         return outcome

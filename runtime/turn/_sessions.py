@@ -19,55 +19,52 @@ from runtime.turn._runner import TurnRunner
 log = structlog.get_logger("companion.engine")
 
 
-def greet(
-    runner: TurnRunner,
-    store: Store,
-    profiles: Profiles,
-    persona: Persona,
-    *,
-    user_id: str,
-    session_id: str,
-    at: datetime | None = None,
-    greeting: int = 0,
-) -> Turn | None:
-    """See :meth:`runtime.turn.Engine.greet`."""
-    greetings = persona.greetings
-    if not 0 <= greeting < len(greetings):
-        raise InvalidRequestError(
-            f"greeting must be 0 (the first message) to {len(greetings) - 1} (alternate greetings), got {greeting}.",
-            field="greeting",
-        )
-    if not greetings[greeting]:
-        return None
-    if store.get_session(session_id) is not None and store.turns(session_id):
-        return None
-    where = "first_mes" if greeting == 0 else f"alternate_greetings[{greeting - 1}]"
-    ctx = macro_context(persona, user_name=user_name(profiles.get(user_id)), session_id=session_id)
-    text = expand(greetings[greeting], ctx, field=where).strip()
-    if not text:
-        return None
-    turn = runner.add_turn(user_id=user_id, session_id=session_id, role="assistant", content=text, at=at)
-    log.info("session.greeted", session_id=session_id, seq=turn.seq, tokens=turn.tokens)
-    return turn
+class SessionOps:
+    """The greeting, and deleting files and sessions: what :class:`runtime.turn.Engine` does
+    beside the turn loop. Each method is documented on the engine's method of the same name."""
 
+    def __init__(
+        self, *, runner: TurnRunner, store: Store, files: FileStore | None, profiles: Profiles, persona: Persona
+    ) -> None:
+        self.runner, self.store, self.files, self.profiles, self.persona = runner, store, files, profiles, persona
 
-def delete_file(files: FileStore | None, *, user_id: str, file_id: str) -> bool:
-    """See :meth:`runtime.turn.Engine.delete_file`."""
-    if files is None:
-        return False
-    deleted = bool(files.delete(file_id, user_id=user_id))
-    log.info("file.deleted", file_id=file_id, deleted=deleted)
-    return deleted
+    def greet(self, *, user_id: str, session_id: str, at: datetime | None = None, greeting: int = 0) -> Turn | None:
+        """See :meth:`runtime.turn.Engine.greet`."""
+        greetings = self.persona.greetings
+        if not 0 <= greeting < len(greetings):
+            raise InvalidRequestError(
+                f"greeting must be 0 (the first message) to {len(greetings) - 1} (alternate greetings), got {greeting}.",
+                field="greeting",
+            )
+        if not greetings[greeting]:
+            return None
+        if self.store.get_session(session_id) is not None and self.store.turns(session_id):
+            return None
+        where = "first_mes" if greeting == 0 else f"alternate_greetings[{greeting - 1}]"
+        ctx = macro_context(self.persona, user_name=user_name(self.profiles.get(user_id)), session_id=session_id)
+        text = expand(greetings[greeting], ctx, field=where).strip()
+        if not text:
+            return None
+        turn = self.runner.add_turn(user_id=user_id, session_id=session_id, role="assistant", content=text, at=at)
+        log.info("session.greeted", session_id=session_id, seq=turn.seq, tokens=turn.tokens)
+        return turn
 
+    def delete_file(self, *, user_id: str, file_id: str) -> bool:
+        """See :meth:`runtime.turn.Engine.delete_file`."""
+        if self.files is None:
+            return False
+        deleted = bool(self.files.delete(file_id, user_id=user_id))
+        log.info("file.deleted", file_id=file_id, deleted=deleted)
+        return deleted
 
-def delete_session(store: Store, files: FileStore | None, *, user_id: str, session_id: str) -> dict[str, int]:
-    """See :meth:`runtime.turn.Engine.delete_session`."""
-    session = store.get_session(session_id)
-    if session is not None and session.user_id != user_id:
-        raise SessionOwnershipError(
-            f"Session {session_id!r} belongs to another user, not {user_id!r}; nothing was deleted.",
-            session_id=session_id,
-        )
-    counts = store.delete_session(session_id, files=files)
-    log.info("session.deleted", session_id=session_id, **counts)
-    return counts
+    def delete_session(self, *, user_id: str, session_id: str) -> dict[str, int]:
+        """See :meth:`runtime.turn.Engine.delete_session`."""
+        session = self.store.get_session(session_id)
+        if session is not None and session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} belongs to another user, not {user_id!r}; nothing was deleted.",
+                session_id=session_id,
+            )
+        counts = self.store.delete_session(session_id, files=self.files)
+        log.info("session.deleted", session_id=session_id, **counts)
+        return counts

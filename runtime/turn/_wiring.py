@@ -1,15 +1,20 @@
-"""Wiring: the parts one engine is made of, built once from its settings and services."""
+"""Wiring: the parts one engine is made of, built once from its settings and services.
+
+:class:`EngineParts` builds them (extensions, compactor, context gatherer, turn runner, session
+operations) and holds them as attributes; :class:`runtime.turn.Engine` adds the public
+operations, which delegate to them.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import Self
 
 from memory.embeddings import Embedder
 from memory.files import FileStore
 from memory.profiles import Profiles
 from memory.store import Store
 from persona import Persona
-from runtime.accounting import Budgets, TokenCounter
+from runtime.accounting import Budgets, TokenCounter, counter_for
 from runtime.compaction import Compactor, Summarizer, summarizer_for
 from runtime.config import Settings
 from runtime.files import FileServices, ParseService
@@ -19,12 +24,30 @@ from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
 from runtime.turn._runner import TurnRunner
+from runtime.turn._sessions import SessionOps
 
 
-@dataclass(frozen=True, kw_only=True)
 class EngineParts:
-    """What :class:`runtime.turn.Engine` delegates to."""
+    """What :class:`runtime.turn.Engine` delegates to, wired once from its settings and services.
 
+    Args:
+        settings: the engine's settings; ``settings.window`` and ``settings.scaled_budgets`` give
+            its context window and per-source caps (tokens).
+        replier: the chat model; without one, every turn must carry its ``reply`` (as a replay
+            does), else it raises InvalidMessageError (``no_replier``) before storing anything.
+        summarizer: by default the one ``COMPANION_SUMMARIZER`` names (:func:`runtime.compaction.summarizer_for`).
+        counter: by default the token counter of ``settings.model``.
+        file_services: storage, parsing and reading of files; without them attachments are refused.
+        transcriber: describes images for a text-only reply model; by default one built from the
+            ``COMPANION_VISION_*`` settings.
+    """
+
+    settings: Settings
+    store: Store
+    embedder: Embedder
+    persona: Persona
+    replier: Replier | None
+    file_services: FileServices | None
     files: FileStore | None
     parses: ParseService | None
     counter: TokenCounter
@@ -40,75 +63,95 @@ class EngineParts:
     compactor: Compactor
     gatherer: ContextGatherer
     runner: TurnRunner
+    sessions: SessionOps
+    """The greeting and deletions."""
 
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        persona: Persona,
+        replier: Replier | None = None,
+        summarizer: Summarizer | None = None,
+        counter: TokenCounter | None = None,
+        file_services: FileServices | None = None,
+        transcriber: Transcriber | None = None,
+    ) -> None:
+        self.settings, self.store, self.embedder, self.persona = settings, store, embedder, persona
+        self.replier, self.file_services = replier, file_services
+        self.counter = counter = counter or counter_for(settings.model)
+        self.files = files = file_services.files if file_services is not None else None
+        self.parses = parses = file_services.parses if file_services is not None else None
+        self.profiles = profiles = Profiles(store.engine)
+        attachments = AttachmentsExtension(
+            store=store,
+            parses=parses,
+            reader=file_services.reader if file_services is not None else None,
+            settings=settings,
+            counter=counter,
+        )
+        self.file_tool = attachments.file_tool
+        self.images = TurnImages(
+            settings=settings,
+            store=store,
+            files=files,
+            counter=counter,
+            model=replier.model if replier is not None else settings.model,
+            transcriber=transcriber,
+        )
+        extensions: list[TurnExtension] = [attachments, self.images]
+        self.extensions = extensions
+        self.compactor = Compactor(
+            store=store,
+            embedder=embedder,
+            summarizer=summarizer or summarizer_for(settings),
+            counter=counter,
+            keep_exchanges=settings.keep_exchanges,
+            target=settings.compaction_target,
+            breaker_threshold=settings.breaker_threshold,
+            breaker_cooldown=settings.breaker_cooldown,
+        )
+        self.budgets, self.window = settings.scaled_budgets, settings.window
+        self.gatherer = ContextGatherer(
+            settings=settings,
+            store=store,
+            embedder=embedder,
+            persona=persona,
+            profiles=profiles,
+            counter=counter,
+            budgets=self.budgets,
+            window=self.window,
+            extensions=extensions,
+        )
+        self.runner = TurnRunner(
+            settings=settings,
+            store=store,
+            files=files,
+            gatherer=self.gatherer,
+            compactor=self.compactor,
+            profiles=profiles,
+            counter=counter,
+            replier=replier,
+            persona_name=persona.name,
+            extensions=extensions,
+        )
+        self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles, persona=persona)
 
-def wire(
-    settings: Settings,
-    store: Store,
-    embedder: Embedder,
-    persona: Persona,
-    replier: Replier | None,
-    summarizer: Summarizer | None,
-    counter: TokenCounter,
-    file_services: FileServices | None,
-    transcriber: Transcriber | None,
-) -> EngineParts:
-    """Build an engine's parts: extensions, compactor, context gatherer and turn runner."""
-    files = file_services.files if file_services is not None else None
-    parses = file_services.parses if file_services is not None else None
-    profiles = Profiles(store.engine)
-    attachments = AttachmentsExtension(
-        store=store,
-        parses=parses,
-        reader=file_services.reader if file_services is not None else None,
-        settings=settings,
-        counter=counter,
-    )
-    images = TurnImages(
-        settings=settings,
-        store=store,
-        files=files,
-        counter=counter,
-        model=replier.model if replier is not None else settings.model,
-        transcriber=transcriber,
-    )
-    extensions: list[TurnExtension] = [attachments, images]
-    compactor = Compactor(
-        store=store,
-        embedder=embedder,
-        summarizer=summarizer or summarizer_for(settings),
-        counter=counter,
-        keep_exchanges=settings.keep_exchanges,
-        target=settings.compaction_target,
-        breaker_threshold=settings.breaker_threshold,
-        breaker_cooldown=settings.breaker_cooldown,
-    )
-    budgets, window = settings.scaled_budgets, settings.window
-    gatherer = ContextGatherer(
-        settings=settings,
-        store=store,
-        embedder=embedder,
-        persona=persona,
-        profiles=profiles,
-        counter=counter,
-        budgets=budgets,
-        window=window,
-        extensions=extensions,
-    )
-    runner = TurnRunner(
-        settings=settings,
-        store=store,
-        files=files,
-        gatherer=gatherer,
-        compactor=compactor,
-        profiles=profiles,
-        counter=counter,
-        replier=replier,
-        persona_name=persona.name,
-        extensions=extensions,
-    )
-    return EngineParts(
-        files=files, parses=parses, counter=counter, budgets=budgets, window=window, profiles=profiles,
-        file_tool=attachments.file_tool, images=images, extensions=extensions, compactor=compactor,
-        gatherer=gatherer, runner=runner,
-    )  # fmt: skip
+    def derive(self, *, window: int | None = None, persona: Persona | None = None) -> Self:
+        """A copy of this engine on the same database and models (replier, summarizer, counter,
+        file services, transcriber), with budgets scaled to ``window`` tokens and/or speaking as
+        ``persona``."""
+        settings = self.settings.model_copy(update={"context_window": window}) if window is not None else self.settings
+        return type(self)(
+            settings=settings,
+            store=self.store,
+            embedder=self.embedder,
+            persona=persona or self.persona,
+            replier=self.replier,
+            summarizer=self.compactor.summarizer,
+            counter=self.counter,
+            file_services=self.file_services,
+            transcriber=self.images.transcriber,
+        )

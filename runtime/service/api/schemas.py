@@ -142,7 +142,13 @@ class TurnOut(BaseModel):
 class SummaryOut(BaseModel):
     session_id: str
     content: str | None = Field(description="The summary as it enters the prompt; null before the first compaction.")
-    items: list[dict[str, Any]] = Field(default_factory=list)
+    items: list[dict[str, str | int | None]] = Field(
+        default_factory=list,
+        description="The summary's flat entries, oldest first, as stored: user quotes "
+        '(`{"seq", "role": "user", "date", "text"}`, optional `section`, `cut_of`), assistant lines '
+        '(`{"seq", "role": "assistant", "date", "text"}`) and model notes (`{"role": "note", "section", '
+        '"date", "text"}`); carried-over entries add `carried_from` and `from_seq`.',
+    )
     tokens: int = 0
     first_seq: int | None = None
     last_seq: int | None = None
