@@ -20,11 +20,12 @@ The compaction job (``compaction:compact_session``): a turn whose engine has
 a time, whichever worker takes them. The job is :meth:`runtime.turn.TurnRunner.compact_now`,
 the same code as an inline compaction: under the session's advisory lock and the breaker,
 summary validated (verbatim quotes), archive + summary + turn states committed in one
-transaction, then profile learning. It is retried with backoff on a storage error and on a
-failed summary (each failure counted by the breaker, which opens at
-``COMPANION_BREAKER_THRESHOLD`` and then archives verbatim), so a turn out of view is archived
-(recallable) within one job run after the reply that pushed it out, or within at most
-``breaker_threshold`` retries when the summarizer fails.
+transaction, then profile learning. After a failed summary (counted by the breaker, which
+opens at ``COMPANION_BREAKER_THRESHOLD`` failures and then archives verbatim) or a storage
+error, the job queues the session's next one with a backoff (:data:`RETRY_SECONDS`). So a turn
+pushed out of view is archived (recallable) by the first job that runs after that turn's reply,
+or, while the summarizer fails, by the job after the breaker opens (at most
+``breaker_threshold`` failed jobs, about 3 + 5 + 9 s apart with the default threshold 3).
 
 Workers: :class:`QueueWorker` runs a procrastinate worker on its own thread and event loop;
 ``companion serve`` starts one in its lifespan, ``companion jobs run`` runs one next to the
@@ -33,7 +34,7 @@ of workers on any number of machines share the queue.
 
 Events (structlog, ``companion.queue``): ``queue.job_deferred`` (session_id, job_id),
 ``queue.job_deduplicated`` (session_id), ``queue.compaction_ran`` (session_id, rolled_turns,
-summarized, ok), ``queue.worker_started``, ``queue.worker_stopped``.
+summarized, ok, failures), ``queue.compaction_failed`` (session_id, failures, error class), ``queue.worker_started``, ``queue.worker_stopped``.
 """
 
 from __future__ import annotations
@@ -45,24 +46,22 @@ from typing import Any
 
 import procrastinate
 import structlog
-from procrastinate import Blueprint, JobContext, RetryStrategy
+from procrastinate import Blueprint, JobContext
 from procrastinate.exceptions import AlreadyEnqueued, ProcrastinateException
 from sqlalchemy import Engine as SAEngine
 
-from errors import StorageError, SummarizationError
+from errors import StorageError
 from runtime.compaction import CompactionOutcome
-from runtime.turn import CompactionRequest, CompactNow, Engine
+from runtime.turn import CompactionRequest, CompactNow, Due, Engine
 
 log = structlog.get_logger("companion.queue")
 
 COMPACT_TASK = "compaction:compact_session"
 """The compaction task's full name (namespace ``compaction``)."""
 
-COMPACTION_RETRY = RetryStrategy(
-    max_attempts=8, wait=1, exponential_wait=2, retry_exceptions={StorageError, SummarizationError}
-)
-"""A failed compaction job runs again after ``1 + 2 ** (attempts + 1)`` seconds (3, 5, 9, … s),
-up to 8 more times: on a storage error, and on a failed summary (which the breaker counts)."""
+RETRY_SECONDS = (3, 5, 9, 17, 33, 65, 129, 257)
+"""After a failed compaction job, the next one of the session runs this many seconds later
+(the n-th failure in a row waits the n-th figure); after the last, the next turn queues one."""
 
 
 def session_lock(session_id: str) -> str:
@@ -75,15 +74,26 @@ def compaction_blueprint() -> Blueprint:
     ``additional_context={"engine": Engine}``."""
     blueprint = Blueprint()
 
-    @blueprint.task(name="compact_session", pass_context=True, retry=COMPACTION_RETRY)
+    @blueprint.task(name="compact_session", pass_context=True)
     def compact_session(
-        context: JobContext, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
+        context: JobContext,
+        *,
+        session_id: str,
+        user_id: str,
+        recent_cap: int,
+        summary_cap: int,
+        assistant_name: str,
+        failures: int = 0,
     ) -> dict[str, Any]:
         """Compact one session now (see the module docstring). Returns what it did.
 
+        On a failed summary (counted by the breaker) or a storage error, queues the session's
+        next job :data:`RETRY_SECONDS` later (``failures`` counts them) and returns. It is a new
+        job rather than a procrastinate retry because a retried job would take the
+        ``queueing_lock`` back, which a job queued by a newer turn may hold.
+
         Raises:
-            StorageError: the database failed (the job is retried).
-            SummarizationError: the summarizer failed, counted by the breaker (the job is retried).
+            StorageError: the database failed and no next job could be queued.
         """
         engine: Engine = context.additional_context["engine"]
         request = CompactionRequest(
@@ -93,24 +103,66 @@ def compaction_blueprint() -> Blueprint:
             summary_cap=summary_cap,
             assistant_name=assistant_name,
         )
-        outcome = engine.runner.compact_now(request)
+        try:
+            outcome = engine.runner.compact_now(request)
+        except StorageError as exc:
+            log.warning(
+                "queue.compaction_failed", session_id=session_id, failures=failures + 1, error=type(exc).__name__
+            )
+            if not _again(context.app, request, failures):
+                raise
+            return {"compacted": False, "error": type(exc).__name__}
         log.info(
             "queue.compaction_ran",
             session_id=session_id,
             job_id=context.job.id,
-            attempts=context.job.attempts,
+            failures=failures,
             ok=outcome.ok if outcome else None,
             rolled_turns=outcome.rolled_turns if outcome else 0,
             summarized=bool(outcome and outcome.summarized),
         )
         if outcome is not None and not outcome.ok:
-            raise SummarizationError(
-                f"Compaction of session {session_id!r} failed ({outcome.error}); the job runs again.",
-                session_id=session_id,
-            )
+            _again(context.app, request, failures)
         return _outcome(outcome)
 
     return blueprint
+
+
+def _defer(
+    app: procrastinate.App, request: CompactionRequest, *, failures: int = 0, delay: float | None = None
+) -> int | None:
+    """Queue ``request``'s job; its id, or ``None`` when one of the session is already waiting.
+
+    Raises:
+        ProcrastinateException: the job could not be stored.
+    """
+    lock = session_lock(request.session_id)
+    options: dict[str, Any] = {"lock": lock, "queueing_lock": lock}
+    if delay is not None:
+        options["schedule_in"] = {"seconds": delay}
+    try:
+        return app.configure_task(COMPACT_TASK, **options).defer(
+            session_id=request.session_id,
+            user_id=request.user_id,
+            recent_cap=request.recent_cap,
+            summary_cap=request.summary_cap,
+            assistant_name=request.assistant_name,
+            failures=failures,
+        )
+    except AlreadyEnqueued:
+        return None
+
+
+def _again(app: procrastinate.App, request: CompactionRequest, failures: int) -> bool:
+    """After a failed job: queue the session's next one :data:`RETRY_SECONDS` later. False when
+    the retries are used up or it could not be stored (the next turn queues one then)."""
+    if failures >= len(RETRY_SECONDS):
+        return False
+    try:
+        _defer(app, request, failures=failures + 1, delay=RETRY_SECONDS[failures])
+    except ProcrastinateException:
+        return False
+    return True
 
 
 def _outcome(outcome: CompactionOutcome | None) -> dict[str, Any]:
@@ -172,30 +224,26 @@ class QueuedCompaction:
         self.app = build_app(database, sync=True, blueprints={})
         self.app.open()
 
-    def schedule(self, request: CompactionRequest, run: CompactNow) -> CompactionOutcome | None:
-        """Defer the job; ``None`` always. A job of the session already waiting covers this one.
+    def schedule(self, request: CompactionRequest, run: CompactNow, due: Due) -> CompactionOutcome | None:
+        """Defer the job when ``due`` says the session is over its cap; ``None`` always. A job of
+        the session already waiting covers this one.
 
         Raises:
             StorageError: the job could not be stored.
         """
-        lock = session_lock(request.session_id)
-        try:
-            job_id = self.app.configure_task(COMPACT_TASK, lock=lock, queueing_lock=lock).defer(
-                session_id=request.session_id,
-                user_id=request.user_id,
-                recent_cap=request.recent_cap,
-                summary_cap=request.summary_cap,
-                assistant_name=request.assistant_name,
-            )
-        except AlreadyEnqueued:
-            log.debug("queue.job_deduplicated", session_id=request.session_id)
+        if not due(request):
             return None
+        try:
+            job_id = _defer(self.app, request)
         except ProcrastinateException as exc:
             raise StorageError(
                 f"The compaction job of session {request.session_id!r} could not be queued ({type(exc).__name__}).",
                 session_id=request.session_id,
             ) from exc
-        log.debug("queue.job_deferred", session_id=request.session_id, job_id=job_id)
+        if job_id is None:
+            log.debug("queue.job_deduplicated", session_id=request.session_id)
+        else:
+            log.debug("queue.job_deferred", session_id=request.session_id, job_id=job_id)
         return None
 
     def close(self) -> None:

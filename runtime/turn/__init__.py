@@ -6,7 +6,7 @@ images) add to every turn at the same points.
 """
 
 from runtime.turn._attachments import AttachmentsExtension, check_attachments
-from runtime.turn._compaction import CompactionRequest, CompactionScheduler, CompactNow, InlineCompaction
+from runtime.turn._compaction import CompactionRequest, CompactionScheduler, CompactNow, Due, InlineCompaction
 from runtime.turn._engine import Engine
 from runtime.turn._extensions import Gathered, TurnExtension
 from runtime.turn._gather import ContextGatherer
@@ -19,6 +19,7 @@ __all__ = [
     "CompactNow",
     "CompactionRequest",
     "CompactionScheduler",
+    "Due",
     "ContextGatherer",
     "Engine",
     "Gathered",

@@ -39,16 +39,19 @@ class CompactionRequest:
 
 CompactNow = Callable[[CompactionRequest], CompactionOutcome | None]
 """Runs one compaction now (:meth:`runtime.turn.TurnRunner.compact_now`)."""
+Due = Callable[[CompactionRequest], bool]
+"""True if a compaction of the request's session would do something now
+(:meth:`runtime.compaction.Compactor.due`); one read of the recent window."""
 
 
 class CompactionScheduler(Protocol):
     """Decides when a session's compaction runs, once the reply is stored."""
 
-    def schedule(self, request: CompactionRequest, run: CompactNow) -> CompactionOutcome | None:
-        """Run ``request`` now with ``run`` and return its outcome, or arrange for it to run
-        later and return ``None``. Raises what ``run`` raises when it runs now
-        (:class:`~errors.StorageError`); a scheduler that defers raises ``StorageError`` when
-        the job cannot be stored."""
+    def schedule(self, request: CompactionRequest, run: CompactNow, due: Due) -> CompactionOutcome | None:
+        """Run ``request`` now with ``run`` and return its outcome, or (when ``due`` says there is
+        something to do) arrange for it to run later and return ``None``. Raises what ``run``
+        raises when it runs now (:class:`~errors.StorageError`); a scheduler that defers raises
+        ``StorageError`` when the job cannot be stored."""
         ...
 
 
@@ -57,5 +60,5 @@ class InlineCompaction:
 
     name = "inline"
 
-    def schedule(self, request: CompactionRequest, run: CompactNow) -> CompactionOutcome | None:
-        return run(request)
+    def schedule(self, request: CompactionRequest, run: CompactNow, due: Due) -> CompactionOutcome | None:
+        return run(request)  # run() checks ``due`` itself, before it takes the lock

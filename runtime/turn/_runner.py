@@ -433,7 +433,11 @@ class TurnRunner:
     def schedule_compaction(self, session_id: str, user_id: str) -> CompactionOutcome | None:
         """Hand the session's compaction to the scheduler: its outcome when it ran inline,
         ``None`` when it was queued or there was nothing to do."""
-        return self.scheduler.schedule(self.request(session_id, user_id), self.compact_now)
+        return self.scheduler.schedule(self.request(session_id, user_id), self.compact_now, self.compaction_due)
+
+    def compaction_due(self, request: CompactionRequest) -> bool:
+        """True if compacting ``request``'s session would roll something out now."""
+        return self.compactor.due(session_id=request.session_id, recent_cap=request.recent_cap)
 
     def compact(self, session_id: str, user_id: str, *, recent_cap: int | None = None) -> CompactionOutcome | None:
         """Compact the session now if its recent window is over ``recent_cap`` (default: the
