@@ -231,3 +231,34 @@ def test_inline_compaction_leaves_no_summary_pending(build, store, fake_llm):
     assert store.compaction_state("s1").compactions >= 1
     context = engine.assemble(user_id="u1", session_id="s1")
     assert context.pending_turns == 0 and jobs(store) == []
+
+
+def test_a_failed_summary_queues_the_sessions_next_job_with_a_backoff(build, store, fake_llm):
+    fake_llm.responder = lambda body: (500, "summary backend down") if body.get("model") == SUMMARY_MODEL else "Ok."
+    engine = build()
+    turns_until_queued(engine, store)
+    drain(engine)
+    assert store.compaction_state("s1").consecutive_failures == 1  # counted by the breaker
+    with store.engine.connect() as conn:
+        status, args, wait = conn.execute(
+            text("SELECT status::text, args, scheduled_at - now() FROM procrastinate_jobs")
+        ).one()
+    assert status == "todo" and args["failures"] == 1 and wait > timedelta(seconds=1)
+
+
+def test_serve_runs_a_queue_worker_for_its_lifespan(build, store, fake_llm):
+    from fastapi.testclient import TestClient
+
+    from runtime.service.api import create_app
+
+    slow_summaries(fake_llm, 0.0)
+    engine = build()
+    with TestClient(create_app(engine, job_worker=True)) as client:
+        assert client.get("/healthz").status_code == 200
+        for i in range(6):  # enough to go over the recent cap
+            turn(engine, i)
+        deadline = time.monotonic() + 30
+        while (over_cap(store, "s1") or jobs(store)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert store.compaction_state("s1").compactions >= 1 and not over_cap(store, "s1")
+    assert jobs(store) == []
