@@ -10,8 +10,9 @@ and the summary model are the loopback fake (``tests/fake_llm.py``): replies com
 each summary after ``--summary-seconds``. ``COMPANION_SUMMARIZER=model``. For each mode
 (``queue``: a procrastinate job run by an in-process :class:`runtime.service.QueueWorker`;
 ``inline``: the compaction runs in the turn's thread after the reply) it runs the turns of
-one session and reports the median and p95 wall time of the turns after whose reply a
-compaction was due, and of the others. Turn texts are about 60 words (user) and 40 (reply).
+one session and reports the median and p95 wall time of the turns that triggered a compaction
+(ran one inline, or queued a new job) and of the others. In queue mode the in-process worker
+compacts while later turns run, so those turns share the CPU with its embedding. Turn texts are about 60 words (user) and 40 (reply).
 """
 
 from __future__ import annotations
@@ -32,15 +33,31 @@ import runtime  # noqa: E402,F401  (offline defaults for litellm)
 
 
 class Recording:
-    """A scheduler wrapper that remembers whether the last turn's compaction was due."""
+    """A scheduler wrapper that remembers whether the last turn triggered a compaction: ran one
+    (inline) or queued a new job (queue; a turn whose job was already waiting did not)."""
 
-    def __init__(self, inner) -> None:
+    def __init__(self, inner, db) -> None:
         self.inner = inner
+        self.db = db
         self.last = False
 
+    def _newest_job(self) -> int:
+        from sqlalchemy import text
+
+        with self.db.connect() as conn:
+            return (
+                conn.execute(text("SELECT coalesce(pg_sequence_last_value('procrastinate_jobs_id_seq'), 0)")).scalar()
+                or 0
+            )
+
     def schedule(self, request, run, due):
-        self.last = due(request)
-        return self.inner.schedule(request, run, lambda r: self.last)
+        if getattr(self.inner, "name", "") == "inline":
+            self.last = due(request)
+            return self.inner.schedule(request, run, due)
+        before = self._newest_job()
+        outcome = self.inner.schedule(request, run, due)
+        self.last = self._newest_job() > before
+        return outcome
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -103,7 +120,7 @@ def run(turns: int, summary_seconds: float, window: int) -> dict:
         replier = LiteLLMReplier(model="openai/fake-model", api_base=fake.api_base, api_key="sk-bench", timeout=30)
         for mode in ("queue", "inline"):
             queued = QueuedCompaction(db) if mode == "queue" else None
-            recording = Recording(queued or InlineCompaction())
+            recording = Recording(queued or InlineCompaction(), db)
             engine = Engine(
                 settings=settings, store=Store(db), embedder=embedder, persona=persona, replier=replier,
                 compaction=recording,

@@ -3,7 +3,7 @@
 Why procrastinate (over pgqueuer, the other well-kept PostgreSQL queue): per-job ``lock``
 (jobs sharing it run one at a time, across workers) and ``queueing_lock`` (at most one job
 sharing it waits in the queue) are built in, and they are exactly what a session's compaction
-needs; sync tasks run in worker threads, which suits our blocking engine; retries with backoff,
+needs; sync tasks run in worker threads, which suits our blocking engine; scheduled jobs,
 periodic tasks and namespaced task groups (blueprints) come with it; its schema is plain SQL
 shipped in the package, applied by our own alembic migration (``0014_job_queue``). pgqueuer is
 async-only and has no per-key serialization.
@@ -34,7 +34,8 @@ of workers on any number of machines share the queue.
 
 Events (structlog, ``companion.queue``): ``queue.job_deferred`` (session_id, job_id),
 ``queue.job_deduplicated`` (session_id), ``queue.compaction_ran`` (session_id, rolled_turns,
-summarized, ok, failures), ``queue.compaction_failed`` (session_id, failures, error class), ``queue.worker_started``, ``queue.worker_stopped``.
+summarized, ok, failures), ``queue.compaction_failed`` (session_id, failures, error class),
+``queue.worker_started``, ``queue.worker_stopped``, ``queue.worker_failed``.
 """
 
 from __future__ import annotations
@@ -282,14 +283,17 @@ class QueueWorker:
         self._thread = threading.Thread(target=self._run, name=f"queue-worker-{self.name}", daemon=True)
         self._thread.start()
         self._ready.wait(30)
+        if self.error is not None:
+            raise StorageError(f"The queue worker could not start ({type(self.error).__name__}).") from self.error
         log.info("queue.worker_started", worker=self.name, concurrency=self.concurrency)
         return self
 
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-        except BaseException as exc:  # noqa: BLE001 -- kept for stop() to report; the thread must not die silently
+        except BaseException as exc:  # noqa: BLE001 -- kept for start() to raise; the thread must not die silently
             self.error = exc
+            log.error("queue.worker_failed", worker=self.name, error=type(exc).__name__, exc_info=exc)
             self._ready.set()
 
     async def _main(self) -> None:
