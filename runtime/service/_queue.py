@@ -232,8 +232,16 @@ class QueuedCompaction:
         Raises:
             StorageError: the job could not be stored.
         """
-        if not due(request):
-            return None
+        if due(request):
+            self.defer(request)
+        return None
+
+    def defer(self, request: CompactionRequest) -> int | None:
+        """Queue ``request``'s job now: its id, or ``None`` when one of the session is already waiting.
+
+        Raises:
+            StorageError: the job could not be stored.
+        """
         try:
             job_id = _defer(self.app, request)
         except ProcrastinateException as exc:
@@ -245,7 +253,7 @@ class QueuedCompaction:
             log.debug("queue.job_deduplicated", session_id=request.session_id)
         else:
             log.debug("queue.job_deferred", session_id=request.session_id, job_id=job_id)
-        return None
+        return job_id
 
     def close(self) -> None:
         self.app.close()
