@@ -7,7 +7,9 @@ Event names used by the runtime: ``turn.completed``, ``turn.reply_failed``,
 ``breaker.failures_cleared``, ``breaker.reset`` (see ``runtime/compaction.py``);
 ``job.session_closed``, ``job.session_failed``, ``job.run_completed``,
 ``job.scheduler_started``, ``job.scheduler_stopping``, ``job.scheduler_stopped``
-(``runtime/jobs.py``); ``api.error``, ``api.unexpected_error`` (``runtime/api/errors.py``).
+(``runtime/jobs.py``); ``queue.job_deferred``, ``queue.job_deduplicated``,
+``queue.compaction_ran``, ``queue.compaction_failed``, ``queue.worker_started``,
+``queue.worker_stopped`` (``runtime/service/_queue.py``); ``api.error``, ``api.unexpected_error`` (``runtime/api/errors.py``).
 """
 
 from __future__ import annotations

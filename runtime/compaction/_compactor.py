@@ -202,6 +202,18 @@ class Compactor:
             return "half_open"
         return "open"
 
+    def due(self, *, session_id: str, recent_cap: int) -> bool:
+        """True if the session's recent window is over ``recent_cap`` tokens with exchanges that
+        may roll out: a compaction would do something now. A read, without the lock."""
+        return bool(
+            plan_rollout(
+                self.store.turns(session_id, state=TurnState.context),
+                cap=recent_cap,
+                target=self.target,
+                keep_exchanges=self.keep_exchanges,
+            )
+        )
+
     def maybe_compact(
         self, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
     ) -> CompactionOutcome | None:

@@ -42,7 +42,8 @@ class Engine(EngineParts):
         attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
     ) -> TurnResult:
-        """Run one turn: store the user message, assemble the context, reply, store the reply.
+        """Run one turn: store the user message, assemble the context, reply, store the reply,
+        then hand the session's compaction to the engine's scheduler (run at once, or queued).
 
         One session runs one turn at a time: the turn claims its session (:meth:`claim`) before it
         stores anything, unless the caller passes the ``claim`` it holds (and releases).

@@ -20,6 +20,7 @@ from runtime.config import Settings
 from runtime.files import FileServices, ParseService
 from runtime.llm import Replier, Transcriber
 from runtime.turn._attachments import AttachmentsExtension, FileTool
+from runtime.turn._compaction import CompactionScheduler
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
@@ -40,6 +41,8 @@ class EngineParts:
         file_services: storage, parsing and reading of files; without them attachments are refused.
         transcriber: describes images for a text-only reply model; by default one built from the
             ``COMPANION_VISION_*`` settings.
+        compaction: when a session's compaction runs after the reply; by default at once
+            (:class:`~runtime.turn.InlineCompaction`).
     """
 
     settings: Settings
@@ -78,6 +81,7 @@ class EngineParts:
         counter: TokenCounter | None = None,
         file_services: FileServices | None = None,
         transcriber: Transcriber | None = None,
+        compaction: CompactionScheduler | None = None,
     ) -> None:
         self.settings, self.store, self.embedder, self.persona = settings, store, embedder, persona
         self.replier, self.file_services = replier, file_services
@@ -136,6 +140,7 @@ class EngineParts:
             replier=replier,
             persona_name=persona.name,
             extensions=extensions,
+            scheduler=compaction,
         )
         self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles, persona=persona)
 
@@ -154,4 +159,5 @@ class EngineParts:
             counter=self.counter,
             file_services=self.file_services,
             transcriber=self.images.transcriber,
+            compaction=self.runner.scheduler,
         )

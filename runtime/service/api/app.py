@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import Depends, FastAPI
 
 from memory.apps import Directory
@@ -14,7 +17,7 @@ from runtime.turn import Engine
 API_VERSION = "1"
 
 
-def create_app(engine: Engine) -> FastAPI:
+def create_app(engine: Engine, *, job_worker: bool = False) -> FastAPI:
     """The HTTP API on ``engine`` (shared by every request; blocking calls run in threads).
 
     Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`), files
@@ -22,8 +25,28 @@ def create_app(engine: Engine) -> FastAPI:
     ``POST /v1/chat/completions`` (:mod:`runtime.service.api.openai_compat`), ``GET /healthz``
     (no key needed), the playground page at ``/`` and ``/playground`` (:mod:`runtime.service.api.playground`;
     the page needs no key, its data calls do), and the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``).
+
+    With ``job_worker`` the app runs a queue worker (:class:`runtime.service.QueueWorker`) for
+    its lifespan: started before the first request, stopped (the job in progress finishing)
+    at shutdown, when the engine's queued-compaction pool is closed too.
     """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from runtime.service._queue import QueueWorker
+
+        worker = QueueWorker(engine, name="serve").start() if job_worker else None
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
+            close = getattr(engine.runner.scheduler, "close", None)
+            if close is not None:
+                close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="companion-runtime",
         version=API_VERSION,
         description="Long-running companion chat with managed memory. Authenticate with "
