@@ -135,9 +135,7 @@ WHERE a.id = u.id
 """
 
 
-def reindex(
-    conn: Connection, *, method: CjkMethod = CJK_METHOD, user_id: str | None = None, batch: int = 2000
-) -> int:
+def reindex(conn: Connection, *, method: CjkMethod = CJK_METHOD, user_id: str | None = None, batch: int = 2000) -> int:
     """Recompute the stored ``search`` of every archived segment that contains CJK text.
 
     Segments without CJK characters are left alone (their tsvector has no CJK part).

@@ -88,7 +88,7 @@ def test_cjk_terms_are_jieba_search_words_and_kana_bigrams(text_, terms):
 
 
 def test_a_one_character_word_finds_its_segment_where_no_character_bigram_does(store, embedder):
-    """"猫最近好吗？" shares no bigram with the cat segment ("猫最" is not in "一只猫"), only the
+    """The query "猫最近好吗？" shares no bigram with the cat segment ("猫最" is not in "一只猫"), only the
     word 猫; its bigram 最近 is in two other segments, so by bigrams those come back instead."""
     query = "猫最近好吗？"
     _archive(store, embedder, user_id="li", contents=[CAT, *OTHERS])
