@@ -5,8 +5,8 @@ Up to three rankers run over the same rows, one user's segments only:
 - **vector**: pgvector cosine distance (``<=>``) between the query embedding and each
   segment's key embedding, exact (every row of that user is scored);
 - **full text**: the query's lexemes (``companion_search_terms``: English stemming and
-  stop words, plus CJK character bigrams; migration 0002) matched against the
-  generated ``search`` tsvector of each segment's verbatim content. A segment scores
+  stop words by PostgreSQL, plus CJK words by jieba, :mod:`memory.fulltext`) matched
+  against the stored ``search`` tsvector of each segment's verbatim content. A segment scores
   ``Σ idf(t) · ts_rank(search, t)`` over the query terms ``t`` it contains, with
   ``idf(t) = ln(1 + (N − df + 0.5) / (df + 0.5))`` over the user's N segments (the BM25
   idf of Robertson & Zaragoza 2009), because ``ts_rank`` alone has no notion of how
@@ -53,6 +53,7 @@ from sqlalchemy import Engine, Row, bindparam, text
 
 from memory.database import storage_errors
 from memory.dates import TimeSpan
+from memory.fulltext import CJK_METHOD, CjkMethod, cjk_terms
 
 RRF_K = 10
 """The reciprocal-rank-fusion constant k. Cormack et al. (2009) use 60 for fusing long
@@ -115,7 +116,7 @@ vec AS (
 ),
 terms AS (
     SELECT t, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
-    FROM unnest(companion_search_terms(CAST(:qt AS text))) AS t
+    FROM unnest(companion_search_terms(CAST(:qt AS text), CAST(:cjk AS text[]))) AS t
 ),
 df AS (
     SELECT terms.t, terms.tq, count(mine.id) AS df, (SELECT count(*) FROM mine) AS n
@@ -184,6 +185,7 @@ def recall_segments(
     when: Sequence[TimeSpan] | None = None,
     date_weight: float = DATE_WEIGHT,
     session_cap: int | None = None,
+    cjk: CjkMethod = CJK_METHOD,
 ) -> list[RecalledSegment]:
     """The best segments of ``user_id`` for a query, best first.
 
@@ -208,11 +210,14 @@ def recall_segments(
         session_cap: if set, at most this many hits of one conversation day (session
             and calendar date of ``session_date``) come before the hits of other days;
             the rest follow in their order. ``None``: score order only.
+        cjk: how the query's CJK text becomes lexemes (:func:`memory.fulltext.cjk_terms`);
+            it must be the method the segments were stored with (:data:`~memory.fulltext.CJK_METHOD`).
     """
     exclude = ""
     params: dict[str, Any] = {"user_id": user_id, "q": list(query_embedding), "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
     params["qt"] = query_text or ""
+    params["cjk"] = cjk_terms(query_text or "", method=cjk)
     exclude_near = ""
     if exclude_session_id is not None and exclude_from_seq is not None:
         exclude = " AND NOT (session_id = :xs AND last_seq >= :xseq)"

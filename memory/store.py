@@ -26,6 +26,7 @@ from sqlalchemy import CursorResult, Engine, func, text, update
 from sqlmodel import Session, col, select
 
 from memory.database import lock_engine, storage_errors
+from memory.fulltext import search_vector
 
 if TYPE_CHECKING:
     from memory.files import FileStore
@@ -484,6 +485,7 @@ class Store:
                     tokens=seg.tokens,
                     session_date=seg.session_date,
                     embedding=seg.embedding,
+                    search=search_vector(seg.content),
                 )
             )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Column, DateTime, Text
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlmodel import Field, SQLModel
 
 SummaryItemJSON = dict[str, str | int | None]
@@ -156,6 +156,9 @@ class ArchivedSegment(SQLModel, table=True):
     """When the segment's first turn was said."""
     embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
     """``vector(N)``; N is fixed by the migration from the embedding model."""
+    search: Any = Field(default=None, sa_column=Column(TSVECTOR, nullable=False))
+    """Full-text lexemes of ``content``: written as :func:`memory.fulltext.search_vector` (English
+    stems by PostgreSQL, CJK words by jieba), matched by recall."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
 
 

@@ -10,14 +10,15 @@ or ``DATABASE_URL`` (a fresh database is created on that server). The schema is 
 runtime's own (all migrations). Rows:
 
 - text: synthetic chat lines, 8–30 words from a 5,000-word vocabulary (Zipf-like), so
-  the generated full-text column and the lexeme statistics are realistic in size;
+  the full-text column and the lexeme statistics are realistic in size;
 - embeddings: ``random`` unit vectors of 384 floats (the default, and the only
   practical choice at 1M on a CPU: the output says so), or ``real`` all-MiniLM-L6-v2
   embeddings of the synthetic text (for small runs);
 - users: each row belongs to a uniformly random user, so one user's rows are spread
   over the table as they would be after months of interleaved chats.
 
-Rows are loaded with binary ``COPY`` with the indexes dropped; the ``user_id`` btree
+Rows are loaded with binary ``COPY`` into a staging table and moved with their
+``search`` tsvector computed (``companion_search_vector``), with the indexes dropped; the ``user_id`` btree
 and (``--hnsw``, the default) the HNSW index are built afterwards, and their build
 times reported (``maintenance_work_mem`` 2GB, ``max_parallel_maintenance_workers`` 2).
 
@@ -129,9 +130,13 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, batch: 
     conn.commit()
     seq = [0] * users
     copied = 0
-    sql = (
-        "COPY archived_segments (user_id, session_id, first_seq, last_seq, content, tokens, session_date, embedding) "
-        "FROM STDIN WITH (FORMAT BINARY)"
+    columns = "user_id, session_id, first_seq, last_seq, content, tokens, session_date, embedding"
+    with conn.cursor() as cur:  # COPY cannot compute the search tsvector: stage, then INSERT … SELECT
+        cur.execute(f"CREATE TEMP TABLE staged AS SELECT {columns} FROM archived_segments WITH NO DATA")
+    sql = f"COPY staged ({columns}) FROM STDIN WITH (FORMAT BINARY)"
+    move = (
+        f"INSERT INTO archived_segments ({columns}, search) "
+        f"SELECT {columns}, companion_search_vector(content, '{{}}') FROM staged; TRUNCATE staged"
     )
     while copied < segments:
         n = min(batch, segments - copied)
@@ -159,6 +164,7 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, batch: 
                         vecs[i],
                     )
                 )
+        conn.execute(move)  # the synthetic text is English: no CJK lexemes
         conn.commit()
         copied += n
         if copied % 200_000 == 0 or copied == segments:

@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/eval_recall.py --data FILE [--split tune|report|all] [--budgets 250,500,1000,2000]
-        [--haystack] [--components dates,names,diversity] [--embedder minilm|use] [--cjk bigrams|jieba]
+        [--haystack] [--components dates,names,diversity] [--embedder minilm|use] [--cjk words|search|bigrams|words+bigrams]
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
         [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--json out.json]
@@ -38,9 +38,10 @@ runtime uses): ``dates`` (periods the question names rank segments of that perio
 :mod:`memory.dates`), ``names`` (segment lines and keys carry the user's display name
 instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
 day before other days'). ``none`` turns all off. ``--embedder use`` measures the
-multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2; ``--cjk jieba``
-indexes Chinese by jieba's words instead of character bigrams (both need the
-``eval`` extra).
+multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2 (needs the ``eval``
+extra); ``--cjk`` stores and queries CJK text by another method of
+:func:`memory.fulltext.cjk_terms` than the runtime's (``bigrams``: character bigrams,
+what the runtime used before jieba words).
 Query enrichment from recent turns needs a conversation before the question, which
 these standalone questions lack; its tests pin it instead.
 
@@ -75,6 +76,7 @@ if str(REPO) not in sys.path:
 import runtime  # noqa: E402,F401  (offline defaults for litellm/tiktoken first)
 from memory import archive  # noqa: E402
 from memory.database import make_engine, upgrade  # noqa: E402
+from memory.fulltext import CJK_METHOD, CJK_METHODS, reindex  # noqa: E402
 from memory.recall import EXPAND_HITS, RRF_K, recall_segments  # noqa: E402
 from memory.store import NewSegment, Store  # noqa: E402
 from memory.tables import Turn  # noqa: E402
@@ -231,7 +233,7 @@ def retrieval_only(
         NewSegment(
             first_seq=d.first_seq,
             last_seq=d.last_seq,
-            content=_cjk(d.content, args),
+            content=d.content,
             tokens=counter.count_text(d.content),
             session_date=d.session_date,
             embedding=v,
@@ -249,6 +251,9 @@ def retrieval_only(
         summary_last_seq=1,
         summary_tokens=1,
     )
+    if args.cjk != CJK_METHOD:  # the store wrote the runtime's CJK lexemes; measure another method
+        with store.engine.begin() as conn:
+            reindex(conn, method=args.cjk, user_id=user_id)
     by_id = {t.turn_id: seq_of[id(t)] for t in conv.turns if t.turn_id}
     asked_at = conv.turns[-1].at + timedelta(days=1)
     items = [(qa, [by_id[e] for e in qa.evidence if e in by_id]) for qa in conv.qa if qa.category in categories]
@@ -264,26 +269,6 @@ def retrieval_only(
             covered = sum(1 for e in evidence if any(s.first_seq <= e <= s.last_seq for s in packed))
             tally.add_found(category, budget, covered, sum(s.tokens for s in packed))
     return tally
-
-
-JIEBA_TERMS = """
-CREATE OR REPLACE FUNCTION companion_cjk_bigrams(doc text) RETURNS text[]
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
-    SELECT coalesce(array_agg(DISTINCT m[1]), '{}')
-    FROM regexp_matches(doc, '([\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]+)', 'g') AS m
-$fn$
-"""
-"""``--cjk jieba``: every run of CJK characters is one lexeme; the eval separates jieba's
-words by spaces in both the stored content and the query, so each word is a lexeme."""
-
-
-def _cjk(text: str, args) -> str:
-    """``text`` as stored and searched: unchanged for bigrams; jieba's words space-separated for ``--cjk jieba``."""
-    if args.cjk != "jieba":
-        return text
-    import jieba
-
-    return " ".join(w for w in jieba.cut(text) if w.strip())
 
 
 def _pack(found, budget: int):
@@ -318,7 +303,7 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         store.engine,
         user_id=user_id,
         query_embedding=qvec,
-        query_text=_cjk(question, args) if args.mode == "hybrid" else None,
+        query_text=question if args.mode == "hybrid" else None,
         limit=args.pool * 2,
         pool=args.pool,
         token_budget=None,
@@ -327,6 +312,7 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         rrf_k=args.rrf_k,
         when=when,
         session_cap=args.session_cap if "diversity" in args.on else None,
+        cjk=args.cjk,
     )
 
 
@@ -365,9 +351,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=["minilm", "use"], default="minilm")
     parser.add_argument(
         "--cjk",
-        choices=["bigrams", "jieba"],
-        default="bigrams",
-        help="Chinese full-text lexemes: character bigrams (the runtime's) or jieba words",
+        choices=CJK_METHODS,
+        default=CJK_METHOD,
+        help=f"CJK full-text lexemes (memory.fulltext; the runtime's: {CJK_METHOD})",
     )
     parser.add_argument("--unit", choices=["turn", "exchange"], default=archive.UNIT)
     parser.add_argument("--key", choices=["content", "user", "context", "window"], default=archive.KEY)
@@ -404,9 +390,6 @@ def main(argv: list[str] | None = None) -> int:
     embedder = _embedder(args.embedder, args.cache)
     server, db = _database(os.environ.get("DATABASE_URL"), embedder.dimension)
     try:
-        if args.cjk == "jieba":
-            with db.begin() as conn:
-                conn.exec_driver_sql(JIEBA_TERMS)
         store = Store(db)
         counter = counter_for(Settings().model)
         print(

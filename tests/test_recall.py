@@ -1,4 +1,4 @@
-"""Hybrid recall on the real database with the real embedder: full text, CJK bigrams, the user filter."""
+"""Hybrid recall on the real database with the real embedder: full text, CJK words, the user filter."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import text
 
 from memory.archive import build_segments
+from memory.fulltext import cjk_terms
 from memory.recall import RRF_K, recall_segments
 from memory.store import NewSegment
 from memory.tables import Turn
@@ -94,13 +95,14 @@ def test_full_text_finds_a_rare_exact_word_that_the_embedding_ranks_low(store, e
     assert all(s.text_rank is None for s in hybrid[1:])
 
 
-def test_chinese_matches_by_character_bigrams_without_spaces(store, embedder):
+def test_chinese_matches_by_words_without_spaces(store, embedder):
     _archive(store, embedder, user_id="li", session_id="li-1", contents=CHINESE)
     with store.engine.connect() as conn:
-        bigrams = conn.execute(text("SELECT companion_cjk_bigrams('去杭州旅游')")).scalar()
-        terms = conn.execute(text("SELECT companion_search_terms('I went to 杭州')")).scalar()
-    assert sorted(bigrams) == sorted(["去杭", "杭州", "州旅", "旅游"])
-    assert "杭州" in terms and "went" in terms  # English lexemes and bigrams side by side
+        terms = conn.execute(
+            text("SELECT companion_search_terms('I went to 杭州', CAST(:cjk AS text[]))"), {"cjk": cjk_terms("杭州")}
+        ).scalar()
+    assert cjk_terms("去杭州旅游") == ["去", "杭州", "旅游"]
+    assert "杭州" in terms and "went" in terms  # English lexemes and CJK words side by side
 
     found = _recall(store, embedder, "li", "你还记得我去杭州玩的事吗？", limit=2)
     assert found[0].content == CHINESE[0]
