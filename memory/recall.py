@@ -49,7 +49,7 @@ from datetime import datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Engine, Row, bindparam, text
+from sqlalchemy import Connection, Engine, Row, bindparam, text
 
 from memory.database import storage_errors
 from memory.dates import TimeSpan
@@ -77,6 +77,18 @@ Off because it did not pay: with 2, LoCoMo evidence recall at 1,000 tokens fell 
 tuning conversations (conv-26 74.4 → 71.9 %, conv-41 75.2 → 74.3 %, conv-44 52.2 → 49.3 %;
 ``scripts/eval_recall.py --components diversity --session-cap 2``)."""
 
+INDEX_FROM = 5_000
+"""Segments of one user from which the vector ranker uses the HNSW index (if the user's
+share of the table is also at least :data:`INDEX_SHARE`); below it, exact search."""
+INDEX_SHARE = 0.05
+"""The user's least share of the archive table (``pg_class.reltuples``) for the index path.
+An iterative scan visits about ``pool / share`` rows to find ``pool`` of the user's."""
+EF_SEARCH = 100
+"""Least ``hnsw.ef_search`` of the index path (it is at least ``pool``)."""
+MAX_SCAN_TUPLES = 50_000
+"""``hnsw.max_scan_tuples`` of the index path: rows an iterative scan may visit (pgvector's
+default is 20,000); with :data:`INDEX_SHARE` it covers a pool of 2,500."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RecalledSegment:
@@ -103,42 +115,67 @@ class RecalledSegment:
 
 
 _RANKED = """
-WITH mine AS MATERIALIZED (
-    SELECT id, session_id, first_seq, last_seq, content, tokens, session_date, search,
-           embedding <=> CAST(:q AS vector) AS distance
+WITH {vec_cte},
+terms AS (
+    SELECT t, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
+    FROM unnest(companion_search_terms(CAST(:qt AS text))) AS t
+),
+hits AS MATERIALIZED (
+    SELECT id, search FROM archived_segments
+    WHERE user_id = :user_id{exclude}
+      AND search @@ (SELECT CAST(string_agg(CAST(tq AS text), ' | ') AS tsquery) FROM terms)
+),
+df AS (
+    SELECT terms.t, terms.tq, count(hits.id) AS df,
+           coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0){excluded_count} AS n
+    FROM terms LEFT JOIN hits ON hits.search @@ terms.tq
+    GROUP BY terms.t, terms.tq
+),
+fts_score AS (
+    SELECT hits.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(hits.search, df.tq)) AS s
+    FROM hits JOIN df ON hits.search @@ df.tq
+    GROUP BY hits.id
+),
+fts AS (
+    SELECT id, row_number() OVER (ORDER BY s DESC, id) AS r
+    FROM fts_score ORDER BY s DESC, id LIMIT :pool
+){dated_cte},
+found AS (SELECT id FROM vec UNION SELECT id FROM fts{dated_union})
+SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date,
+       m.embedding <=> CAST(:q AS vector) AS distance,
+       vec.r AS vector_rank, fts.r AS text_rank,
+       coalesce(1.0 / (:k + vec.r), 0) + coalesce(1.0 / (:k + fts.r), 0){dated_score} AS score
+FROM found JOIN archived_segments AS m ON m.id = found.id
+LEFT JOIN vec ON vec.id = m.id LEFT JOIN fts ON fts.id = m.id{dated_join}
+ORDER BY score DESC, distance, m.id
+LIMIT :limit
+"""
+
+_VEC_EXACT = """mine AS MATERIALIZED (
+    SELECT id, embedding <=> CAST(:q AS vector) AS distance
     FROM archived_segments
     WHERE user_id = :user_id{exclude}
 ),
 vec AS (
     SELECT id, row_number() OVER (ORDER BY distance, id) AS r
     FROM mine ORDER BY distance, id LIMIT :pool
+)"""
+"""The vector ranker, exact: every row of the user scored (``MATERIALIZED``, so the planner
+cannot swap in the HNSW index)."""
+
+_VEC_INDEX = """near AS MATERIALIZED (
+    SELECT id, embedding <=> CAST(:q AS vector) AS distance
+    FROM archived_segments
+    WHERE user_id = :user_id{exclude}
+    ORDER BY embedding <=> CAST(:q AS vector)
+    LIMIT :pool
 ),
-terms AS (
-    SELECT t, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
-    FROM unnest(companion_search_terms(CAST(:qt AS text))) AS t
-),
-df AS (
-    SELECT terms.t, terms.tq, count(mine.id) AS df, (SELECT count(*) FROM mine) AS n
-    FROM terms LEFT JOIN mine ON mine.search @@ terms.tq
-    GROUP BY terms.t, terms.tq
-),
-fts_score AS (
-    SELECT mine.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(mine.search, df.tq)) AS s
-    FROM mine JOIN df ON mine.search @@ df.tq
-    GROUP BY mine.id
-),
-fts AS (
-    SELECT id, row_number() OVER (ORDER BY s DESC, id) AS r
-    FROM fts_score ORDER BY s DESC, id LIMIT :pool
-){dated_cte}
-SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date, m.distance,
-       vec.r AS vector_rank, fts.r AS text_rank,
-       coalesce(1.0 / (:k + vec.r), 0) + coalesce(1.0 / (:k + fts.r), 0){dated_score} AS score
-FROM mine AS m LEFT JOIN vec ON vec.id = m.id LEFT JOIN fts ON fts.id = m.id{dated_join}
-WHERE vec.r IS NOT NULL OR fts.r IS NOT NULL{dated_where}
-ORDER BY score DESC, m.distance, m.id
-LIMIT :limit
-"""
+vec AS (
+    SELECT id, row_number() OVER (ORDER BY distance, id) AS r
+    FROM near ORDER BY distance, id
+)"""
+"""The vector ranker over the HNSW index: an iterative scan (``relaxed_order``) that goes on
+until ``pool`` rows of the user are found, then re-sorted by exact distance."""
 
 _QUERY_VECTOR = bindparam("q", type_=Vector())
 """``:q``, the query embedding: pgvector's SQLAlchemy type writes the vector literal."""
@@ -146,14 +183,21 @@ _QUERY_VECTOR = bindparam("q", type_=Vector())
 _DATED_CTE = """,
 dated AS (
     SELECT id, row_number() OVER (ORDER BY distance, id) AS r
-    FROM mine
-    WHERE EXISTS (SELECT 1 FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e)
-                  WHERE mine.session_date >= w.s AND mine.session_date < w.e)
+    FROM (
+        SELECT a.id, a.embedding <=> CAST(:q AS vector) AS distance
+        FROM archived_segments AS a
+        WHERE a.id IN (
+            SELECT s.id
+            FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e)
+            JOIN archived_segments AS s
+              ON s.user_id = :user_id AND s.session_date >= w.s AND s.session_date < w.e
+        ){exclude_a}
+    ) AS spans
     ORDER BY distance, id LIMIT :pool
 )"""
 _DATED_SCORE = " + coalesce(:date_weight / (:k + dated.r), 0)"
 _DATED_JOIN = " LEFT JOIN dated ON dated.id = m.id"
-_DATED_WHERE = " OR dated.r IS NOT NULL"
+_DATED_UNION = " UNION SELECT id FROM dated"
 
 _NEIGHBOURS = """
 SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
@@ -184,6 +228,7 @@ def recall_segments(
     when: Sequence[TimeSpan] | None = None,
     date_weight: float = DATE_WEIGHT,
     session_cap: int | None = None,
+    vector_index: bool | None = None,
 ) -> list[RecalledSegment]:
     """The best segments of ``user_id`` for a query, best first.
 
@@ -208,34 +253,47 @@ def recall_segments(
         session_cap: if set, at most this many hits of one conversation day (session
             and calendar date of ``session_date``) come before the hits of other days;
             the rest follow in their order. ``None``: score order only.
+        vector_index: ``True`` ranks by vector over the HNSW index, ``False`` exactly over
+            every row of the user; ``None`` (the default) chooses by the user's archive size
+            and share of the table (:data:`INDEX_FROM`, :data:`INDEX_SHARE`).
+
+    Raises:
+        StorageError: the database failed (``memory.database.storage_errors``).
     """
     exclude = ""
     params: dict[str, Any] = {"user_id": user_id, "q": list(query_embedding), "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
     params["qt"] = query_text or ""
-    exclude_near = ""
+    exclude_near = exclude_a = excluded_count = ""
     if exclude_session_id is not None and exclude_from_seq is not None:
         exclude = " AND NOT (session_id = :xs AND last_seq >= :xseq)"
         exclude_near = " AND NOT (s.session_id = :xs AND s.last_seq >= :xseq)"
+        exclude_a = " AND NOT (a.session_id = :xs AND a.last_seq >= :xseq)"
+        excluded_count = (
+            " - (SELECT count(*) FROM archived_segments"
+            " WHERE user_id = :user_id AND session_id = :xs AND last_seq >= :xseq)"
+        )
         params.update(xs=exclude_session_id, xseq=int(exclude_from_seq))
-    parts = {"dated_cte": "", "dated_score": "", "dated_join": "", "dated_where": ""}
+    parts = {"dated_cte": "", "dated_score": "", "dated_join": "", "dated_union": ""}
     if when:
         parts = {
-            "dated_cte": _DATED_CTE,
+            "dated_cte": _DATED_CTE.format(exclude_a=exclude_a),
             "dated_score": _DATED_SCORE,
             "dated_join": _DATED_JOIN,
-            "dated_where": _DATED_WHERE,
+            "dated_union": _DATED_UNION,
         }
         params.update(
             when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight)
         )
     with storage_errors(exclude_session_id), engine.connect() as conn:
-        hits = [
-            _segment(r)
-            for r in conn.execute(
-                text(_RANKED.format(exclude=exclude, **parts)).bindparams(_QUERY_VECTOR), params
-            ).fetchall()
-        ]
+        use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
+        if use_index:  # this transaction only: recall is a read, and the connection goes back to the pool as it was
+            conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
+            conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(params['pool'], EF_SEARCH)}"))
+            conn.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}"))
+        vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude)
+        sql = _RANKED.format(vec_cte=vec_cte, exclude=exclude, excluded_count=excluded_count, **parts)
+        hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
         if session_cap is not None:
             hits = _cap_per_day(hits, session_cap)
         near: Sequence[Row[Any]] = []
@@ -267,6 +325,22 @@ def recall_segments(
             if left is not None:
                 left -= seg.tokens
     return out
+
+
+def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
+    """Whether the HNSW path is the one to take for ``user_id``: a large archive that is a
+    large share of the table. One primary-key read and one catalog read."""
+    row = conn.execute(
+        text(
+            "SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0), "
+            "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass))"
+        ),
+        {"u": user_id},
+    ).one()
+    mine, table = int(row[0]), float(row[1] or 0)
+    if mine < max(INDEX_FROM, pool):
+        return False
+    return table <= 0 or mine / max(table, mine) >= INDEX_SHARE
 
 
 ENRICH_WORDS = 4
