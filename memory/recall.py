@@ -287,10 +287,14 @@ def recall_segments(
         )
     with storage_errors(exclude_session_id), engine.connect() as conn:
         use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
-        if use_index:  # this transaction only: recall is a read, and the connection goes back to the pool as it was
-            conn.execute(text("SET LOCAL hnsw.iterative_scan = relaxed_order"))
-            conn.execute(text(f"SET LOCAL hnsw.ef_search = {max(params['pool'], EF_SEARCH)}"))
-            conn.execute(text(f"SET LOCAL hnsw.max_scan_tuples = {MAX_SCAN_TUPLES}"))
+        if use_index:  # SET LOCAL: this transaction only; recall is a read and the connection returns to the pool as it was
+            conn.execute(
+                text(
+                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.ef_search', :ef, true), set_config('hnsw.max_scan_tuples', :scan, true)"
+                ),
+                {"ef": str(max(params["pool"], EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
+            )
         vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude)
         sql = _RANKED.format(vec_cte=vec_cte, exclude=exclude, excluded_count=excluded_count, **parts)
         hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
