@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--quality", action="store_true", help="also LoCoMo recall at 1,000 tokens, index vs exact")
+    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/locomo_dev7.json"), help="LoCoMo file")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         db.dispose()
         if args.quality:
-            results["quality"] = quality()
+            results["quality"] = quality(args.data)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1, default=str))
     finally:
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def quality() -> dict[str, float]:
+def quality(data: Path) -> dict[str, float]:
     """LoCoMo evidence recall (%, categories 1–4, 1,000 tokens), vector ranker exact vs HNSW index."""
     import subprocess
     import tempfile
@@ -312,7 +313,7 @@ def quality() -> dict[str, float]:
         for vector in ("exact", "index"):
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 cmd = [sys.executable, str(REPO / "scripts" / "eval_recall.py"), "--split", "all", "--budgets", "1000"]
-                cmd += ["--vector", vector, "--json", f.name] + (["--haystack"] if haystack else [])
+                cmd += ["--data", str(data), "--vector", vector, "--json", f.name] + (["--haystack"] if haystack else [])
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 got = json.loads(Path(f.name).read_text())["retrieval_only"]["overall"]
             name = f"{'haystack' if haystack else 'plain'} {vector}"
