@@ -85,6 +85,13 @@ INDEX_SHARE = 0.05
 An iterative scan visits about ``pool / share`` rows to find ``pool`` of the user's."""
 EF_SEARCH = 100
 """Least ``hnsw.ef_search`` of the index path (it is at least ``pool``)."""
+FREQUENT_TERM = 0.005
+"""On the index path, a query term in at least this share of the archive's rows (PostgreSQL's
+``most_common_elems`` statistics of ``search``, kept by ANALYZE) finds no candidates for full
+text by itself: only rows with a rarer term are ranked, the frequent term still adds to their
+score, and its df is that share of the user's N. Its idf is low (ln 200 ≈ 5.3 at 0.5 %, against
+ln N for a term in one row), and ranking every row it matches is the cost that grows with the
+archive."""
 MAX_SCAN_TUPLES = 50_000
 """``hnsw.max_scan_tuples`` of the index path: rows an iterative scan may visit (pgvector's
 default is 20,000); with :data:`INDEX_SHARE` it covers a pool of 2,500."""
@@ -116,20 +123,32 @@ class RecalledSegment:
 
 _RANKED = """
 WITH {vec_cte},
+common AS (
+    SELECT e.elem, e.freq
+    FROM pg_stats AS st,
+         unnest(CAST(CAST(st.most_common_elems AS text) AS text[]), st.most_common_elem_freqs) AS e(elem, freq)
+    WHERE st.schemaname = current_schema() AND st.tablename = 'archived_segments' AND st.attname = 'search'
+      AND CAST(:common AS real) <= 1
+),
 terms AS (
-    SELECT t, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
+    SELECT t, coalesce((SELECT max(freq) FROM common WHERE common.elem = t), 0) >= :common AS frequent,
+           coalesce((SELECT max(freq) FROM common WHERE common.elem = t), 0) AS share, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
     FROM unnest(companion_search_terms(CAST(:qt AS text))) AS t
 ),
 hits AS MATERIALIZED (
     SELECT id, search FROM archived_segments
     WHERE user_id = :user_id{exclude}
-      AND search @@ (SELECT CAST(string_agg(CAST(tq AS text), ' | ') AS tsquery) FROM terms)
+      AND search @@ (SELECT CAST(string_agg(CAST(tq AS text), ' | ') AS tsquery) FROM terms WHERE NOT frequent)
+),
+total AS (
+    SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0){excluded_count} AS n
 ),
 df AS (
-    SELECT terms.t, terms.tq, count(hits.id) AS df,
-           coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0){excluded_count} AS n
+    SELECT terms.t, terms.tq,
+           CASE WHEN terms.frequent THEN terms.share * (SELECT n FROM total) ELSE count(hits.id) END AS df,
+           (SELECT n FROM total) AS n
     FROM terms LEFT JOIN hits ON hits.search @@ terms.tq
-    GROUP BY terms.t, terms.tq
+    GROUP BY terms.t, terms.tq, terms.frequent, terms.share
 ),
 fts_score AS (
     SELECT hits.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(hits.search, df.tq)) AS s
@@ -204,11 +223,21 @@ SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.sessi
        s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
 FROM unnest(CAST(:hit_ids AS bigint[]), CAST(:hit_sessions AS text[]),
             CAST(:hit_first AS int[]), CAST(:hit_last AS int[])) AS h(hit, session_id, first_seq, last_seq)
-JOIN archived_segments AS s
-  ON s.user_id = :user_id AND s.session_id = h.session_id
- AND s.last_seq >= h.first_seq - :span AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude}
+CROSS JOIN LATERAL (
+    (SELECT * FROM archived_segments AS a
+     WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span)
+    UNION ALL
+    (SELECT * FROM archived_segments AS a
+     WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span
+     ORDER BY a.last_seq LIMIT 1)
+) AS s
+WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude}
 ORDER BY h.hit, s.first_seq
 """
+"""The segments within ``span`` turns of each hit: those that end inside the span, and the
+first one after it if it starts inside it. One session's segments never overlap (each turn
+is archived once), so no other segment can reach into the span; both parts are ranges of
+the ``(session_id, last_seq)`` index, whatever the session's length."""
 
 
 def recall_segments(
@@ -295,6 +324,7 @@ def recall_segments(
                 ),
                 {"ef": str(max(params["pool"], EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
             )
+        params["common"] = FREQUENT_TERM if use_index else 2.0  # 2: no term is that frequent, all rows ranked
         vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude)
         sql = _RANKED.format(vec_cte=vec_cte, exclude=exclude, excluded_count=excluded_count, **parts)
         hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]

@@ -26,7 +26,10 @@ moment of this machine hits every size alike), measure in milliseconds:
 - **assemble**: :meth:`runtime.turn.Engine.assemble` of the same session (a read);
 - **recall**: the :func:`memory.recall.recall_segments` call inside that ``assemble``;
 - **statements per turn**: SQL statements the turn sent (SQLAlchemy ``before_cursor_execute``
-  on the store's engine and its advisory-lock engine), median.
+  on the store's engine and its advisory-lock engine), median;
+- on code whose recall takes ``vector_index``: that same recall again with the vector ranker
+  exact and over the HNSW index, and how many of the exact path's 20 best hits the index
+  path also returns (on random vectors, the hardest case for an approximate index).
 
 ``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (``../shared/data``, all 7
 conversations, 1,000 tokens) with the vector ranker exact and over the HNSW index, plus the
@@ -237,7 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         recall_ms: list[float] = []
         inner = gather.recall_segments
 
+        last_call: dict[str, Any] = {}
+
         def timed_recall(*a: Any, **k: Any):
+            last_call.update(args=a, kwargs=k)
             t = time.perf_counter()
             try:
                 return inner(*a, **k)
@@ -245,7 +251,11 @@ def main(argv: list[str] | None = None) -> int:
                 recall_ms.append(1000 * (time.perf_counter() - t))
 
         gather.recall_segments = timed_recall
-        m: dict[int, dict[str, list[float]]] = {n: {"turn": [], "assemble": [], "recall": [], "sql": []} for n in sizes}
+        import inspect
+
+        paths = "vector_index" in inspect.signature(inner).parameters  # this code can be told which path
+        keys = ["turn", "assemble", "recall", "sql"] + (["exact", "index", "overlap"] if paths else [])
+        m: dict[int, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in sizes}
         msgs = _texts(rng, words, weights, args.rounds * len(sizes) + 8)
 
         def once(label: str, fn: Callable[[], Any], n: int) -> None:
@@ -268,13 +278,30 @@ def main(argv: list[str] | None = None) -> int:
                 recall_ms.clear()
                 once("assemble", lambda: engine.assemble(user_id=user, session_id=session), n)  # noqa: B023
                 m[n]["recall"].extend(recall_ms)
+                if paths and last_call:  # the same recall, exact and over the index
+                    got = {}
+                    for path in ("exact", "index"):
+                        t = time.perf_counter()
+                        got[path] = inner(*last_call["args"], **{**last_call["kwargs"], "vector_index": path == "index"})
+                        m[n][path].append(1000 * (time.perf_counter() - t))
+                    top = {s.id for s in got["exact"][:20]}
+                    m[n]["overlap"].append(len(top & {s.id for s in got["index"][:20]}) / max(len(top), 1))
             print(f"  round {r + 1}/{args.rounds}", flush=True)
         print(f"\nwindow {args.window}, {args.rounds} interleaved rounds, replies given (no model); ms")
         print(f"{'stored turns':>12} {'segments':>9} | {'turn p50':>8} {'p95':>7} | {'assemble p50':>12} {'p95':>7} | "
               f"{'recall p50':>10} {'p95':>7} | statements/turn")  # fmt: skip
+        if paths:
+            print(f"{'':>22} | recall exact p50/p95 | recall index p50/p95 | top-20 overlap index/exact")
+            for n in sizes:
+                e, i = m[n]["exact"], m[n]["index"]
+                if e:
+                    print(
+                        f"{n:>12,} {'':>9} | {statistics.median(e):9.1f} {_pct(e, 95):8.1f}  | "
+                        f"{statistics.median(i):9.1f} {_pct(i, 95):8.1f}  | {statistics.fmean(m[n]['overlap']):.3f}"
+                    )
         table = {}
         for n in sizes:
-            row = {k: {"p50": statistics.median(v), "p95": _pct(v, 95)} for k, v in m[n].items()}
+            row = {k: {"p50": statistics.median(v), "p95": _pct(v, 95)} for k, v in m[n].items() if v}
             row["segments"] = store.archive_count(user_id=users[n])
             table[n] = row
             print(
