@@ -3,7 +3,7 @@
 Up to three rankers run over the same rows, one user's segments only:
 
 - **vector**: pgvector cosine distance (``<=>``) between the query embedding and each
-  segment's key embedding, exact (every row of that user is scored);
+  segment's key embedding, exact or over the HNSW index (below);
 - **full text**: the query's lexemes (``companion_search_terms``: English stemming and
   stop words, plus CJK character bigrams; migration 0002) matched against the
   generated ``search`` tsvector of each segment's verbatim content. A segment scores
@@ -22,22 +22,49 @@ individual rank learning methods", SIGIR), with ``k`` = :data:`RRF_K`. Optionall
 turns next to the best hits follow them (neighbour expansion), as a one-turn hit is
 often the question and its neighbour the answer.
 
-The user filter is a hard ``WHERE user_id = …`` in the one CTE every ranker reads,
-applied before any ranking, so another user's segment can never come back, however
-close it is. The rows are found by the ``user_id`` btree and scored exactly (a
-``MATERIALIZED`` CTE, so the planner cannot swap in the HNSW index). Measured by
-``scripts/bench_recall.py`` at 1M segments of 10,000 users: the exact per-user top 10
-takes p95 9 ms with recall 1, while the HNSW index with the user filter and pgvector
-0.8 iterative scans (``relaxed_order``, ef_search 40–1000) takes p95 170–320 ms and
-finds about 1 in 10 of the true top 10 (it stops at ``hnsw.max_scan_tuples``). The
-cost grows with one user's archive (all its rows are scored), not with the table.
+The user filter is a hard ``WHERE user_id = …`` in every ranker, applied before any
+ranking, so another user's segment can never come back, however close it is. Each ranker
+reads only the rows it needs, so the cost of a recall does not follow the archive's size:
 
-The date ranker reads the same materialized rows (no second scan of the table).
+- **vector, exact** (the user has fewer than :data:`INDEX_FROM` segments, or they are less
+  than :data:`INDEX_SHARE` of the table): the user's rows, found by the ``user_id`` btree,
+  scored exactly in a ``MATERIALIZED`` CTE (so the planner cannot swap in the HNSW index).
+  Measured by ``scripts/bench_recall.py`` at 1M segments of 10,000 users (100 each): the
+  exact per-user top 10 takes p95 9 ms with recall 1, while the HNSW index with the user
+  filter finds about 1 in 10 of the true top 10 (a user's rows are 0.01 % of the table; the
+  iterative scan stops at ``hnsw.max_scan_tuples``).
+- **vector, HNSW** (a large archive that is a large share of the table): ``ORDER BY
+  embedding <=> q LIMIT pool`` over the HNSW index with pgvector 0.8's iterative scan
+  (``hnsw.iterative_scan = relaxed_order``, ``ef_search`` = max(pool, :data:`EF_SEARCH`),
+  ``max_scan_tuples`` = :data:`MAX_SCAN_TUPLES`), re-sorted by exact distance. The settings
+  are ``set_config(…, true)``, i.e. ``SET LOCAL``: they last for recall's own read-only
+  transaction and the pooled connection goes back unchanged. Measured by
+  ``scripts/bench_turn.py`` (one user, random unit vectors; a 2-core machine shared with
+  other jobs, load 7–8): at 100,000 segments the recall took 4.3–8.7 s exact and
+  0.26–0.55 s with the index; at 10,000, 430 ms and 100 ms. LoCoMo evidence recall at 1,000
+  tokens (all 7 conversations, ``scripts/eval_recall.py --vector exact|index``): see
+  ``scripts/bench_turn.py --quality``.
+- **full text**: only rows that contain a query term, found by the GIN index on ``search``
+  (migration 0012), are ranked; N is the user's row in ``archive_counts`` (kept by triggers),
+  not a count of their rows. On the index path a term in at least :data:`FREQUENT_TERM` of
+  the table's rows (PostgreSQL's ``most_common_elems`` statistics) adds to the score of rows
+  found by rarer terms but finds none by itself. On the exact path every matching row is
+  ranked, so results on small archives are what they were (``scripts/eval_recall.py
+  --split tune``: 62.8 / 71.8 / 80.2 % at 500 / 1,000 / 2,000 tokens, before and after).
+- **date**: only the rows inside the periods, by the ``(user_id, session_date)`` index.
+- **neighbours**: ranges of the ``(session_id, last_seq)`` index around each hit.
+
+:data:`INDEX_FROM` is 5,000 so that every archive of the evaluation sets (LoCoMo
+conversations hold 400–700 segments, their haystack variant about 4,000) keeps the exact
+path; above it the exact scan's cost grows with the archive (about 40 ms per 1,000
+segments on this machine) while the index path's stays near its cost at 10,000.
+
 A follow-up that says little alone ("那后来呢？", "and her?") is recalled by the turns
 before it as well (:func:`enrich_query`, applied by the engine).
 
-Recall is a read: one ``SELECT`` per call (two with neighbour expansion), no
-``SET``, no writes.
+Recall is a read: one ``SELECT`` of the user's segment count, one transaction-local
+``set_config`` on the index path, the ranked ``SELECT`` and one more with neighbour
+expansion; no writes.
 """
 
 from __future__ import annotations
@@ -316,7 +343,8 @@ def recall_segments(
         )
     with storage_errors(exclude_session_id), engine.connect() as conn:
         use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
-        if use_index:  # SET LOCAL: this transaction only; recall is a read and the connection returns to the pool as it was
+        if use_index:
+            # SET LOCAL: this transaction only; recall is a read and the connection returns to the pool as it was
             conn.execute(
                 text(
                     "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "

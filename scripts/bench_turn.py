@@ -282,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
                     got = {}
                     for path in ("exact", "index"):
                         t = time.perf_counter()
-                        got[path] = inner(*last_call["args"], **{**last_call["kwargs"], "vector_index": path == "index"})
+                        got[path] = inner(
+                            *last_call["args"], **{**last_call["kwargs"], "vector_index": path == "index"}
+                        )
                         m[n][path].append(1000 * (time.perf_counter() - t))
                     top = {s.id for s in got["exact"][:20]}
                     m[n]["overlap"].append(len(top & {s.id for s in got["index"][:20]}) / max(len(top), 1))
@@ -340,7 +342,9 @@ def quality(data: Path) -> dict[str, float]:
         for vector in ("exact", "index"):
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 cmd = [sys.executable, str(REPO / "scripts" / "eval_recall.py"), "--split", "all", "--budgets", "1000"]
-                cmd += ["--data", str(data), "--vector", vector, "--json", f.name] + (["--haystack"] if haystack else [])
+                cmd += ["--data", str(data), "--vector", vector, "--json", f.name] + (
+                    ["--haystack"] if haystack else []
+                )
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
                 got = json.loads(Path(f.name).read_text())["retrieval_only"]["overall"]
             name = f"{'haystack' if haystack else 'plain'} {vector}"

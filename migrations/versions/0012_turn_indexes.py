@@ -36,12 +36,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.execute(
-        "CREATE INDEX ix_turns_session_context ON turns (session_id, seq) WHERE state = 'context'"
-    )
-    op.execute(
-        "CREATE INDEX ix_turns_session_usage ON turns (session_id, seq) WHERE usage_prompt_tokens IS NOT NULL"
-    )
+    op.execute("CREATE INDEX ix_turns_session_context ON turns (session_id, seq) WHERE state = 'context'")
+    op.execute("CREATE INDEX ix_turns_session_usage ON turns (session_id, seq) WHERE usage_prompt_tokens IS NOT NULL")
     op.execute("CREATE INDEX ix_archived_segments_search ON archived_segments USING gin (search)")
     op.execute("CREATE INDEX ix_archived_segments_user_date ON archived_segments (user_id, session_date)")
     op.execute("CREATE INDEX ix_archived_segments_session_seq ON archived_segments (session_id, last_seq)")
