@@ -46,9 +46,9 @@ reads only the rows it needs, so the cost of a recall does not follow the archiv
   ``scripts/bench_turn.py --quality``.
 - **full text**: only rows that contain a query term, found by the GIN index on ``search``
   (migration 0012), are ranked; N is the user's row in ``archive_counts`` (kept by triggers),
-  not a count of their rows. On the index path a term in at least :data:`FREQUENT_TERM` of
-  the table's rows (PostgreSQL's ``most_common_elems`` statistics) adds to the score of rows
-  found by rarer terms but finds none by itself. On the exact path every matching row is
+  not a count of their rows. On the index path a term in at least :data:`FREQUENT_ROWS` of the
+  user's rows (estimated from PostgreSQL's ``most_common_elems`` statistics) adds to the score
+  of rows found by rarer terms but finds none by itself. On the exact path every matching row is
   ranked, so results on small archives are what they were (``scripts/eval_recall.py
   --split tune``: 62.8 / 71.8 / 80.2 % at 500 / 1,000 / 2,000 tokens, before and after).
 - **date**: only the rows inside the periods, by the ``(user_id, session_date)`` index.
@@ -112,13 +112,14 @@ INDEX_SHARE = 0.05
 An iterative scan visits about ``pool / share`` rows to find ``pool`` of the user's."""
 EF_SEARCH = 100
 """Least ``hnsw.ef_search`` of the index path (it is at least ``pool``)."""
-FREQUENT_TERM = 0.005
-"""On the index path, a query term in at least this share of the archive's rows (PostgreSQL's
-``most_common_elems`` statistics of ``search``, kept by ANALYZE) finds no candidates for full
-text by itself: only rows with a rarer term are ranked, the frequent term still adds to their
-score, and its df is that share of the user's N. Its idf is low (ln 200 ≈ 5.3 at 0.5 %, against
-ln N for a term in one row), and ranking every row it matches is the cost that grows with the
-archive."""
+FREQUENT_ROWS = 1_000
+"""On the index path, a query term the user's archive holds in about this many rows or more
+(its share of the table in PostgreSQL's ``most_common_elems`` statistics of ``search``, kept
+by ANALYZE, times the user's N) finds no candidates for full text by itself: only rows with
+a rarer term are ranked; the frequent term still adds to their score, with that estimate as
+its df. Ranking every row a common word matches is the cost that grows with the archive, and
+such a term's idf is low (ln(N / 1,000) at most). No term of an archive below 1,000
+segments is frequent."""
 MAX_SCAN_TUPLES = 50_000
 """``hnsw.max_scan_tuples`` of the index path: rows an iterative scan may visit (pgvector's
 default is 20,000); with :data:`INDEX_SHARE` it covers a pool of 2,500."""
@@ -150,25 +151,30 @@ class RecalledSegment:
 
 _RANKED = """
 WITH {vec_cte},
+total AS (
+    SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0){excluded_count} AS n
+),
 common AS (
     SELECT e.elem, e.freq
     FROM pg_stats AS st,
          unnest(CAST(CAST(st.most_common_elems AS text) AS text[]), st.most_common_elem_freqs) AS e(elem, freq)
     WHERE st.schemaname = current_schema() AND st.tablename = 'archived_segments' AND st.attname = 'search'
-      AND CAST(:common AS real) <= 1
+      AND CAST(:frequent_rows AS real) > 0
+),
+shares AS (
+    SELECT t, coalesce((SELECT max(freq) FROM common WHERE common.elem = t), 0) AS share
+    FROM unnest(companion_search_terms(CAST(:qt AS text))) AS t
 ),
 terms AS (
-    SELECT t, coalesce((SELECT max(freq) FROM common WHERE common.elem = t), 0) >= :common AS frequent,
-           coalesce((SELECT max(freq) FROM common WHERE common.elem = t), 0) AS share, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
-    FROM unnest(companion_search_terms(CAST(:qt AS text))) AS t
+    SELECT t, share,
+           CAST(:frequent_rows AS real) > 0 AND share * (SELECT n FROM total) >= :frequent_rows AS frequent,
+           CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
+    FROM shares
 ),
 hits AS MATERIALIZED (
     SELECT id, search FROM archived_segments
     WHERE user_id = :user_id{exclude}
       AND search @@ (SELECT CAST(string_agg(CAST(tq AS text), ' | ') AS tsquery) FROM terms WHERE NOT frequent)
-),
-total AS (
-    SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0){excluded_count} AS n
 ),
 df AS (
     SELECT terms.t, terms.tq,
@@ -352,7 +358,7 @@ def recall_segments(
                 ),
                 {"ef": str(max(params["pool"], EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
             )
-        params["common"] = FREQUENT_TERM if use_index else 2.0  # 2: no term is that frequent, all rows ranked
+        params["frequent_rows"] = FREQUENT_ROWS if use_index else 0  # 0: no term is frequent, all matches ranked
         vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude)
         sql = _RANKED.format(vec_cte=vec_cte, exclude=exclude, excluded_count=excluded_count, **parts)
         hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
