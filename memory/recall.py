@@ -40,9 +40,9 @@ reads only the rows it needs, so the cost of a recall does not follow the archiv
   are ``set_config(…, true)``, i.e. ``SET LOCAL``: they last for recall's own read-only
   transaction and the pooled connection goes back unchanged. Measured by
   ``scripts/bench_turn.py`` (one user's archive, random unit vectors, the runtime's recall
-  call; 16 interleaved rounds on a 2-core machine shared with other jobs, load 7–8), recall
-  median / p95: at 100,000 segments 5,236 / 7,010 ms exact and 376 / 518 ms with the index;
-  at 10,000, 592 / 750 ms and 178 / 253 ms. LoCoMo evidence recall at 1,000 tokens, all 7
+  call; 12 interleaved rounds on a 2-core machine shared with other jobs, load 7–8), recall
+  median / p95: at 100,000 segments 4,387 / 5,404 ms exact and 390 / 646 ms with the index;
+  at 10,000, 390 / 530 ms and 223 / 296 ms; at 1,000, 101 / 135 ms and 207 / 365 ms. LoCoMo evidence recall at 1,000 tokens, all 7
   conversations (``scripts/eval_recall.py --vector exact|index``): see the figures under
   :data:`INDEX_FROM`.
 - **full text**: only rows that contain a query term, found by the GIN index on ``search``
@@ -57,7 +57,7 @@ reads only the rows it needs, so the cost of a recall does not follow the archiv
 
 :data:`INDEX_FROM` is 5,000 so that every archive of the evaluation sets (LoCoMo
 conversations hold 400–700 segments, their haystack variant about 4,000) keeps the exact
-path; above it the exact scan's cost grows with the archive (about 40 ms per 1,000
+path; above it the exact scan's cost grows with the archive (about 44 ms per 1,000
 segments on this machine) while the index path's stays near its cost at 10,000.
 
 A follow-up that says little alone ("那后来呢？", "and her?") is recalled by the turns
