@@ -3,7 +3,7 @@
 Up to three rankers run over the same rows, one user's segments only:
 
 - **vector**: pgvector cosine distance (``<=>``) between the query embedding and each
-  segment's key embedding, exact (every row of that user is scored);
+  segment's key embedding, exact or over the HNSW index (below);
 - **full text**: the query's lexemes (``companion_search_terms``: English stemming and
   stop words by PostgreSQL, plus CJK words by jieba, :mod:`memory.fulltext`) matched
   against the stored ``search`` tsvector of each segment's verbatim content. A segment scores
@@ -22,22 +22,50 @@ individual rank learning methods", SIGIR), with ``k`` = :data:`RRF_K`. Optionall
 turns next to the best hits follow them (neighbour expansion), as a one-turn hit is
 often the question and its neighbour the answer.
 
-The user filter is a hard ``WHERE user_id = …`` in the one CTE every ranker reads,
-applied before any ranking, so another user's segment can never come back, however
-close it is. The rows are found by the ``user_id`` btree and scored exactly (a
-``MATERIALIZED`` CTE, so the planner cannot swap in the HNSW index). Measured by
-``scripts/bench_recall.py`` at 1M segments of 10,000 users: the exact per-user top 10
-takes p95 9 ms with recall 1, while the HNSW index with the user filter and pgvector
-0.8 iterative scans (``relaxed_order``, ef_search 40–1000) takes p95 170–320 ms and
-finds about 1 in 10 of the true top 10 (it stops at ``hnsw.max_scan_tuples``). The
-cost grows with one user's archive (all its rows are scored), not with the table.
+The user filter is a hard ``WHERE user_id = …`` in every ranker, applied before any
+ranking, so another user's segment can never come back, however close it is. Each ranker
+reads only the rows it needs, so the cost of a recall does not follow the archive's size:
 
-The date ranker reads the same materialized rows (no second scan of the table).
+- **vector, exact** (the user has fewer than :data:`INDEX_FROM` segments, or they are less
+  than :data:`INDEX_SHARE` of the table): the user's rows, found by the ``user_id`` btree,
+  scored exactly in a ``MATERIALIZED`` CTE (so the planner cannot swap in the HNSW index).
+  Measured by ``scripts/bench_recall.py`` at 1M segments of 10,000 users (100 each): the
+  exact per-user top 10 takes p95 9 ms with recall 1, while the HNSW index with the user
+  filter finds about 1 in 10 of the true top 10 (a user's rows are 0.01 % of the table; the
+  iterative scan stops at ``hnsw.max_scan_tuples``).
+- **vector, HNSW** (a large archive that is a large share of the table): ``ORDER BY
+  embedding <=> q LIMIT pool`` over the HNSW index with pgvector 0.8's iterative scan
+  (``hnsw.iterative_scan = relaxed_order``, ``ef_search`` = max(pool, :data:`EF_SEARCH`),
+  ``max_scan_tuples`` = :data:`MAX_SCAN_TUPLES`), re-sorted by exact distance. The settings
+  are ``set_config(…, true)``, i.e. ``SET LOCAL``: they last for recall's own read-only
+  transaction and the pooled connection goes back unchanged. Measured by
+  ``scripts/bench_turn.py`` (one user's archive, random unit vectors, the runtime's recall
+  call; 12 interleaved rounds on a 2-core machine shared with other jobs, load 7–8), recall
+  median / p95: at 100,000 segments 4,387 / 5,404 ms exact and 390 / 646 ms with the index;
+  at 10,000, 390 / 530 ms and 223 / 296 ms; at 1,000, 101 / 135 ms and 207 / 365 ms. LoCoMo evidence recall at 1,000 tokens, all 7
+  conversations (``scripts/eval_recall.py --vector exact|index``): see the figures under
+  :data:`INDEX_FROM`.
+- **full text**: only rows that contain a query term, found by the GIN index on ``search``
+  (migration 0012), are ranked; N is the user's row in ``archive_counts`` (kept by triggers),
+  not a count of their rows. On the index path a term in at least :data:`FREQUENT_ROWS` of the
+  user's rows (estimated from PostgreSQL's ``most_common_elems`` statistics) adds to the score
+  of rows found by rarer terms but finds none by itself. On the exact path every matching row is
+  ranked, so results on small archives are what they were (``scripts/eval_recall.py
+  --split tune``: 62.8 / 71.8 / 80.2 % at 500 / 1,000 / 2,000 tokens, before and after).
+- **date**: only the rows inside the periods, by the ``(user_id, session_date)`` index.
+- **neighbours**: ranges of the ``(session_id, last_seq)`` index around each hit.
+
+:data:`INDEX_FROM` is 5,000 so that every archive of the evaluation sets (LoCoMo
+conversations hold 400–700 segments, their haystack variant about 4,000) keeps the exact
+path; above it the exact scan's cost grows with the archive (about 44 ms per 1,000
+segments on this machine) while the index path's stays near its cost at 10,000.
+
 A follow-up that says little alone ("那后来呢？", "and her?") is recalled by the turns
 before it as well (:func:`enrich_query`, applied by the engine).
 
-Recall is a read: one ``SELECT`` per call (two with neighbour expansion), no
-``SET``, no writes.
+Recall is a read: one ``SELECT`` of the user's segment count, one transaction-local
+``set_config`` on the index path, the ranked ``SELECT`` and one more with neighbour
+expansion; no writes.
 """
 
 from __future__ import annotations
@@ -49,7 +77,7 @@ from datetime import datetime
 from typing import Any
 
 from pgvector.sqlalchemy import Vector
-from sqlalchemy import Engine, Row, bindparam, text
+from sqlalchemy import Connection, Engine, Row, bindparam, text
 
 from memory.database import storage_errors
 from memory.dates import TimeSpan
@@ -78,6 +106,32 @@ Off because it did not pay: with 2, LoCoMo evidence recall at 1,000 tokens fell 
 tuning conversations (conv-26 74.4 → 71.9 %, conv-41 75.2 → 74.3 %, conv-44 52.2 → 49.3 %;
 ``scripts/eval_recall.py --components diversity --session-cap 2``)."""
 
+INDEX_FROM = 5_000
+"""Segments of one user from which the vector ranker uses the HNSW index (if the user's
+share of the table is also at least :data:`INDEX_SHARE`); below it, exact search.
+
+Quality of the index path, LoCoMo evidence recall at 1,000 tokens over all 7 conversations
+(``scripts/eval_recall.py --split all --budgets 1000 --vector exact|index``): 72.6 % exact,
+72.6 % over the index (every category equal). A first rule for frequent terms, 0.5 % of the
+table's rows, cost 4.1 points there (68.5 %): in a small table it pruned topical words, so
+the rule counts rows in the user's archive instead (:data:`FREQUENT_ROWS`)."""
+INDEX_SHARE = 0.05
+"""The user's least share of the archive table (``pg_class.reltuples``) for the index path.
+An iterative scan visits about ``pool / share`` rows to find ``pool`` of the user's."""
+EF_SEARCH = 100
+"""Least ``hnsw.ef_search`` of the index path (it is at least ``pool``)."""
+FREQUENT_ROWS = 1_000
+"""On the index path, a query term the user's archive holds in about this many rows or more
+(its share of the table in PostgreSQL's ``most_common_elems`` statistics of ``search``, kept
+by ANALYZE, times the user's N) finds no candidates for full text by itself: only rows with
+a rarer term are ranked; the frequent term still adds to their score, with that estimate as
+its df. Ranking every row a common word matches is the cost that grows with the archive, and
+such a term's idf is low (ln(N / 1,000) at most). No term of an archive below 1,000
+segments is frequent."""
+MAX_SCAN_TUPLES = 50_000
+"""``hnsw.max_scan_tuples`` of the index path: rows an iterative scan may visit (pgvector's
+default is 20,000); with :data:`INDEX_SHARE` it covers a pool of 2,500."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RecalledSegment:
@@ -104,42 +158,91 @@ class RecalledSegment:
 
 
 _RANKED = """
-WITH mine AS MATERIALIZED (
-    SELECT id, session_id, first_seq, last_seq, content, tokens, session_date, search,
-           embedding <=> CAST(:q AS vector) AS distance
+WITH {vec_cte},
+total AS (
+    SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0){excluded_count} AS n
+),
+common AS (
+    SELECT e.elem, e.freq
+    FROM pg_stats AS st,
+         unnest(CAST(CAST(st.most_common_elems AS text) AS text[]), st.most_common_elem_freqs) AS e(elem, freq)
+    WHERE st.schemaname = current_schema() AND st.tablename = 'archived_segments' AND st.attname = 'search'
+      AND CAST(:frequent_rows AS real) > 0
+),
+shares AS (
+    SELECT t, coalesce((SELECT max(freq) FROM common WHERE common.elem = t), 0) AS share
+    FROM unnest(companion_search_terms(CAST(:qt AS text), CAST(:cjk AS text[]))) AS t
+),
+terms AS (
+    SELECT t, share,
+           CAST(:frequent_rows AS real) > 0 AND share * (SELECT n FROM total) >= :frequent_rows AS frequent,
+           CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
+    FROM shares
+),
+hits AS MATERIALIZED (
+    SELECT id, search {text_from} search @@ (SELECT CAST(string_agg(CAST(tq AS text), ' | ') AS tsquery) FROM terms WHERE NOT frequent)
+),
+df AS (
+    SELECT terms.t, terms.tq,
+           CASE WHEN terms.frequent THEN terms.share * (SELECT n FROM total) ELSE count(hits.id) END AS df,
+           (SELECT n FROM total) AS n
+    FROM terms LEFT JOIN hits ON hits.search @@ terms.tq
+    GROUP BY terms.t, terms.tq, terms.frequent, terms.share
+),
+fts_score AS (
+    SELECT hits.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(hits.search, df.tq)) AS s
+    FROM hits JOIN df ON hits.search @@ df.tq
+    GROUP BY hits.id
+),
+fts AS (
+    SELECT id, row_number() OVER (ORDER BY s DESC, id) AS r
+    FROM fts_score ORDER BY s DESC, id LIMIT :pool
+){dated_cte},
+found AS (SELECT id FROM vec UNION SELECT id FROM fts{dated_union})
+SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date,
+       m.embedding <=> CAST(:q AS vector) AS distance,
+       vec.r AS vector_rank, fts.r AS text_rank,
+       coalesce(1.0 / (:k + vec.r), 0) + coalesce(1.0 / (:k + fts.r), 0){dated_score} AS score
+FROM found JOIN archived_segments AS m ON m.id = found.id
+LEFT JOIN vec ON vec.id = m.id LEFT JOIN fts ON fts.id = m.id{dated_join}
+ORDER BY score DESC, distance, m.id
+LIMIT :limit
+"""
+
+_VEC_EXACT = """mine AS MATERIALIZED (
+    SELECT id, embedding <=> CAST(:q AS vector) AS distance
     FROM archived_segments
     WHERE user_id = :user_id{exclude}
 ),
 vec AS (
     SELECT id, row_number() OVER (ORDER BY distance, id) AS r
     FROM mine ORDER BY distance, id LIMIT :pool
+)"""
+"""The vector ranker, exact: every row of the user scored (``MATERIALIZED``, so the planner
+cannot swap in the HNSW index)."""
+
+_VEC_INDEX = """near AS MATERIALIZED (
+    SELECT id, embedding <=> CAST(:q AS vector) AS distance
+    FROM archived_segments
+    WHERE user_id = :user_id{exclude}
+    ORDER BY embedding <=> CAST(:q AS vector)
+    LIMIT :pool
 ),
-terms AS (
-    SELECT t, CAST('''' || replace(replace(t, '\\', '\\\\'), '''', '''''') || '''' AS tsquery) AS tq
-    FROM unnest(companion_search_terms(CAST(:qt AS text), CAST(:cjk AS text[]))) AS t
-),
-df AS (
-    SELECT terms.t, terms.tq, count(mine.id) AS df, (SELECT count(*) FROM mine) AS n
-    FROM terms LEFT JOIN mine ON mine.search @@ terms.tq
-    GROUP BY terms.t, terms.tq
-),
-fts_score AS (
-    SELECT mine.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(mine.search, df.tq)) AS s
-    FROM mine JOIN df ON mine.search @@ df.tq
-    GROUP BY mine.id
-),
-fts AS (
-    SELECT id, row_number() OVER (ORDER BY s DESC, id) AS r
-    FROM fts_score ORDER BY s DESC, id LIMIT :pool
-){dated_cte}
-SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date, m.distance,
-       vec.r AS vector_rank, fts.r AS text_rank,
-       coalesce(1.0 / (:k + vec.r), 0) + coalesce(1.0 / (:k + fts.r), 0){dated_score} AS score
-FROM mine AS m LEFT JOIN vec ON vec.id = m.id LEFT JOIN fts ON fts.id = m.id{dated_join}
-WHERE vec.r IS NOT NULL OR fts.r IS NOT NULL{dated_where}
-ORDER BY score DESC, m.distance, m.id
-LIMIT :limit
-"""
+vec AS (
+    SELECT id, row_number() OVER (ORDER BY distance, id) AS r
+    FROM near ORDER BY distance, id
+)"""
+"""The vector ranker over the HNSW index: an iterative scan (``relaxed_order``) that goes on
+until ``pool`` rows of the user are found, then re-sorted by exact distance."""
+
+_TEXT_FROM_INDEX = "FROM archived_segments WHERE user_id = :user_id{exclude} AND"
+"""Full text on the index path: matching rows found by the GIN index on ``search``."""
+_TEXT_FROM_EXACT = (
+    "FROM (SELECT id, search FROM archived_segments WHERE user_id = :user_id{exclude} OFFSET 0) AS mine_text WHERE"
+)
+"""Full text on the exact path: the user's rows by the ``user_id`` btree, then filtered (``OFFSET 0``
+keeps the planner from reaching for the GIN index, whose lists for a common word span every
+user's rows: at 300,000 segments of 3,000 users that cost 33 ms of server CPU per query)."""
 
 _QUERY_VECTOR = bindparam("q", type_=Vector())
 """``:q``, the query embedding: pgvector's SQLAlchemy type writes the vector literal."""
@@ -147,25 +250,42 @@ _QUERY_VECTOR = bindparam("q", type_=Vector())
 _DATED_CTE = """,
 dated AS (
     SELECT id, row_number() OVER (ORDER BY distance, id) AS r
-    FROM mine
-    WHERE EXISTS (SELECT 1 FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e)
-                  WHERE mine.session_date >= w.s AND mine.session_date < w.e)
+    FROM (
+        SELECT a.id, a.embedding <=> CAST(:q AS vector) AS distance
+        FROM archived_segments AS a
+        WHERE a.id IN (
+            SELECT s.id
+            FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e)
+            JOIN archived_segments AS s
+              ON s.user_id = :user_id AND s.session_date >= w.s AND s.session_date < w.e
+        ){exclude_a}
+    ) AS spans
     ORDER BY distance, id LIMIT :pool
 )"""
 _DATED_SCORE = " + coalesce(:date_weight / (:k + dated.r), 0)"
 _DATED_JOIN = " LEFT JOIN dated ON dated.id = m.id"
-_DATED_WHERE = " OR dated.r IS NOT NULL"
+_DATED_UNION = " UNION SELECT id FROM dated"
 
 _NEIGHBOURS = """
 SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
        s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
 FROM unnest(CAST(:hit_ids AS bigint[]), CAST(:hit_sessions AS text[]),
             CAST(:hit_first AS int[]), CAST(:hit_last AS int[])) AS h(hit, session_id, first_seq, last_seq)
-JOIN archived_segments AS s
-  ON s.user_id = :user_id AND s.session_id = h.session_id
- AND s.last_seq >= h.first_seq - :span AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude}
+CROSS JOIN LATERAL (
+    (SELECT * FROM archived_segments AS a
+     WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span)
+    UNION ALL
+    (SELECT * FROM archived_segments AS a
+     WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span
+     ORDER BY a.last_seq LIMIT 1)
+) AS s
+WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude}
 ORDER BY h.hit, s.first_seq
 """
+"""The segments within ``span`` turns of each hit: those that end inside the span, and the
+first one after it if it starts inside it. One session's segments never overlap (each turn
+is archived once), so no other segment can reach into the span; both parts are ranges of
+the ``(session_id, last_seq)`` index, whatever the session's length."""
 
 
 def recall_segments(
@@ -185,6 +305,7 @@ def recall_segments(
     when: Sequence[TimeSpan] | None = None,
     date_weight: float = DATE_WEIGHT,
     session_cap: int | None = None,
+    vector_index: bool | None = None,
     cjk: CjkMethod = CJK_METHOD,
 ) -> list[RecalledSegment]:
     """The best segments of ``user_id`` for a query, best first.
@@ -210,37 +331,62 @@ def recall_segments(
         session_cap: if set, at most this many hits of one conversation day (session
             and calendar date of ``session_date``) come before the hits of other days;
             the rest follow in their order. ``None``: score order only.
+        vector_index: ``True`` ranks by vector over the HNSW index, ``False`` exactly over
+            every row of the user; ``None`` (the default) chooses by the user's archive size
+            and share of the table (:data:`INDEX_FROM`, :data:`INDEX_SHARE`).
         cjk: how the query's CJK text becomes lexemes (:func:`memory.fulltext.cjk_terms`);
             it must be the method the segments were stored with (:data:`~memory.fulltext.CJK_METHOD`).
+
+    Raises:
+        StorageError: the database failed (``memory.database.storage_errors``).
     """
     exclude = ""
     params: dict[str, Any] = {"user_id": user_id, "q": list(query_embedding), "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
     params["qt"] = query_text or ""
     params["cjk"] = cjk_terms(query_text or "", method=cjk)
-    exclude_near = ""
+    exclude_near = exclude_a = excluded_count = ""
     if exclude_session_id is not None and exclude_from_seq is not None:
         exclude = " AND NOT (session_id = :xs AND last_seq >= :xseq)"
         exclude_near = " AND NOT (s.session_id = :xs AND s.last_seq >= :xseq)"
+        exclude_a = " AND NOT (a.session_id = :xs AND a.last_seq >= :xseq)"
+        excluded_count = (
+            " - (SELECT count(*) FROM archived_segments"
+            " WHERE user_id = :user_id AND session_id = :xs AND last_seq >= :xseq)"
+        )
         params.update(xs=exclude_session_id, xseq=int(exclude_from_seq))
-    parts = {"dated_cte": "", "dated_score": "", "dated_join": "", "dated_where": ""}
+    parts = {"dated_cte": "", "dated_score": "", "dated_join": "", "dated_union": ""}
     if when:
         parts = {
-            "dated_cte": _DATED_CTE,
+            "dated_cte": _DATED_CTE.format(exclude_a=exclude_a),
             "dated_score": _DATED_SCORE,
             "dated_join": _DATED_JOIN,
-            "dated_where": _DATED_WHERE,
+            "dated_union": _DATED_UNION,
         }
         params.update(
             when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight)
         )
     with storage_errors(exclude_session_id), engine.connect() as conn:
-        hits = [
-            _segment(r)
-            for r in conn.execute(
-                text(_RANKED.format(exclude=exclude, **parts)).bindparams(_QUERY_VECTOR), params
-            ).fetchall()
-        ]
+        use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
+        if use_index:
+            # SET LOCAL: this transaction only; recall is a read and the connection returns to the pool as it was
+            conn.execute(
+                text(
+                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.ef_search', :ef, true), set_config('hnsw.max_scan_tuples', :scan, true)"
+                ),
+                {"ef": str(max(params["pool"], EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
+            )
+        params["frequent_rows"] = FREQUENT_ROWS if use_index else 0  # 0: no term is frequent, all matches ranked
+        vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude)
+        sql = _RANKED.format(
+            vec_cte=vec_cte,
+            text_from=(_TEXT_FROM_INDEX if use_index else _TEXT_FROM_EXACT).format(exclude=exclude),
+            exclude=exclude,
+            excluded_count=excluded_count,
+            **parts,
+        )
+        hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
         if session_cap is not None:
             hits = _cap_per_day(hits, session_cap)
         near: Sequence[Row[Any]] = []
@@ -272,6 +418,22 @@ def recall_segments(
             if left is not None:
                 left -= seg.tokens
     return out
+
+
+def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
+    """Whether the HNSW path is the one to take for ``user_id``: a large archive that is a
+    large share of the table. One primary-key read and one catalog read."""
+    row = conn.execute(
+        text(
+            "SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0), "
+            "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass))"
+        ),
+        {"u": user_id},
+    ).one()
+    mine, table = int(row[0]), float(row[1] or 0)
+    if mine < max(INDEX_FROM, pool):
+        return False
+    return table <= 0 or mine / max(table, mine) >= INDEX_SHARE
 
 
 ENRICH_WORDS = 4

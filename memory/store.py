@@ -229,7 +229,8 @@ class Store:
         interrupted: bool = False,
         file_ids: Sequence[str] = (),
     ) -> Turn:
-        """Append one turn with the next sequence number and commit it.
+        """Append one turn with the next sequence number and commit it: two statements, one
+        transaction (plus one per attached file).
 
         The session row is locked while the number is taken, so concurrent writers
         to one session get distinct, gap-free numbers. The session's
@@ -246,42 +247,51 @@ class Store:
         from errors import SessionClosedError
 
         with storage_errors(session_id), Session(self.engine) as db:
-            row = db.execute(
-                text("SELECT closed_at FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id)
+            # one statement moves the activity time and locks the session row: concurrent writers
+            # of one session wait here, so each takes the next seq in turn
+            open_row = db.execute(
+                text(
+                    "UPDATE sessions SET last_activity_at = now() WHERE id = :s AND closed_at IS NULL RETURNING id"
+                ).bindparams(s=session_id)
             ).first()
-            if row is not None and row[0] is not None:  # a closed session takes no new turns
-                raise SessionClosedError(
-                    f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
-                    "(it begins from this one's summary).",
-                    session_id=session_id,
-                )
-            db.execute(text("UPDATE sessions SET last_activity_at = now() WHERE id = :s").bindparams(s=session_id))
-            last = db.exec(select(func.max(Turn.seq)).where(Turn.session_id == session_id)).one()
-            turn = Turn(
-                session_id=session_id,
-                seq=(last or 0) + 1,
-                role=role,
-                content=content,
-                tokens=tokens,
-                usage_prompt_tokens=usage_prompt_tokens,
-                usage_completion_tokens=usage_completion_tokens,
-                request_estimate_tokens=request_estimate_tokens,
-                request_messages=request_messages,
-                request_fingerprint=request_fingerprint,
-                interrupted=interrupted,
-                created_at=created_at or utcnow(),
-            )
-            db.add(turn)
-            if file_ids:
-                db.flush()
-                for position, file_id in enumerate(dict.fromkeys(file_ids)):
-                    db.execute(
-                        text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)").bindparams(
-                            t=turn.id, f=file_id, p=position
-                        )
+            if open_row is None:
+                row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
+                if row is not None and row[0] is not None:  # a closed session takes no new turns
+                    raise SessionClosedError(
+                        f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
+                        "(it begins from this one's summary).",
+                        session_id=session_id,
                     )
+            inserted = db.execute(
+                text(
+                    "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
+                    "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
+                    "interrupted, state, created_at) "
+                    "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
+                    ":interrupted, :state, :at FROM turns WHERE session_id = :s RETURNING *"
+                ).bindparams(
+                    s=session_id,
+                    role=role,
+                    content=content,
+                    tokens=tokens,
+                    upt=usage_prompt_tokens,
+                    uct=usage_completion_tokens,
+                    ret=request_estimate_tokens,
+                    rm=request_messages,
+                    rf=request_fingerprint,
+                    interrupted=interrupted,
+                    state=TurnState.context.value,
+                    at=created_at or utcnow(),
+                )
+            ).one()
+            turn = Turn.model_validate(dict(inserted._mapping))
+            for position, file_id in enumerate(dict.fromkeys(file_ids)):
+                db.execute(
+                    text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)").bindparams(
+                        t=turn.id, f=file_id, p=position
+                    )
+                )
             db.commit()
-            db.refresh(turn)
             return turn
 
     def turns(self, session_id: str, *, state: TurnState | None = None) -> list[Turn]:

@@ -24,7 +24,8 @@ times reported (``maintenance_work_mem`` 2GB, ``max_parallel_maintenance_workers
 
 For ``--queries`` random users, the query vector is one of that user's vectors plus
 Gaussian noise (renormalised), and the query text a few of its words. Measured, one
-query at a time on one connection, p50 and p95 in milliseconds:
+query at a time on one connection, p50 and p95 in milliseconds, and the server's CPU per query
+(user plus system time of the database's backend processes, from ``/proc``, over all queries):
 
 1. ``hybrid recall``: :func:`memory.recall.recall_segments` as the runtime calls it
    (exact per-user vector ranking + full text + RRF, pool 200, 2,000-token budget);
@@ -127,6 +128,13 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, batch: 
                 copy.write_row((f"u{u}:s", f"u{u}"))
         cur.execute("DROP INDEX IF EXISTS ix_archived_segments_user_id")
         cur.execute("DROP INDEX IF EXISTS ix_archived_segments_embedding_hnsw")
+        cur.execute(  # the other secondary indexes, built again after the load (build_indexes)
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'archived_segments' "
+            "AND indexname <> 'archived_segments_pkey'"
+        )
+        others = cur.fetchall()
+        for name, _ in others:
+            cur.execute(f'DROP INDEX "{name}"')
     conn.commit()
     seq = [0] * users
     copied = 0
@@ -169,14 +177,19 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, batch: 
         copied += n
         if copied % 200_000 == 0 or copied == segments:
             print(f"  loaded {copied:,} segments ({time.perf_counter() - started:.0f} s)", flush=True)
-    return {"load_s": time.perf_counter() - started, "words": words, "weights": weights}
+    return {"load_s": time.perf_counter() - started, "words": words, "weights": weights, "indexes": others}
 
 
-def build_indexes(conn, *, hnsw: bool) -> dict:
+def build_indexes(conn, *, hnsw: bool, others=()) -> dict:
     out = {}
     with conn.cursor() as cur:
         cur.execute("SET maintenance_work_mem = '2GB'")
         cur.execute("SET max_parallel_maintenance_workers = 2")
+        for name, definition in others:
+            t = time.perf_counter()
+            cur.execute(definition)
+            conn.commit()
+            print(f"  {name} built in {time.perf_counter() - t:.1f} s", flush=True)
         t = time.perf_counter()
         cur.execute("CREATE INDEX ix_archived_segments_user_id ON archived_segments (user_id)")
         conn.commit()
@@ -206,6 +219,19 @@ def build_indexes(conn, *, hnsw: bool) -> dict:
             out["hnsw_size"] = cur.fetchone()[0]
     conn.commit()
     return out
+
+
+def _cpu_ms(pids: list[int]) -> float:
+    """User plus system CPU milliseconds the processes ``pids`` have used (Linux ``/proc``; 0 elsewhere)."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return 1000.0 * total / tick
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -249,12 +275,25 @@ def measure(conn, sa_engine, *, users: int, queries: int, seed: int, words, weig
         times, outs = [], []
         if hasattr(fn, "__name__") and fn.__name__ == "run":
             print(f"  {name:<44} plan: {scan_of(fn)}", flush=True)
+        backends = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
+        conn.commit()
+        cpu_before = _cpu_ms(backends)
         for case in cases:
             t = time.perf_counter()
             outs.append(fn(case))
             times.append((time.perf_counter() - t) * 1000)
-        results[name] = {"p50_ms": _pct(times, 50), "p95_ms": _pct(times, 95), "mean_ms": statistics.fmean(times)}
-        print(f"  {name:<44} p50 {results[name]['p50_ms']:7.2f} ms   p95 {results[name]['p95_ms']:7.2f} ms", flush=True)
+        cpu = (_cpu_ms(backends) - cpu_before) / max(len(cases), 1)
+        results[name] = {
+            "p50_ms": _pct(times, 50),
+            "p95_ms": _pct(times, 95),
+            "mean_ms": statistics.fmean(times),
+            "server_cpu_ms": cpu,
+        }
+        print(
+            f"  {name:<44} p50 {results[name]['p50_ms']:7.2f} ms   p95 {results[name]['p95_ms']:7.2f} ms   "
+            f"server CPU {cpu:6.2f} ms/query",
+            flush=True,
+        )
         return outs
 
     def plain(sql: str, settings: list[str]):
@@ -352,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         with psycopg.connect(url) as conn:
             loaded = load(conn, segments=args.segments, users=args.users, embeddings=args.embeddings, seed=args.seed)
-            built = build_indexes(conn, hnsw=args.hnsw)
+            built = build_indexes(conn, hnsw=args.hnsw, others=loaded["indexes"])
             print(
                 f"  table {built['table_size']}, btree {built['btree_size']}"
                 + (f", hnsw {built['hnsw_size']}" if args.hnsw else "")

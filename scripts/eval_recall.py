@@ -6,7 +6,7 @@ Usage::
         [--haystack] [--components dates,names,diversity] [--embedder minilm|use] [--cjk words|search|bigrams|words+bigrams]
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
-        [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--json out.json]
+        [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json]
 
 ``FILE`` is a LoCoMo-layout JSON file: LoCoMo itself (``locomo_dev7.json``, Maharana et
 al. 2024) or the MemoryBank Chinese questions in that layout
@@ -313,6 +313,7 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         when=when,
         session_cap=args.session_cap if "diversity" in args.on else None,
         cjk=args.cjk,
+        vector_index={"auto": None, "exact": False, "index": True}[args.vector],
     )
 
 
@@ -366,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pool", type=int, default=Settings().recall_pool, help="candidates per ranker before fusion")
     parser.add_argument(
         "--session-cap", type=int, default=None, help="hits per conversation day before other days' (diversity)"
+    )
+    parser.add_argument(
+        "--vector",
+        choices=["auto", "exact", "index"],
+        default="auto",
+        help="vector ranker: chosen by archive size (the runtime's), exact, or over the HNSW index",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")

@@ -19,7 +19,7 @@ Segments without CJK text keep their vector, which is the same under both defini
 The one-argument functions of migration 0002 stay for the downgrade.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-11-30
 """
 
@@ -28,7 +28,7 @@ from alembic import op
 from memory.fulltext import CJK_PATTERN, reindex
 
 revision = "0013"
-down_revision = "0011"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 

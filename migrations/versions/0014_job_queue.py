@@ -8,7 +8,7 @@ a later procrastinate version that changes the schema ships its own migration sc
 (``SchemaManager.get_migrations_path()``), to be applied by a later revision here.
 
 Revision ID: 0014
-Revises: 0011
+Revises: 0013
 Create Date: 2026-11-30
 """
 
@@ -16,7 +16,7 @@ from alembic import op
 from procrastinate.schema import SchemaManager
 
 revision = "0014"
-down_revision = "0011"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 

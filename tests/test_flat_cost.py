@@ -1,0 +1,175 @@
+"""A turn's cost stays flat as history grows: indexed turn reads, a bounded number of
+statements per turn, recall over the HNSW index for a large archive, a kept segment count."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+from sqlalchemy import event, text
+
+import memory.recall as recall
+from memory.recall import recall_segments
+from memory.store import NewSegment
+from memory.tables import TurnState
+
+T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+DIM = 384
+
+
+class Statements:
+    """The SQL statements sent on an engine while it is attached."""
+
+    def __init__(self, *engines) -> None:
+        self.sql: list[str] = []
+        self.params: list[object] = []
+        self.engines = engines
+
+    def _seen(self, conn, cursor, statement, parameters, *args) -> None:
+        self.sql.append(statement)
+        self.params.append(parameters)
+
+    def __enter__(self) -> Statements:
+        for engine in self.engines:
+            event.listen(engine, "before_cursor_execute", self._seen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for engine in self.engines:
+            event.remove(engine, "before_cursor_execute", self._seen)
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def _archive_vectors(store, *, user_id: str, vectors: np.ndarray, contents: list[str]) -> None:
+    session_id = f"{user_id}:s"
+    store.ensure_session(session_id=session_id, user_id=user_id)
+    store.commit_compaction(
+        session_id=session_id,
+        user_id=user_id,
+        turn_ids=[],
+        segments=[
+            NewSegment(
+                first_seq=i + 1,
+                last_seq=i + 1,
+                content=c,
+                tokens=10,
+                session_date=T0 + timedelta(hours=i),
+                embedding=[float(x) for x in v],
+            )
+            for i, (c, v) in enumerate(zip(contents, vectors, strict=True))
+        ],
+        summary_content="s",
+        summary_items=[],
+        summary_first_seq=1,
+        summary_last_seq=len(contents),
+        summary_tokens=1,
+    )
+
+
+@pytest.fixture
+def large_archive(store):
+    """User ``big`` with 2,000 random segments and 8 planted near a query vector (2 of them with
+    a rare word), user ``other`` with 500; returns the query vector and the planted ids."""
+    rng = np.random.default_rng(3)
+    query = _unit(rng.standard_normal(DIM))
+    vectors = _unit(rng.standard_normal((2000, DIM)))
+    planted = [100 + 200 * i for i in range(8)]
+    for rank, i in enumerate(planted):  # nearer for a smaller rank
+        vectors[i] = _unit(query + (0.05 + 0.03 * rank) * rng.standard_normal(DIM))
+    contents = [f"User: ordinary line number {i} about the weather and work" for i in range(2000)]
+    contents[planted[5]] = "User: the zorblax festival was loud"
+    contents[planted[7]] = "User: I bought a zorblax lamp"
+    _archive_vectors(store, user_id="big", vectors=vectors, contents=contents)
+    _archive_vectors(
+        store, user_id="other", vectors=_unit(rng.standard_normal((500, DIM))), contents=["User: other"] * 500
+    )
+    with store.engine.begin() as conn:
+        conn.execute(text("ANALYZE archived_segments"))
+        ids = conn.execute(
+            text("SELECT first_seq, id FROM archived_segments WHERE user_id = 'big' AND first_seq = ANY(:s)"),
+            {"s": [i + 1 for i in planted]},
+        ).all()
+    by_seq = dict(ids)
+    return query, [by_seq[i + 1] for i in planted]
+
+
+def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, large_archive, monkeypatch):
+    query, planted = large_archive
+    monkeypatch.setattr(recall, "INDEX_FROM", 1000)
+    args = dict(user_id="big", query_embedding=list(query), query_text="zorblax", limit=10, pool=50)
+    exact = recall_segments(store.engine, vector_index=False, **args)
+    with Statements(store.engine) as seen:
+        chosen = recall_segments(store.engine, **args)
+    assert any("hnsw.iterative_scan" in s for s in seen.sql), "2,000 of 2,500 rows: the index path is chosen"
+    by_vector = [s.id for s in sorted(chosen, key=lambda s: s.vector_rank or 10**6)[:8]]
+    assert by_vector == planted
+    assert [s.id for s in chosen] == [s.id for s in exact]
+    assert [s.text_rank for s in chosen if s.text_rank] == [1, 2]
+    assert [s.distance for s in chosen] == pytest.approx([s.distance for s in exact])
+
+
+def test_small_archive_recall_stays_exact(store, large_archive):
+    query, _ = large_archive
+    with Statements(store.engine) as seen:
+        hits = recall_segments(store.engine, user_id="other", query_embedding=list(query), limit=5)
+    assert len(hits) == 5
+    assert not any("hnsw" in s for s in seen.sql), "500 segments are below INDEX_FROM: exact search"
+
+
+def test_archive_count_follows_inserts_and_deletes(store, large_archive):
+    def counts() -> dict[str, int]:
+        with store.engine.connect() as conn:
+            return dict(conn.execute(text("SELECT user_id, segments FROM archive_counts")).all())
+
+    assert counts() == {"big": 2000, "other": 500}
+    store.delete_session("other:s")
+    assert counts() == {"big": 2000}
+
+
+def _history(store, *, session_id: str, turns: int, context: int) -> None:
+    """``turns`` turns in one statement, the newest ``context`` in the recent window."""
+    store.ensure_session(session_id=session_id, user_id="u-" + session_id)
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO turns (session_id, seq, role, content, tokens, state, created_at) "
+                "SELECT :s, g, CASE WHEN g % 2 = 1 THEN 'user' ELSE 'assistant' END, 'line ' || g, 5, "
+                "CASE WHEN g > :n - :c THEN 'context' ELSE 'summarized' END, now() "
+                "FROM generate_series(1, :n) AS g"
+            ),
+            {"s": session_id, "n": turns, "c": context},
+        )
+        conn.execute(text("ANALYZE turns"))
+
+
+def test_recent_window_read_uses_the_partial_index(store):
+    _history(store, session_id="long", turns=20_000, context=6)
+    with Statements(store.engine) as seen:
+        window = store.turns("long", state=TurnState.context)
+    assert [t.seq for t in window] == list(range(19_995, 20_001))
+    sql, params = next((s, p) for s, p in zip(seen.sql, seen.params, strict=True) if "FROM turns" in s)
+    with store.engine.connect() as conn:
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql, params))
+    assert "ix_turns_session_context" in plan
+
+
+def _turn_statements(engine, session_id: str, n: int) -> list[int]:
+    out = []
+    for i in range(n):
+        with Statements(engine.store.engine, engine.store._lock_engine) as seen:
+            engine.turn(user_id="u1", session_id=session_id, message=f"Hello number {i}", reply="Hi!")
+        out.append(len(seen.sql))
+    return out
+
+
+def test_statements_per_turn_are_few_and_do_not_grow(make_engine_for):
+    engine = make_engine_for(window=8192)
+    _turn_statements(engine, "s1", 1)  # the first turn also creates the session
+    early = _turn_statements(engine, "s1", 3)
+    later = _turn_statements(engine, "s1", 3)
+    assert max(early) <= 18, early
+    assert later == early, "the statements of a turn do not depend on the history's length"
