@@ -62,5 +62,7 @@ def downgrade() -> None:
         "ALTER TABLE archived_segments ADD COLUMN search tsvector "
         "GENERATED ALWAYS AS (companion_search_vector(content)) STORED"
     )
+    # dropping the column dropped 0012's GIN index on it; 0012's downgrade expects it
+    op.execute("CREATE INDEX ix_archived_segments_search ON archived_segments USING gin (search)")
     op.execute("DROP FUNCTION companion_search_terms(text, text[])")
     op.execute("DROP FUNCTION companion_search_vector(text, text[])")
