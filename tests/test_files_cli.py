@@ -5,8 +5,20 @@ from __future__ import annotations
 import os
 import re
 
+from sqlalchemy import text
+
+from memory.database import make_engine
 from tests import file_fixtures as F
 from tests.test_cli import _run
+
+
+def _blob_count(db_url: str) -> int:
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM file_blobs")).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def test_files_add_show_read_and_delete(db_url, tmp_path):
@@ -25,7 +37,8 @@ def test_files_add_show_read_and_delete(db_url, tmp_path):
 
     again = _run(["files", "add", "ana", str(paths["book.pdf"])], env)
     assert again.stdout.split()[0] == book_id  # same bytes: same file
-    assert len(list((tmp_path / "blobs").rglob("*"))) == 3 + 3  # three blobs in three fan-out folders
+    assert _blob_count(db_url) == 3  # three blobs in the database, one per distinct content
+    assert not (tmp_path / "blobs").exists()  # nothing on the local disk
 
     shown = _run(["files", "show", book_id], env)
     assert shown.returncode == 0 and "owner ana" in shown.stdout and "referenced by 0 turn(s)" in shown.stdout

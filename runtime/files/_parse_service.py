@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -147,24 +147,11 @@ class ParseService:
         self.cpu_seconds = cpu_seconds
         self.memory_bytes = memory_bytes
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="companion-parse")
-        isolate = parser is default_parser if isolate is None else isolate
-        self._pool = None
-        if isolate:
-            import pebble
-
-            from runtime.parsing._worker import limit_child
-
-            # forkserver: a small clean process (the parsers preloaded) forks each worker, so a worker is
-            # never a copy of the service's address space (models, pools) and starts in a fraction of a second
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["runtime.parsing._worker"])
-            self._pool = pebble.ProcessPool(
-                max_workers=workers,
-                max_tasks=1,  # a fresh process per parse: its memory goes back when it ends
-                initializer=limit_child,
-                initargs=(cpu_seconds, memory_bytes),
-                context=context,
-            )
+        self.isolate = parser is default_parser if isolate is None else isolate
+        self._pool: Any = None
+        """The pebble process pool, started by the first isolated parse (:meth:`_process_pool`)."""
+        self._pool_lock = threading.Lock()
+        self._closed = False
         self._queues: dict[str, deque[tuple[str, Future]]] = {}
         """Waiting parses per owner (user id), oldest first."""
         self._turns: deque[str] = deque()
@@ -315,6 +302,35 @@ class ParseService:
         )
         return state
 
+    def _process_pool(self) -> Any:
+        """The parse subprocess pool, started on first use (a process that never parses, such as
+        a CLI command, never starts it).
+
+        Raises:
+            RuntimeError: the service is closed.
+        """
+        with self._pool_lock:
+            if self._closed:
+                raise RuntimeError("the parse service is closed")
+            if self._pool is None:
+                import pebble
+
+                from runtime.parsing._worker import limit_child
+
+                # forkserver: a small clean process (the parsers preloaded) forks each worker, so a worker is
+                # never a copy of the service's address space (models, pools) and starts in a fraction of a second
+                context = multiprocessing.get_context("forkserver")
+                context.set_forkserver_preload(["runtime.parsing._worker"])
+                self._pool = pebble.ProcessPool(
+                    max_workers=self.workers,
+                    max_tasks=1,  # a fresh process per parse: its memory goes back when it ends
+                    initializer=limit_child,
+                    initargs=(self.cpu_seconds, self.memory_bytes),
+                    context=context,
+                )
+                log.info("file.parse.pool_started", workers=self.workers)
+            return self._pool
+
     def _parse(self, data: bytes, stored) -> Extract:
         """One parse: in a capped subprocess when isolated, else in this thread.
 
@@ -322,14 +338,14 @@ class ParseService:
             FileParseError: the file's own (corrupt, encrypted, ``too_large``), or ``too_large``
                 / ``too_slow`` when the subprocess ran out of memory, CPU or wall time.
         """
-        if self._pool is None:
+        if not self.isolate:
             return self.parser(data, name=stored.name, mime=stored.mime, limits=self.limits)
         from pebble import ProcessExpired
 
         from runtime.parsing._worker import parse_in_child
 
         wall = None if self.cpu_seconds is None else 2 * self.cpu_seconds + 10
-        task = self._pool.schedule(parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall)
+        task = self._process_pool().schedule(parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall)
         try:
             status, value, reason = task.result()
         except FutureTimeout as exc:
@@ -411,9 +427,12 @@ class ParseService:
     def close(self) -> None:
         """Stop accepting parses and wait for running ones to end."""
         self._executor.shutdown(wait=True, cancel_futures=False)
-        if self._pool is not None:
-            self._pool.close()
-            self._pool.join()
+        with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+            pool.join()
 
     def __enter__(self) -> ParseService:
         return self

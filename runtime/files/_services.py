@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine as SAEngine
 
+from memory.blobs import BlobStore, PostgresBlobs, S3Blobs
 from memory.files import FileStore, StoredFile
 from runtime.config import Settings
 from runtime.files._file_read import FileReader, WindowLimits
@@ -61,14 +62,33 @@ class FileServices:
         self.parses.close()
 
 
+def open_blob_store(settings: Settings, engine: SAEngine) -> BlobStore:
+    """The blob store ``COMPANION_BLOB_STORE`` names: the ``file_blobs`` table of ``engine``
+    (``postgres``), or the ``COMPANION_S3_*`` bucket (``s3``)."""
+    if settings.blob_store == "s3":
+        assert settings.s3_bucket is not None, "Settings refuses s3 without a bucket"
+        secret = settings.s3_secret_access_key
+        return S3Blobs(
+            bucket=settings.s3_bucket,
+            endpoint_url=settings.s3_endpoint_url,
+            region=settings.s3_region,
+            access_key_id=settings.s3_access_key_id,
+            secret_access_key=None if secret is None else secret.get_secret_value(),
+            prefix=settings.s3_prefix or "",
+        )
+    return PostgresBlobs(engine)
+
+
 def open_file_services(settings: Settings, engine: SAEngine, *, parser=None) -> FileServices:
-    """The file store on ``settings.files_path``, a parse service and a ``file_read`` reader
-    with the ``COMPANION_FILE_*`` / ``COMPANION_ZIP_DEPTH`` limits.
+    """The file store on the ``COMPANION_BLOB_STORE`` blob store, a parse service and a
+    ``file_read`` reader with the ``COMPANION_FILE_*`` / ``COMPANION_ZIP_DEPTH`` limits.
+
+    Nothing starts here: the parse service's subprocess pool starts on the first parse.
 
     Args:
         parser: replaces the default parser (tests count invocations with it).
     """
-    files = FileStore(engine, settings.files_path, max_file_bytes=settings.max_file_bytes)
+    files = FileStore(engine, open_blob_store(settings, engine), max_file_bytes=settings.max_file_bytes)
     kwargs = {} if parser is None else {"parser": parser}
     parses = ParseService(
         files,
