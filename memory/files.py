@@ -31,8 +31,9 @@ import mimetypes
 import secrets
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, cast
 
 import structlog
@@ -156,6 +157,20 @@ def clean_name(name: str) -> str:
             reason="bad_name",
         )
     return base
+
+
+@dataclass
+class ImportReport:
+    """What :meth:`FileStore.import_blobs` did, counted in blobs (distinct contents)."""
+
+    imported: int = 0
+    """Blobs copied into the blob store."""
+    present: int = 0
+    """Blobs the store held already."""
+    missing: builtins.list[str] = field(default_factory=list)
+    """SHA-256 of blobs neither in the store nor in the directory: their files cannot be read."""
+    corrupt: builtins.list[str] = field(default_factory=list)
+    """SHA-256 of blobs whose file in the directory has other bytes; not imported."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -659,6 +674,49 @@ class FileStore:
             db.commit()
             return result.rowcount == 1
 
+    # -- moving blobs in ---------------------------------------------------------------
+    def import_blobs(self, directory: Path) -> ImportReport:
+        """Copy into the blob store the bytes of every ``files`` row whose blob it lacks, from a local
+        files directory laid out as earlier versions wrote it (``<directory>/<sha[:2]>/<sha>``).
+
+        Each file read is checked against its SHA-256 before it is stored, under the blob's
+        lock. Idempotent: run it again after copying missing files in. The directory is only read.
+
+        Raises:
+            StorageError: the database or the blob store failed (what was imported stays).
+        """
+        with storage_errors(), Session(self.engine) as db:
+            wanted = sorted(set(db.exec(select(FileRow.sha256)).all()))
+        stored = set(self.blobs.hashes())
+        report = ImportReport()
+        for sha in wanted:
+            if sha in stored:
+                report.present += 1
+                continue
+            path = Path(directory) / blob_key(sha)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                report.missing.append(sha)
+                continue
+            if hashlib.sha256(data).hexdigest() != sha:
+                report.corrupt.append(sha)
+                continue
+            with storage_errors(), Session(self.engine) as db:
+                blob_lock(db, sha)
+                self._write_blob(db, sha, data)
+                db.commit()
+            report.imported += 1
+        log.info(
+            "file.blobs.imported",
+            store=self.blobs.kind,
+            imported=report.imported,
+            present=report.present,
+            missing=len(report.missing),
+            corrupt=len(report.corrupt),
+        )
+        return report
+
     # -- deleting ------------------------------------------------------------------
     def delete(self, file_id: str, *, user_id: str) -> bool:
         """Delete the file, every ``turn_files`` row that carries it, and its blob if no other
@@ -750,6 +808,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "EPUB_MIME",
     "FileStore",
+    "ImportReport",
     "StoredFile",
     "clean_name",
     "file_not_found",

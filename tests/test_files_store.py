@@ -218,3 +218,28 @@ def test_an_upload_whose_row_is_refused_leaves_no_blob(files):
         files.add(user_id="u" * 300, name="a.txt", data=b"stored\n")
     assert blobs(files) == [kept.sha256]  # a blob another row uses stays
     assert files.read_bytes(kept) == b"stored\n"
+
+
+def test_import_blobs_copies_an_old_files_directory_into_the_store(files, tmp_path):
+    """Bytes an earlier version kept on local disk (``<dir>/<sha[:2]>/<sha>``) are copied in, checked by hash."""
+    from sqlmodel import Session
+
+    good = files.add(user_id="u1", name="good.txt", data=b"kept on disk\n")
+    bad = files.add(user_id="u1", name="bad.txt", data=b"altered on disk\n")
+    lost = files.add(user_id="u2", name="lost.txt", data=b"never copied\n")
+    present = files.add(user_id="u2", name="here.txt", data=b"already in the store\n")
+    with Session(files.engine) as db:
+        for stored in (good, bad, lost):
+            files.blobs.remove(db, stored.sha256)
+        db.commit()
+    old = tmp_path / "old-files"
+    for stored, data in ((good, b"kept on disk\n"), (bad, b"other bytes\n")):
+        (old / stored.sha256[:2]).mkdir(parents=True, exist_ok=True)
+        (old / stored.blob_path).write_bytes(data)
+    report = files.import_blobs(old)
+    assert (report.imported, report.present, report.missing, report.corrupt) == (1, 1, [lost.sha256], [bad.sha256])
+    assert files.read_bytes(good) == b"kept on disk\n"
+    with pytest.raises(FileNotFound):
+        files.read_bytes(bad)
+    assert files.import_blobs(old).imported == 0  # idempotent
+    assert blobs(files) == sorted([good.sha256, present.sha256])

@@ -302,6 +302,11 @@ class ParseService:
         )
         return state
 
+    @property
+    def pool_started(self) -> bool:
+        """True once the parse subprocess pool has started (the first isolated parse starts it)."""
+        return self._pool is not None
+
     def _process_pool(self) -> Any:
         """The parse subprocess pool, started on first use (a process that never parses, such as
         a CLI command, never starts it).
