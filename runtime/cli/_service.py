@@ -9,20 +9,78 @@ from runtime.cli._common import EXIT_USAGE, _hours_arg, _port_arg, _settings
 
 
 # -- the HTTP service, apps and the close job --------------------------------------
+def _workers_arg(value: str) -> int:
+    try:
+        workers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers must be a whole number, got {value!r}") from None
+    if not 1 <= workers <= 64:
+        raise argparse.ArgumentTypeError(f"--workers must be between 1 and 64, got {workers}")
+    return workers
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Open the engine once and serve the HTTP API under uvicorn until Ctrl-C."""
+    """Serve the HTTP API under uvicorn until Ctrl-C: one process with one engine, or with
+    ``--workers N``, N worker processes that each open their own engine on one database."""
     import uvicorn
 
+    settings = _settings()
+    host = args.host or settings.api_host
+    port = settings.api_port if args.port is None else args.port
+    if args.workers > 1:
+        _prepare_workers(settings)
+        if port == 0:  # the workers share one listening socket bound by uvicorn: pick the port here
+            port = _free_port(host)
+        print(
+            f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs), "
+            f"{args.workers} worker processes",
+            flush=True,
+        )
+        uvicorn.run(
+            "runtime.service.api.app:app_from_env",
+            factory=True,
+            workers=args.workers,
+            host=host,
+            port=port,
+            log_level=settings.log_level,
+            access_log=False,
+        )
+        return 0
     from runtime.service import open_engine
     from runtime.service.api import create_app
 
-    settings = _settings()
     engine = open_engine(settings)
-    host = args.host or settings.api_host
-    port = settings.api_port if args.port is None else args.port
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
     uvicorn.run(create_app(engine), host=host, port=port, log_level=settings.log_level, access_log=False)
     return 0
+
+
+def _prepare_workers(settings) -> None:
+    """Before worker processes start: start the embedded database if ``DATABASE_URL`` is unset
+    (this process owns it while the workers run) and migrate it, then hand its URL to the workers
+    through ``DATABASE_URL``. A ``DATABASE_URL`` database must be at head already."""
+    import os
+
+    from memory.database import current_revision, head_revision, require_schema, upgrade
+    from runtime.service import connect
+
+    database = connect(settings)
+    if database.embedded:
+        if current_revision(database.engine) != head_revision():
+            from memory.embeddings import SentenceTransformerEmbedder
+
+            upgrade(database.engine, embedding_dim=SentenceTransformerEmbedder(settings.embedding_model).dimension)
+        os.environ["DATABASE_URL"] = database.url
+    require_schema(database.engine)
+    database.engine.dispose()
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def _directory():
@@ -108,6 +166,12 @@ def _add_service_commands(sub) -> None:
     serve.add_argument("--host", help="address to listen on (default: COMPANION_API_HOST or 127.0.0.1)")
     serve.add_argument(
         "--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        help="worker processes, each with its own engine, sharing the port and the database (default 1)",
     )
     serve.set_defaults(func=cmd_serve)
 

@@ -1,4 +1,6 @@
-"""The FastAPI application: :func:`create_app` builds it around one opened engine."""
+"""The FastAPI application: :func:`create_app` builds it around one opened engine;
+:func:`app_from_env` opens the engine from the environment first (uvicorn's factory mode,
+one engine per worker process for ``companion serve --workers N``)."""
 
 from __future__ import annotations
 
@@ -49,3 +51,26 @@ def create_app(engine: Engine) -> FastAPI:
         return {"status": "ok"}
 
     return app
+
+
+def app_from_env() -> FastAPI:
+    """The HTTP API on an engine opened from the environment (``Settings.from_env()``).
+
+    uvicorn calls it once in each worker process (``factory=True``), so every worker opens
+    its own engine: its own database pool, embedder and file services. ``DATABASE_URL`` must
+    name a database at head; ``companion serve --workers N`` starts the embedded server and
+    migrates it before the workers start.
+
+    Raises:
+        ConfigurationError, SchemaError, UnknownModelError: as :func:`runtime.service.open_engine`.
+    """
+    import os
+
+    import structlog
+
+    from runtime.config import Settings
+    from runtime.service import open_engine
+
+    engine = open_engine(Settings.from_env())
+    structlog.get_logger("companion.service").info("service.worker_ready", pid=os.getpid())
+    return create_app(engine)
