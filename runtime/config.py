@@ -230,6 +230,11 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_SUMMARY_MODEL``: litellm model string for summaries; ``None`` uses ``model``."""
     summary_timeout: float = Field(60.0, ge=0.1, le=3600.0)
     """``COMPANION_SUMMARY_TIMEOUT``: seconds to wait for one summary; a timeout counts as a failure."""
+    compaction: Annotated[Literal["inline", "queue"] | None, BeforeValidator(_lower)] = None
+    """``COMPANION_COMPACTION``: where a turn's compaction runs once the reply is stored. ``inline``:
+    at once, in the turn's thread; ``queue``: as a durable job a queue worker runs (the in-process
+    worker of ``companion serve``, or ``companion jobs run``). ``None`` (unset): each entry point's
+    default, ``queue`` for ``companion serve`` and ``inline`` everywhere else."""
     embedding_model: str = BUNDLED_EMBEDDING_MODEL
     """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
     recall_candidates: int = Field(100, ge=1)

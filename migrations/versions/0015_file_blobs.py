@@ -5,7 +5,7 @@ equal bytes share one blob, as they shared one file on disk before. Bytes that w
 a local files directory are copied in by ``companion files import-blobs``.
 
 Revision ID: 0015
-Revises: 0011
+Revises: 0014
 Create Date: 2026-11-30
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import BYTEA
 
 revision = "0015"
-down_revision = "0011"
+down_revision = "0014"
 branch_labels = None
 depends_on = None
 

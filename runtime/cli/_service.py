@@ -36,8 +36,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"{args.workers} worker processes",
             flush=True,
         )
+        factory = "app_from_env_without_worker" if args.no_worker else "app_from_env"
         uvicorn.run(
-            "runtime.service.api.app:app_from_env",
+            f"runtime.service.api.app:{factory}",
             factory=True,
             workers=args.workers,
             host=host,
@@ -49,9 +50,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from runtime.service import open_engine
     from runtime.service.api import create_app
 
-    engine = open_engine(settings)
+    engine = open_engine(settings, compaction="queue")  # the reply never waits for a summary
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
-    uvicorn.run(create_app(engine), host=host, port=port, log_level=settings.log_level, access_log=False)
+    app = create_app(engine, job_worker=not args.no_worker)
+    uvicorn.run(app, host=host, port=port, log_level=settings.log_level, access_log=False)
     return 0
 
 
@@ -122,12 +124,16 @@ def _job_engine():
 
 
 def cmd_jobs_run(args: argparse.Namespace) -> int:
-    from runtime.service import run_scheduler
+    from runtime.service import QueueWorker, drain, run_scheduler
 
     settings, engine = _job_engine()
+    if args.once:
+        drain(engine, name=args.worker or "jobs-once")
+        print("companion jobs run --once: the queue had no more jobs to take")
+        return 0
     print(
-        f"companion jobs run: closing sessions idle for {settings.close_idle_hours:g} h on cron "
-        f"{settings.close_cron!r} (local time); Ctrl-C stops.",
+        f"companion jobs run: running queued jobs (compaction) and closing sessions idle for "
+        f"{settings.close_idle_hours:g} h on cron {settings.close_cron!r} (local time); Ctrl-C stops.",
         flush=True,
     )
     run_scheduler(
@@ -136,6 +142,7 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
         idle_seconds=settings.close_idle_hours * 3600,
         batch=settings.close_batch,
         worker_id=args.worker,
+        alongside=QueueWorker(engine, name=args.worker or "jobs", concurrency=args.concurrency),
     )
     return 0
 
@@ -168,10 +175,16 @@ def _add_service_commands(sub) -> None:
         "--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)"
     )
     serve.add_argument(
+<<<<<<< HEAD
         "--workers",
         type=_workers_arg,
         default=1,
         help="worker processes, each with its own engine, sharing the port and the database (default 1)",
+=======
+        "--no-worker",
+        action="store_true",
+        help="run no queue worker in this process (compaction jobs wait for `companion jobs run`)",
+>>>>>>> q17
     )
     serve.set_defaults(func=cmd_serve)
 
@@ -182,10 +195,14 @@ def _add_service_commands(sub) -> None:
     create.set_defaults(func=cmd_apps_create)
     a_sub.add_parser("list", help="list the apps (never their keys)").set_defaults(func=cmd_apps_list)
 
-    jobs = sub.add_parser("jobs", help="the session-close job")
+    jobs = sub.add_parser("jobs", help="the job queue worker and the session-close job")
     j_sub = jobs.add_subparsers(dest="jobs_command", required=True)
-    run = j_sub.add_parser("run", help="run the close job on COMPANION_CLOSE_CRON until Ctrl-C")
-    run.add_argument("--worker", help="worker id recorded as closed_by (default HOST:PID)")
+    run = j_sub.add_parser(
+        "run", help="run queued jobs (compaction) and the close job on COMPANION_CLOSE_CRON until Ctrl-C"
+    )
+    run.add_argument("--worker", help="worker id recorded as closed_by and the queue worker's name (default HOST:PID)")
+    run.add_argument("--concurrency", type=int, default=2, help="queued jobs run at once (default 2)")
+    run.add_argument("--once", action="store_true", help="run the queued jobs there are now, then exit")
     run.set_defaults(func=cmd_jobs_run)
     once = j_sub.add_parser("close-idle", help="close idle sessions now")
     once.add_argument("--once", action="store_true", help="run once and exit (for cron or tests)")

@@ -95,6 +95,9 @@ class AssembledContext:
     """The lorebook entries and knowledge chunks shown (in the retrieval block or inserted at a depth), in order."""
     recent_seqs: list[int] = field(default_factory=list)
     """Seqs of the stored turns shown in the recent window."""
+    pending_turns: int = 0
+    """Stored turns kept out of view because they are over the ``recent`` cap and no compaction
+    has rolled them out yet (the summary block says their summary is pending)."""
     source_text: dict[str, str] = field(default_factory=dict)
     """The rendered text each source contributed (for inspection and evaluation)."""
     post_history_messages: int = 0
@@ -314,6 +317,7 @@ def assemble_context(
         recalled=recalled,
         retrieved=list(found.shown),
         recent_seqs=shown,
+        pending_turns=summary.pending if summary is not None else 0,
         source_text=texts,
         post_history_messages=len(post_history),
         lore_messages=[len(head) + i for i in lore_at],
@@ -351,6 +355,24 @@ def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
 
 
 def _summary_block(summary: SummaryText | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
+    """The summary block within ``cap`` tokens, with the pending-summary line when turns wait for
+    their compaction (that line is never cut: without it the prompt would hide a gap)."""
+    if summary is not None and summary.pending:
+        note = render("notice_summary_pending", count=summary.pending)
+        if not summary.content:
+            tokens = counter.count_text(note)
+            return note, SourceReport(source="summary", tokens=tokens, cap=cap, items=0)
+        content, report = _summary_body(summary, cap - counter.count_text(note) - 1, counter)
+        if not content:
+            tokens = counter.count_text(note)
+            return note, replace(report, tokens=tokens, cap=cap)
+        lines = content.split("\n")
+        content = "\n".join([*lines[:-1], note, *lines[-1:]])
+        return content, replace(report, tokens=counter.count_text(content), cap=cap)
+    return _summary_body(summary, cap, counter)
+
+
+def _summary_body(summary: SummaryText | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
     if summary is None or not summary.content:
         return "", SourceReport(source="summary", tokens=0, cap=cap, items=0)
     content = summary.content

@@ -31,6 +31,9 @@ class SummaryText:
     """The rendered summary block, as it enters the prompt (first two lines a header, last line the closing tag)."""
     items: int = 0
     """How many flat entries (quotes, notes) the summary holds."""
+    pending: int = 0
+    """Turns out of view (over the ``recent`` cap) that no compaction has rolled out yet: their
+    summary is still pending. The summary block says so in one line, counted in its budget."""
 
 
 @dataclass(frozen=True, kw_only=True)

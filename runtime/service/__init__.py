@@ -1,10 +1,12 @@
-"""On top of the engine: bootstrap (open an engine on a database), the close job and replay.
+"""On top of the engine: bootstrap (open an engine on a database), the job queue (compaction
+jobs and their workers), the close job and replay.
 
 The HTTP API is the subpackage :mod:`runtime.service.api`.
 """
 
 from runtime.service._bootstrap import Database, connect, open_engine, settings_for_model
 from runtime.service._jobs import close_idle_sessions, run_scheduler
+from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
 from runtime.service._replay import (
     CATEGORIES,
     Conversation,
@@ -14,11 +16,16 @@ from runtime.service._replay import (
 )
 
 __all__ = [
+    "BLUEPRINTS",
     "CATEGORIES",
     "Conversation",
     "Database",
+    "QueueWorker",
+    "QueuedCompaction",
+    "build_app",
     "close_idle_sessions",
     "connect",
+    "drain",
     "load_conversations",
     "open_engine",
     "replay_conversation",

@@ -4,6 +4,7 @@ embedder, persona."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 from sqlalchemy import Engine as SAEngine
@@ -71,6 +72,7 @@ def open_engine(
     embedder: Embedder | None = None,
     summarizer: Summarizer | None = None,
     database: Database | None = None,
+    compaction: Literal["inline", "queue"] = "inline",
 ) -> Engine:
     """An engine ready for turns.
 
@@ -81,6 +83,9 @@ def open_engine(
     Args:
         with_model: ``False`` opens an engine that never calls the chat model (replay,
             where the replies come from a file): no window lookup, no replier.
+        compaction: where compaction runs after the reply when ``COMPANION_COMPACTION`` is
+            unset (the caller's default): ``inline``, or ``queue`` (a job for a queue worker,
+            :class:`~runtime.service.QueuedCompaction`; close it with ``engine.runner.scheduler.close()``).
 
     Raises:
         UnknownModelError: litellm does not know ``COMPANION_MODEL``'s window and
@@ -109,7 +114,13 @@ def open_engine(
     resumed = services.parses.submit_pending()  # files a stopped process left unparsed
     if resumed:
         log.info("file.parse.resumed", files=resumed)
+    scheduler = None
+    if (settings.compaction or compaction) == "queue":
+        from runtime.service._queue import QueuedCompaction
+
+        scheduler = QueuedCompaction(database.engine)
     return Engine(
+        compaction=scheduler,
         settings=settings,
         store=Store(database.engine),
         embedder=embedder,

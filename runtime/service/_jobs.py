@@ -29,8 +29,10 @@ worker, error), ``job.run_completed`` (worker, claimed, closed, failed, idle_sec
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -222,7 +224,15 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
     return outcome
 
 
-def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int, worker_id: str | None = None) -> None:
+def run_scheduler(
+    engine: Engine,
+    *,
+    cron: str,
+    idle_seconds: float,
+    batch: int,
+    worker_id: str | None = None,
+    alongside: AbstractContextManager[Any] | None = None,
+) -> None:
     """Run :func:`close_idle_sessions` on the ``cron`` schedule (five crontab fields, the
     machine's local time zone) until Ctrl-C or SIGTERM. Blocks; on the signal a close in
     progress finishes first.
@@ -231,6 +241,9 @@ def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int,
     are folded into one (``coalesce``). APScheduler 3.x numbers weekdays from Monday = 0
     in crontab expressions (its documented difference from cron, where 0 is Sunday);
     use names (``mon``–``sun``) to be safe.
+
+    ``alongside`` (e.g. a :class:`~runtime.service.QueueWorker`) is entered once the scheduler
+    runs and exited before it shuts down.
     """
     import signal
     import threading
@@ -267,8 +280,9 @@ def run_scheduler(engine: Engine, *, cron: str, idle_seconds: float, batch: int,
     scheduler.start()
     log.info("job.scheduler_started", cron=cron, timezone=str(zone), idle_seconds=idle_seconds, batch=batch)
     try:
-        while not stopping.wait(1.0):
-            pass
+        with alongside if alongside is not None else contextlib.nullcontext():
+            while not stopping.wait(1.0):
+                pass
         log.info("job.scheduler_stopping", signal=received[0] if received else None)
     except KeyboardInterrupt:
         pass

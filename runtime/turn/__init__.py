@@ -6,6 +6,7 @@ images) add to every turn at the same points.
 """
 
 from runtime.turn._attachments import AttachmentsExtension, check_attachments
+from runtime.turn._compaction import CompactionRequest, CompactionScheduler, CompactNow, InlineCompaction
 from runtime.turn._engine import Engine
 from runtime.turn._extensions import Gathered, TurnExtension
 from runtime.turn._gather import ContextGatherer
@@ -15,9 +16,13 @@ from runtime.turn._validate import validate_message
 
 __all__ = [
     "AttachmentsExtension",
+    "CompactNow",
+    "CompactionRequest",
+    "CompactionScheduler",
     "ContextGatherer",
     "Engine",
     "Gathered",
+    "InlineCompaction",
     "TurnClaim",
     "TurnExtension",
     "TurnImages",

@@ -21,6 +21,7 @@ from runtime.config import Settings
 from runtime.context import AssembledContext
 from runtime.files import FileServices
 from runtime.llm import Replier, Transcriber
+from runtime.turn._compaction import CompactionScheduler
 from runtime.turn._runner import TurnClaim, TurnResult
 from runtime.turn._sessions import delete_file, delete_session, greet
 from runtime.turn._wiring import wire
@@ -33,7 +34,9 @@ class Engine:
     and checks the schema and the embedding dimension. ``file_services``
     (:func:`runtime.files.open_file_services`) enable attachments; without them a turn with
     attachments raises ConfigurationError. ``transcriber`` describes images for a text-only reply
-    model; by default one built from the ``COMPANION_VISION_*`` settings.
+    model; by default one built from the ``COMPANION_VISION_*`` settings. ``compaction`` decides
+    when a session's compaction runs after the reply; by default at once
+    (:class:`~runtime.turn.InlineCompaction`).
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class Engine:
         counter: TokenCounter | None = None,
         file_services: FileServices | None = None,
         transcriber: Transcriber | None = None,
+        compaction: CompactionScheduler | None = None,
     ) -> None:
         self.settings, self.store, self.embedder, self.persona, self.replier = (
             settings,
@@ -59,7 +63,7 @@ class Engine:
         self.file_services = file_services
         parts = wire(
             settings, store, embedder, persona, replier, summarizer, counter or counter_for(settings.model),
-            file_services, transcriber,
+            file_services, transcriber, compaction,
         )  # fmt: skip
         self.files, self.parses, self.counter, self.budgets, self.window = (
             parts.files, parts.parses, parts.counter, parts.budgets, parts.window,
@@ -76,7 +80,7 @@ class Engine:
         return Engine(
             settings=settings, store=self.store, embedder=self.embedder, persona=persona or self.persona,
             replier=self.replier, summarizer=self.compactor.summarizer, counter=self.counter,
-            file_services=self.file_services, transcriber=self.images.transcriber,
+            file_services=self.file_services, transcriber=self.images.transcriber, compaction=self.runner.scheduler,
         )  # fmt: skip
 
     # fmt: off

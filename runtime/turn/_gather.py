@@ -1,7 +1,9 @@
 """Context gathering: read what the next reply needs from storage, convert the rows into the
 values :mod:`runtime.context` takes, and assemble. A read: nothing is written.
 
-For one session it reads the recent window, runs each turn extension's ``gather``, embeds the
+For one session it reads the recent window (less the oldest exchanges over the ``recent`` cap
+that no compaction has rolled out yet: they stay out of view, and the summary block says their
+summary is pending), runs each turn extension's ``gather``, embeds the
 query once (the newest user message, or a pending one) for recall and the knowledge base,
 recalls archive segments within the ``memory`` budget (excluding turns still in view), fires
 lorebook entries, reads the pinned profile, the summary and the calibration baseline, then
@@ -23,6 +25,7 @@ from memory.store import Store
 from memory.tables import Summary, Turn, TurnState, UserProfile, utcnow
 from persona import Persona
 from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, CalibratedCounter, TokenCounter, correction
+from runtime.compaction import plan_rollout
 from runtime.config import Settings
 from runtime.context import (
     DEFAULT_USER_NAME,
@@ -59,8 +62,10 @@ def user_name(profile: UserProfile | None) -> str:
     return profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
 
 
-def _summary(row: Summary | None) -> SummaryText | None:
-    return None if row is None else SummaryText(content=row.content, items=len(row.items or []))
+def _summary(row: Summary | None, pending: int) -> SummaryText | None:
+    if row is None:
+        return SummaryText(content="", pending=pending) if pending else None
+    return SummaryText(content=row.content, items=len(row.items or []), pending=pending)
 
 
 def _knowledge(hit: KnowledgeHit) -> KnowledgeItem:
@@ -105,7 +110,17 @@ class ContextGatherer:
     ) -> AssembledContext:
         """See :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in :func:`runtime.context.assemble_context`."""
         budgets = budgets or self.budgets
-        gathered = Gathered(turns=self.store.turns(session_id, state=TurnState.context))
+        stored = self.store.turns(session_id, state=TurnState.context)
+        # turns over the recent cap that no compaction has rolled out yet stay out of view: the
+        # same exchanges a compaction would roll out now (it runs after the reply)
+        hidden = plan_rollout(
+            stored,
+            cap=budgets.recent,
+            target=self.settings.compaction_target,
+            keep_exchanges=self.settings.keep_exchanges,
+        )
+        out_of_view = sum(len(g) for g in hidden)
+        gathered = Gathered(turns=stored[out_of_view:])
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
         turns = gathered.turns
@@ -157,7 +172,7 @@ class ContextGatherer:
         context = assemble_context(
             session_id=session_id,
             persona=self.persona,
-            summary=_summary(self.store.summary(session_id)),
+            summary=_summary(self.store.summary(session_id), out_of_view),
             candidates=recalled,
             turns=[RecentTurn(seq=t.seq, role=t.role, content=t.content) for t in turns],
             pending=pending,

@@ -1,4 +1,4 @@
-"""Turn running: store the user turn, compact, assemble, reply, store the reply, compact again.
+"""Turn running: store the user turn, assemble, reply, store the reply, then compaction.
 
 Longer than 400 lines on purpose: the claim, the turn, the edit and the overflow retry are one
 state machine over the session; the reply attempts must go through the same path.
@@ -7,14 +7,17 @@ One turn (:meth:`TurnRunner.run`):
 
 1. validates the message and its attachment ids, and stores the user turn, before any model
    or embedding work;
-2. compacts the session if the recent window is over its cap;
-3. assembles the context within per-source budgets (a read, :mod:`runtime.turn._gather`);
-4. gets the assistant reply (from the model, or given, as in replay);
-5. stores the reply, then compacts again if the reply pushed the window over its cap.
+2. assembles the context within per-source budgets (a read, :mod:`runtime.turn._gather`);
+   turns over the ``recent`` cap that no compaction has rolled out yet stay out of view, and
+   the prompt says their summary is pending;
+3. gets the assistant reply (from the model, or given, as in replay);
+4. stores the reply, then hands the session's compaction to the engine's
+   :class:`~runtime.turn.CompactionScheduler`: run at once (inline) or deferred to a queue
+   worker. The reply never waits for a summary call.
 
 If the reply step raises, the user turn stays stored and the error propagates as
 :class:`~errors.ModelCallError`. If the provider says the context is too long, the turn
-compacts harder (``recent`` and ``memory`` at :data:`OVERFLOW_SHRINK` of their caps, a
+compacts harder, inline, before the retry (``recent`` and ``memory`` at :data:`OVERFLOW_SHRINK` of their caps, a
 :data:`OVERFLOW_MARGIN` share of the window kept free) and asks once more, through the same
 attempt as the first; a second overflow raises :class:`~errors.ContextOverflowError`. A reply
 whose stream broke off is stored as far as it arrived, marked ``interrupted``.
@@ -43,6 +46,7 @@ from runtime.config import Settings
 from runtime.context import AssembledContext, summary_profile_facts
 from runtime.llm import Replier, Reply, Tools
 from runtime.turn._attachments import check_attachments
+from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._validate import validate_message
@@ -67,7 +71,8 @@ class TurnResult:
     context: AssembledContext
     """The context the reply was made from."""
     compactions: list[CompactionOutcome]
-    """Compaction attempts during the turn (before assembly and after the reply)."""
+    """Compaction attempts the turn ran itself: an overflow retry's, and the one after the reply
+    when the scheduler runs it inline (a queued one is not here)."""
 
 
 CLAIM_POLL_SECONDS = (0.02, 0.25)
@@ -123,8 +128,10 @@ class TurnRunner:
         replier: Replier | None,
         persona_name: str,
         extensions: Sequence[TurnExtension],
+        scheduler: CompactionScheduler | None = None,
     ) -> None:
         self.settings = settings
+        self.scheduler: CompactionScheduler = scheduler or InlineCompaction()
         self.store = store
         self.files = files
         self.gatherer = gatherer
@@ -183,7 +190,7 @@ class TurnRunner:
         )
         for extension in self.extensions:
             extension.stored(attached)
-        compactions = [c for c in [self.compact(session_id, user_id)] if c is not None]
+        compactions: list[CompactionOutcome] = []
         if reply is None:
             for extension in self.extensions:
                 extension.prepare(session_id=session_id)
@@ -216,7 +223,7 @@ class TurnRunner:
             interrupted=answer.interrupted,
         )  # only the final text is stored: tool calls and their results (file text) never are
         # a failed compaction is not retried in the same turn; the breaker counts it once
-        after = None if any(not c.ok for c in compactions) else self.compact(session_id, user_id)
+        after = None if any(not c.ok for c in compactions) else self.schedule_compaction(session_id, user_id)
         if after is not None:
             compactions.append(after)
         log.info(
@@ -270,7 +277,7 @@ class TurnRunner:
                 created_at=at,
                 file_ids=[f.id for f in attached],
             )
-            self.compact(session_id, user_id)
+            self.schedule_compaction(session_id, user_id)
         return turn
 
     def edit(
@@ -412,17 +419,44 @@ class TurnRunner:
         """Estimated tokens of one stored message, framing included."""
         return self.counter.count_message({"role": role, "content": content})
 
-    def compact(self, session_id: str, user_id: str, *, recent_cap: int | None = None) -> CompactionOutcome | None:
-        """Compact the session if its recent window is over ``recent_cap`` (default: the ``recent``
-        budget), then learn the user's profile from the new summary."""
-        outcome = self.compactor.maybe_compact(
+    def request(self, session_id: str, user_id: str, *, recent_cap: int | None = None) -> CompactionRequest:
+        """This engine's compaction of the session: its ``recent`` cap (or ``recent_cap``), its
+        summary cap and its persona's name."""
+        return CompactionRequest(
             session_id=session_id,
             user_id=user_id,
             recent_cap=self.budgets.recent if recent_cap is None else recent_cap,
             summary_cap=self.budgets.summary,
             assistant_name=self.persona_name,
         )
-        return self._learn_profile(user_id, session_id, outcome)
+
+    def schedule_compaction(self, session_id: str, user_id: str) -> CompactionOutcome | None:
+        """Hand the session's compaction to the scheduler: its outcome when it ran inline,
+        ``None`` when it was queued or there was nothing to do."""
+        return self.scheduler.schedule(self.request(session_id, user_id), self.compact_now)
+
+    def compact(self, session_id: str, user_id: str, *, recent_cap: int | None = None) -> CompactionOutcome | None:
+        """Compact the session now if its recent window is over ``recent_cap`` (default: the
+        ``recent`` budget), then learn the user's profile from the new summary."""
+        return self.compact_now(self.request(session_id, user_id, recent_cap=recent_cap))
+
+    def compact_now(self, request: CompactionRequest) -> CompactionOutcome | None:
+        """Run ``request`` now (:meth:`~runtime.compaction.Compactor.maybe_compact`: under the
+        session's advisory lock and the breaker, committed in one transaction), then learn the
+        user's profile from the new summary. ``None``: nothing to do, or another compaction of
+        the session holds its lock.
+
+        Raises:
+            StorageError: the database failed.
+        """
+        outcome = self.compactor.maybe_compact(
+            session_id=request.session_id,
+            user_id=request.user_id,
+            recent_cap=request.recent_cap,
+            summary_cap=request.summary_cap,
+            assistant_name=request.assistant_name,
+        )
+        return self._learn_profile(request.user_id, request.session_id, outcome)
 
     def _learn_profile(
         self, user_id: str, session_id: str, outcome: CompactionOutcome | None

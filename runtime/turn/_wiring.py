@@ -15,6 +15,7 @@ from runtime.config import Settings
 from runtime.files import FileServices, ParseService
 from runtime.llm import Replier, Transcriber
 from runtime.turn._attachments import AttachmentsExtension, FileTool
+from runtime.turn._compaction import CompactionScheduler
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
@@ -52,6 +53,7 @@ def wire(
     counter: TokenCounter,
     file_services: FileServices | None,
     transcriber: Transcriber | None,
+    compaction: CompactionScheduler | None = None,
 ) -> EngineParts:
     """Build an engine's parts: extensions, compactor, context gatherer and turn runner."""
     files = file_services.files if file_services is not None else None
@@ -106,6 +108,7 @@ def wire(
         replier=replier,
         persona_name=persona.name,
         extensions=extensions,
+        scheduler=compaction,
     )
     return EngineParts(
         files=files, parses=parses, counter=counter, budgets=budgets, window=window, profiles=profiles,

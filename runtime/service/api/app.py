@@ -4,6 +4,9 @@ one engine per worker process for ``companion serve --workers N``)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from fastapi import Depends, FastAPI
 
 from memory.apps import Directory
@@ -16,7 +19,7 @@ from runtime.turn import Engine
 API_VERSION = "1"
 
 
-def create_app(engine: Engine) -> FastAPI:
+def create_app(engine: Engine, *, job_worker: bool = False) -> FastAPI:
     """The HTTP API on ``engine`` (shared by every request; blocking calls run in threads).
 
     Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`), files
@@ -24,8 +27,28 @@ def create_app(engine: Engine) -> FastAPI:
     ``POST /v1/chat/completions`` (:mod:`runtime.service.api.openai_compat`), ``GET /healthz``
     (no key needed), the playground page at ``/`` and ``/playground`` (:mod:`runtime.service.api.playground`;
     the page needs no key, its data calls do), and the OpenAPI schema at ``/openapi.json`` (docs at ``/docs``).
+
+    With ``job_worker`` the app runs a queue worker (:class:`runtime.service.QueueWorker`) for
+    its lifespan: started before the first request, stopped (the job in progress finishing)
+    at shutdown, when the engine's queued-compaction pool is closed too.
     """
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from runtime.service._queue import QueueWorker
+
+        worker = QueueWorker(engine, name="serve").start() if job_worker else None
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
+            close = getattr(engine.runner.scheduler, "close", None)
+            if close is not None:
+                close()
+
     app = FastAPI(
+        lifespan=lifespan,
         title="companion-runtime",
         version=API_VERSION,
         description="Long-running companion chat with managed memory. Authenticate with "
@@ -53,13 +76,15 @@ def create_app(engine: Engine) -> FastAPI:
     return app
 
 
-def app_from_env() -> FastAPI:
-    """The HTTP API on an engine opened from the environment (``Settings.from_env()``).
+def app_from_env(*, job_worker: bool = True) -> FastAPI:
+    """The HTTP API on an engine opened from the environment (``Settings.from_env()``), with
+    compaction queued (unless ``COMPANION_COMPACTION`` says ``inline``) and, with ``job_worker``,
+    a queue worker in this process, as ``companion serve`` runs them.
 
     uvicorn calls it once in each worker process (``factory=True``), so every worker opens
-    its own engine: its own database pool, embedder and file services. ``DATABASE_URL`` must
-    name a database at head; ``companion serve --workers N`` starts the embedded server and
-    migrates it before the workers start.
+    its own engine: its own database pool, embedder, file services and queue worker.
+    ``DATABASE_URL`` must name a database at head; ``companion serve --workers N`` starts the
+    embedded server and migrates it before the workers start.
 
     Raises:
         ConfigurationError, SchemaError, UnknownModelError: as :func:`runtime.service.open_engine`.
@@ -71,6 +96,11 @@ def app_from_env() -> FastAPI:
     from runtime.config import Settings
     from runtime.service import open_engine
 
-    engine = open_engine(Settings.from_env())
+    engine = open_engine(Settings.from_env(), compaction="queue")
     structlog.get_logger("companion.service").info("service.worker_ready", pid=os.getpid())
-    return create_app(engine)
+    return create_app(engine, job_worker=job_worker)
+
+
+def app_from_env_without_worker() -> FastAPI:
+    """:func:`app_from_env` without a queue worker (``companion serve --workers N --no-worker``)."""
+    return app_from_env(job_worker=False)

@@ -26,6 +26,7 @@ from runtime.service.api.schemas import (
 NOTICE_SOURCES: dict[str, str] = {
     "notice_examples_cut": "persona",
     "notice_summary_cut": "summary",
+    "notice_summary_pending": "summary",
     "summary_omitted": "summary",
     "notice_profile_cut": "memory",
     "notice_retrieval_cut": "retrieval",

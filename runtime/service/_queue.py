@@ -1,0 +1,299 @@
+"""The job queue: durable jobs in PostgreSQL, run by any number of workers (procrastinate).
+
+Why procrastinate (over pgqueuer, the other well-kept PostgreSQL queue): per-job ``lock``
+(jobs sharing it run one at a time, across workers) and ``queueing_lock`` (at most one job
+sharing it waits in the queue) are built in, and they are exactly what a session's compaction
+needs; sync tasks run in worker threads, which suits our blocking engine; retries with backoff,
+periodic tasks and namespaced task groups (blueprints) come with it; its schema is plain SQL
+shipped in the package, applied by our own alembic migration (``0014_job_queue``). pgqueuer is
+async-only and has no per-key serialization.
+
+The schema is in the runtime's own database; :func:`build_app` makes the procrastinate
+:class:`~procrastinate.App` on it, with the task groups of :data:`BLUEPRINTS`, each under its
+namespace. A module adds its own group as a function returning a fresh
+:class:`~procrastinate.Blueprint` (procrastinate renames a blueprint's tasks when it is added
+to an app, so one instance cannot serve two apps).
+
+The compaction job (``compaction:compact_session``): a turn whose engine has
+:class:`QueuedCompaction` defers one after its reply, with ``queueing_lock`` and ``lock`` both
+``compaction:<session id>``, so a session has at most one job waiting and its jobs run one at
+a time, whichever worker takes them. The job is :meth:`runtime.turn.TurnRunner.compact_now`,
+the same code as an inline compaction: under the session's advisory lock and the breaker,
+summary validated (verbatim quotes), archive + summary + turn states committed in one
+transaction, then profile learning. It is retried with backoff on a storage error and on a
+failed summary (each failure counted by the breaker, which opens at
+``COMPANION_BREAKER_THRESHOLD`` and then archives verbatim), so a turn out of view is archived
+(recallable) within one job run after the reply that pushed it out, or within at most
+``breaker_threshold`` retries when the summarizer fails.
+
+Workers: :class:`QueueWorker` runs a procrastinate worker on its own thread and event loop;
+``companion serve`` starts one in its lifespan, ``companion jobs run`` runs one next to the
+close-idle schedule. Jobs are fetched with ``SELECT … FOR UPDATE SKIP LOCKED``, so any number
+of workers on any number of machines share the queue.
+
+Events (structlog, ``companion.queue``): ``queue.job_deferred`` (session_id, job_id),
+``queue.job_deduplicated`` (session_id), ``queue.compaction_ran`` (session_id, rolled_turns,
+summarized, ok), ``queue.worker_started``, ``queue.worker_stopped``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import procrastinate
+import structlog
+from procrastinate import Blueprint, JobContext, RetryStrategy
+from procrastinate.exceptions import AlreadyEnqueued, ProcrastinateException
+from sqlalchemy import Engine as SAEngine
+
+from errors import StorageError, SummarizationError
+from runtime.compaction import CompactionOutcome
+from runtime.turn import CompactionRequest, CompactNow, Engine
+
+log = structlog.get_logger("companion.queue")
+
+COMPACT_TASK = "compaction:compact_session"
+"""The compaction task's full name (namespace ``compaction``)."""
+
+COMPACTION_RETRY = RetryStrategy(
+    max_attempts=8, wait=1, exponential_wait=2, retry_exceptions={StorageError, SummarizationError}
+)
+"""A failed compaction job runs again after ``1 + 2 ** (attempts + 1)`` seconds (3, 5, 9, … s),
+up to 8 more times: on a storage error, and on a failed summary (which the breaker counts)."""
+
+
+def session_lock(session_id: str) -> str:
+    """The ``lock`` and ``queueing_lock`` of a session's compaction jobs."""
+    return f"compaction:{session_id}"
+
+
+def compaction_blueprint() -> Blueprint:
+    """A fresh task group with ``compact_session``; its jobs need the worker's
+    ``additional_context={"engine": Engine}``."""
+    blueprint = Blueprint()
+
+    @blueprint.task(name="compact_session", pass_context=True, retry=COMPACTION_RETRY)
+    def compact_session(
+        context: JobContext, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str
+    ) -> dict[str, Any]:
+        """Compact one session now (see the module docstring). Returns what it did.
+
+        Raises:
+            StorageError: the database failed (the job is retried).
+            SummarizationError: the summarizer failed, counted by the breaker (the job is retried).
+        """
+        engine: Engine = context.additional_context["engine"]
+        request = CompactionRequest(
+            session_id=session_id,
+            user_id=user_id,
+            recent_cap=recent_cap,
+            summary_cap=summary_cap,
+            assistant_name=assistant_name,
+        )
+        outcome = engine.runner.compact_now(request)
+        log.info(
+            "queue.compaction_ran",
+            session_id=session_id,
+            job_id=context.job.id,
+            attempts=context.job.attempts,
+            ok=outcome.ok if outcome else None,
+            rolled_turns=outcome.rolled_turns if outcome else 0,
+            summarized=bool(outcome and outcome.summarized),
+        )
+        if outcome is not None and not outcome.ok:
+            raise SummarizationError(
+                f"Compaction of session {session_id!r} failed ({outcome.error}); the job runs again.",
+                session_id=session_id,
+            )
+        return _outcome(outcome)
+
+    return blueprint
+
+
+def _outcome(outcome: CompactionOutcome | None) -> dict[str, Any]:
+    if outcome is None:
+        return {"compacted": False}
+    return {
+        "compacted": True,
+        "rolled_turns": outcome.rolled_turns,
+        "segments": outcome.segments,
+        "summarized": outcome.summarized,
+    }
+
+
+BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint}
+"""Namespace → a function returning that namespace's fresh task group. Add a group here."""
+
+
+def conninfo(engine: SAEngine) -> str:
+    """A libpq connection string for the database ``engine`` is connected to (password included)."""
+    return engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def build_app(
+    database: SAEngine | str,
+    *,
+    sync: bool = False,
+    blueprints: Mapping[str, Callable[[], Blueprint]] | None = None,
+) -> procrastinate.App:
+    """The procrastinate app on the runtime's database, not yet opened.
+
+    Args:
+        database: the runtime's SQLAlchemy engine, or a libpq connection string.
+        sync: ``True`` for an app that only defers jobs from threads (a psycopg sync pool;
+            open it with ``app.open()``); ``False`` for one a worker runs (an async pool).
+        blueprints: namespace → task-group factory; default :data:`BLUEPRINTS`.
+    """
+    info = database if isinstance(database, str) else conninfo(database)
+    connector: procrastinate.BaseConnector
+    if sync:
+        connector = procrastinate.SyncPsycopgConnector(conninfo=info, min_size=1, max_size=4)
+    else:
+        connector = procrastinate.PsycopgConnector(conninfo=info, min_size=1, max_size=4)
+    app = procrastinate.App(connector=connector)
+    for namespace, factory in (BLUEPRINTS if blueprints is None else blueprints).items():
+        app.add_tasks_from(factory(), namespace=namespace)
+    return app
+
+
+class QueuedCompaction:
+    """Defers each compaction as a ``compaction:compact_session`` job (one waiting per session).
+
+    Owns a sync procrastinate app (a small psycopg pool) on the runtime's database; :meth:`close`
+    closes it. Deferring is one ``INSERT``; the reply does not wait for the compaction.
+    """
+
+    name = "queue"
+
+    def __init__(self, database: SAEngine | str) -> None:
+        self.app = build_app(database, sync=True, blueprints={})
+        self.app.open()
+
+    def schedule(self, request: CompactionRequest, run: CompactNow) -> CompactionOutcome | None:
+        """Defer the job; ``None`` always. A job of the session already waiting covers this one.
+
+        Raises:
+            StorageError: the job could not be stored.
+        """
+        lock = session_lock(request.session_id)
+        try:
+            job_id = self.app.configure_task(COMPACT_TASK, lock=lock, queueing_lock=lock).defer(
+                session_id=request.session_id,
+                user_id=request.user_id,
+                recent_cap=request.recent_cap,
+                summary_cap=request.summary_cap,
+                assistant_name=request.assistant_name,
+            )
+        except AlreadyEnqueued:
+            log.debug("queue.job_deduplicated", session_id=request.session_id)
+            return None
+        except ProcrastinateException as exc:
+            raise StorageError(
+                f"The compaction job of session {request.session_id!r} could not be queued ({type(exc).__name__}).",
+                session_id=request.session_id,
+            ) from exc
+        log.debug("queue.job_deferred", session_id=request.session_id, job_id=job_id)
+        return None
+
+    def close(self) -> None:
+        self.app.close()
+
+
+class QueueWorker:
+    """A procrastinate worker on its own thread and event loop, for an engine's jobs.
+
+    :meth:`start` returns once the thread runs; :meth:`stop` asks the worker to stop, lets the
+    job in progress finish (up to ``graceful_seconds``), and joins the thread. Sync tasks run in
+    the worker's threads (``concurrency`` at a time); a session's jobs never overlap (``lock``).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        name: str = "companion",
+        concurrency: int = 2,
+        graceful_seconds: float = 60.0,
+        poll_seconds: float = 5.0,
+    ) -> None:
+        self.engine = engine
+        self.name = name
+        self.concurrency = concurrency
+        self.graceful_seconds = graceful_seconds
+        self.poll_seconds = poll_seconds
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = threading.Event()
+        self.error: BaseException | None = None
+
+    def start(self) -> QueueWorker:
+        self._thread = threading.Thread(target=self._run, name=f"queue-worker-{self.name}", daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+        log.info("queue.worker_started", worker=self.name, concurrency=self.concurrency)
+        return self
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # noqa: BLE001 -- kept for stop() to report; the thread must not die silently
+            self.error = exc
+            self._ready.set()
+
+    async def _main(self) -> None:
+        app = build_app(self.engine.store.engine)
+        async with app.open_async():
+            self._loop = asyncio.get_running_loop()
+            self._task = asyncio.create_task(
+                app.run_worker_async(
+                    name=self.name,
+                    concurrency=self.concurrency,
+                    install_signal_handlers=False,
+                    shutdown_graceful_timeout=self.graceful_seconds,
+                    fetch_job_polling_interval=self.poll_seconds,
+                    delete_jobs="successful",
+                    additional_context={"engine": self.engine},
+                )
+            )
+            self._ready.set()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    def stop(self) -> None:
+        if self._loop is not None and self._task is not None:
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        if self._thread is not None:
+            self._thread.join(self.graceful_seconds + 10)
+        log.info("queue.worker_stopped", worker=self.name)
+
+    def __enter__(self) -> QueueWorker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def drain(engine: Engine, *, concurrency: int = 1, name: str = "drain") -> None:
+    """Run the queue's jobs until none is left to take now, then return (tests, scripts, and a
+    one-shot ``companion jobs run --once``)."""
+    app = build_app(engine.store.engine)
+
+    async def main() -> None:
+        async with app.open_async():
+            await app.run_worker_async(
+                name=name,
+                concurrency=concurrency,
+                wait=False,
+                install_signal_handlers=False,
+                listen_notify=False,
+                delete_jobs="successful",
+                additional_context={"engine": engine},
+            )
+
+    asyncio.run(main())

@@ -1,0 +1,61 @@
+"""When compaction runs: the turn asks a :class:`CompactionScheduler` after the reply.
+
+The reply never waits for a compaction. After the reply is stored, the turn hands a
+:class:`CompactionRequest` to the engine's scheduler:
+
+- :class:`InlineCompaction` (the default of library use, ``companion chat`` and ``companion
+  replay``) runs it at once, in the turn's thread, after the reply was produced and stored:
+  deterministic, so a replay or a test sees the compacted session as soon as the turn returns.
+- :class:`runtime.service.QueuedCompaction` (``companion serve``'s default) defers a durable job
+  that a queue worker runs (:mod:`runtime.service._queue`).
+
+Either way the compaction itself is :meth:`runtime.turn.TurnRunner.compact_now`: the advisory
+lock, the breaker, the verbatim-quote check and the one commit transaction of
+:class:`~runtime.compaction.Compactor`, then profile learning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from runtime.compaction import CompactionOutcome
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompactionRequest:
+    """What one compaction of a session needs, as the engine that asks for it sees it."""
+
+    session_id: str
+    user_id: str
+    recent_cap: int
+    """Compact when the session's recent window holds more than this many tokens."""
+    summary_cap: int
+    """The summary's budget, tokens."""
+    assistant_name: str
+    """The persona's name, as archive segments and the summary name the assistant."""
+
+
+CompactNow = Callable[[CompactionRequest], CompactionOutcome | None]
+"""Runs one compaction now (:meth:`runtime.turn.TurnRunner.compact_now`)."""
+
+
+class CompactionScheduler(Protocol):
+    """Decides when a session's compaction runs, once the reply is stored."""
+
+    def schedule(self, request: CompactionRequest, run: CompactNow) -> CompactionOutcome | None:
+        """Run ``request`` now with ``run`` and return its outcome, or arrange for it to run
+        later and return ``None``. Raises what ``run`` raises when it runs now
+        (:class:`~errors.StorageError`); a scheduler that defers raises ``StorageError`` when
+        the job cannot be stored."""
+        ...
+
+
+class InlineCompaction:
+    """Runs the compaction at once, in the turn's thread, after the reply."""
+
+    name = "inline"
+
+    def schedule(self, request: CompactionRequest, run: CompactNow) -> CompactionOutcome | None:
+        return run(request)
