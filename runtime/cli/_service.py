@@ -175,16 +175,15 @@ def _add_service_commands(sub) -> None:
         "--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)"
     )
     serve.add_argument(
-<<<<<<< HEAD
         "--workers",
         type=_workers_arg,
         default=1,
         help="worker processes, each with its own engine, sharing the port and the database (default 1)",
-=======
+    )
+    serve.add_argument(
         "--no-worker",
         action="store_true",
         help="run no queue worker in this process (compaction jobs wait for `companion jobs run`)",
->>>>>>> q17
     )
     serve.set_defaults(func=cmd_serve)
 
