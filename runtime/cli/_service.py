@@ -50,9 +50,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from runtime.service import open_engine
     from runtime.service.api import create_app
 
-    engine = open_engine(settings, compaction="queue")  # the reply never waits for a summary
+    # the reply never waits for a summary, an upload never for its parse: both are queue jobs
+    engine = open_engine(settings, compaction="queue", parsing="queue")
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
-    app = create_app(engine, job_worker=not args.no_worker)
+    app = create_app(engine, job_worker=not args.no_worker, owns_engine=True)
     uvicorn.run(app, host=host, port=port, log_level=settings.log_level, access_log=False)
     return 0
 

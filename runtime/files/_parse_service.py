@@ -39,7 +39,7 @@ import structlog
 
 from errors import FileError, FileParseError
 from memory.files import FileStore
-from memory.tables import FINAL_PARSE_STATES
+from memory.tables import FINAL_PARSE_STATES, ParseState
 from runtime.parsing import Extract, ParseLimits, parse_document, serialize
 
 log = structlog.get_logger("companion.files")
@@ -48,6 +48,21 @@ DEFAULT_PARSE_CPU_SECONDS = 60.0
 """``COMPANION_PARSE_CPU_SECONDS`` default: CPU time one parse may use, seconds."""
 DEFAULT_PARSE_MEMORY_BYTES = 1024 * 1024 * 1024
 """``COMPANION_PARSE_MEMORY_MB`` default: address space of one parse subprocess, bytes (1 GiB)."""
+
+
+class ParseQueue(Protocol):
+    """Where parses are sent when they run as durable jobs (``runtime.service.QueuedParses``):
+    any worker of the queue runs :meth:`ParseService.submit` for the file."""
+
+    def defer(self, file_id: str) -> None:
+        """Queue the parse of ``file_id`` (at most one job waits per file).
+
+        Raises:
+            StorageError: the job could not be stored.
+        """
+        ...
+
+    def close(self) -> None: ...
 
 
 class Parser(Protocol):
@@ -138,6 +153,7 @@ class ParseService:
         cpu_seconds: float | None = DEFAULT_PARSE_CPU_SECONDS,
         memory_bytes: int | None = DEFAULT_PARSE_MEMORY_BYTES,
         isolate: bool | None = None,
+        queue: ParseQueue | None = None,
     ) -> None:
         self.files = files
         self.parser = parser
@@ -146,6 +162,8 @@ class ParseService:
         self.workers = workers
         self.cpu_seconds = cpu_seconds
         self.memory_bytes = memory_bytes
+        self.queue = queue
+        """With a queue, :meth:`request` defers a job instead of parsing in this process."""
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="companion-parse")
         self.isolate = parser is default_parser if isolate is None else isolate
         self._pool: Any = None
@@ -193,6 +211,25 @@ class ParseService:
             self._dispatch()
         future.add_done_callback(lambda f: self._finished(file_id, f))
         return future
+
+    def request(self, file_id: str) -> None:
+        """Ask for ``file_id``'s parse: as a queue job when the service has a ``queue`` (any worker
+        runs it, here or in another process), else started in this process (:meth:`submit`).
+
+        Raises:
+            StorageError: the job could not be stored, or the claim could not be written.
+        """
+        if self.queue is None:
+            self.submit(file_id)
+        elif self.files.state(str(file_id)) == ParseState.pending.value:
+            self.queue.defer(str(file_id))
+
+    def request_pending(self) -> int:
+        """:meth:`request` every ``pending`` file (e.g. after a restart). Returns how many there were."""
+        ids = self.files.pending_ids()
+        for file_id in ids:
+            self.request(file_id)
+        return len(ids)
 
     def _owner_cap(self) -> int:
         return max(1, self.workers - 1)
@@ -350,7 +387,9 @@ class ParseService:
         from runtime.parsing._worker import parse_in_child
 
         wall = None if self.cpu_seconds is None else 2 * self.cpu_seconds + 10
-        task = self._process_pool().schedule(parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall)
+        task = self._process_pool().schedule(
+            parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall
+        )
         try:
             status, value, reason = task.result()
         except FutureTimeout as exc:
@@ -370,12 +409,12 @@ class ParseService:
 
     # -- waiting --------------------------------------------------------------------
     def watch(self, file_id: str) -> WaitHandle:
-        """A handle to wait on ``file_id``'s parse; starts the parse if it is pending.
+        """A handle to wait on ``file_id``'s parse; asks for the parse if it is pending (:meth:`request`).
 
         All handles on one file share one watch. Cancel the handle when done.
         """
         file_id = str(file_id)
-        self.submit(file_id)
+        self.request(file_id)
         with self._lock:
             watch = self._watches.get(file_id)
             if watch is None:
@@ -430,8 +469,10 @@ class ParseService:
                 del self._watches[watch.file_id]  # ended: a later watch() starts afresh
 
     def close(self) -> None:
-        """Stop accepting parses and wait for running ones to end."""
+        """Stop accepting parses and wait for running ones to end; close the queue's connections."""
         self._executor.shutdown(wait=True, cancel_futures=False)
+        if self.queue is not None:
+            self.queue.close()
         with self._pool_lock:
             self._closed = True
             pool, self._pool = self._pool, None

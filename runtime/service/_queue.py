@@ -51,6 +51,7 @@ from sqlalchemy import Engine as SAEngine
 
 from errors import StorageError, SummarizationError
 from runtime.compaction import CompactionOutcome
+from runtime.service._parse_jobs import parse_blueprint
 from runtime.turn import CompactionRequest, CompactNow, Engine
 
 log = structlog.get_logger("companion.queue")
@@ -124,7 +125,7 @@ def _outcome(outcome: CompactionOutcome | None) -> dict[str, Any]:
     }
 
 
-BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint}
+BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint, "parse": parse_blueprint}
 """Namespace → a function returning that namespace's fresh task group. Add a group here."""
 
 

@@ -67,14 +67,14 @@ def check_attachments(
 
 
 def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, settings: Settings) -> None:
-    """Start the parses of new attachments; wait (at most ``COMPANION_FILE_READ_WAIT`` seconds
+    """Ask for the parses of new attachments (:meth:`ParseService.request`); wait (at most ``COMPANION_FILE_READ_WAIT`` seconds
     each) for small text files, so that the first turn can inline them."""
     if parses is None:
         return
     for stored in attached:
         if stored.is_final:
             continue
-        parses.submit(stored.id)
+        parses.request(stored.id)
         if is_text_mime(stored.mime) and stored.size_bytes <= UTF8_MAX_BYTES * settings.inline_file_chars:
             with parses.watch(stored.id) as handle:
                 handle.wait(settings.file_read_wait)
