@@ -91,9 +91,11 @@ class Server(Process):
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
                 raise AssertionError(f"{self.args} exited with {self.popen.returncode}:\n{self.text()[-4000:]}")
-            if not self.base:
+            if not self.base:  # the announced URL; with --port 0 in one process, the one uvicorn reports
                 found = re.search(r"companion serve: (http://[\d.]+:\d+)", self.text())
-                if found and not found.group(1).endswith(":0"):
+                if found is None or found.group(1).endswith(":0"):
+                    found = re.search(r"Uvicorn running on (http://[\d.]+:\d+)", self.text())
+                if found is not None:
                     self.base = found.group(1)
             if self.base:
                 try:

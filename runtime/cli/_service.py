@@ -133,7 +133,7 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
         print("companion jobs run --once: the queue had no more jobs to take")
         return 0
     print(
-        f"companion jobs run: running queued jobs (compaction) and closing sessions idle for "
+        f"companion jobs run: running queued jobs (compaction, parses) and closing sessions idle for "
         f"{settings.close_idle_hours:g} h on cron {settings.close_cron!r} (local time); Ctrl-C stops.",
         flush=True,
     )
@@ -198,7 +198,7 @@ def _add_service_commands(sub) -> None:
     jobs = sub.add_parser("jobs", help="the job queue worker and the session-close job")
     j_sub = jobs.add_subparsers(dest="jobs_command", required=True)
     run = j_sub.add_parser(
-        "run", help="run queued jobs (compaction) and the close job on COMPANION_CLOSE_CRON until Ctrl-C"
+        "run", help="run queued jobs (compaction, parses) and the close job on COMPANION_CLOSE_CRON until Ctrl-C"
     )
     run.add_argument("--worker", help="worker id recorded as closed_by and the queue worker's name (default HOST:PID)")
     run.add_argument("--concurrency", type=int, default=2, help="queued jobs run at once (default 2)")
