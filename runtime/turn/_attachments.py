@@ -60,8 +60,8 @@ def check_attachments(
     if files is None:
         raise ConfigurationError(
             "This engine has no file store, so a turn cannot carry attachments. Open it with "
-            "runtime.service.open_engine (COMPANION_FILES_DIR).",
-            setting="COMPANION_FILES_DIR",
+            "runtime.service.open_engine (COMPANION_BLOB_STORE).",
+            setting="COMPANION_BLOB_STORE",
         )
     return list(files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False).values())
 
