@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, text
 from sqlmodel import Session
 
-from errors import StorageError
+from errors import ConfigurationError, StorageError
 
 
 def blob_key(sha256: str) -> str:
@@ -112,6 +112,9 @@ class S3Blobs:
         access_key_id, secret_access_key: credentials (``None``: boto3's default chain:
             ``AWS_*`` variables, the shared credentials file, an instance role).
         prefix: prepended to every key (``companion/`` keeps the blobs in one folder).
+
+    Raises:
+        ConfigurationError: boto3 is not installed (the ``s3`` extra).
     """
 
     kind = "s3"
@@ -126,8 +129,14 @@ class S3Blobs:
         secret_access_key: str | None = None,
         prefix: str = "",
     ) -> None:
-        import boto3
-        from botocore.config import Config
+        try:
+            import boto3
+            from botocore.config import Config
+        except ImportError as exc:
+            raise ConfigurationError(
+                "COMPANION_BLOB_STORE=s3 needs boto3: pip install 'companion-runtime[s3]'.",
+                setting="COMPANION_BLOB_STORE",
+            ) from exc
 
         self.bucket = bucket
         self.prefix = prefix
