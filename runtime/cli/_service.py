@@ -27,10 +27,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = _settings()
     host = args.host or settings.api_host
     port = settings.api_port if args.port is None else args.port
+    if port == 0:  # pick the port here, so the address printed below is the one served
+        port = _free_port(host)
     if args.workers > 1:
         _prepare_workers(settings)
-        if port == 0:  # the workers share one listening socket bound by uvicorn: pick the port here
-            port = _free_port(host)
         print(
             f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs), "
             f"{args.workers} worker processes",
