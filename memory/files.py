@@ -1,12 +1,13 @@
-"""Stored files: the ``files`` rows, their blobs on disk, and the parse results.
+"""Stored files: the ``files`` rows, their blobs, and the parse results.
 
 Longer than 400 lines on purpose: blobs, rows and parse results change together under one
 set of rules (content addressing, reference counts, ownership); one module keeps them in step.
 
-Blobs are content-addressed: ``<files_dir>/<sha[:2]>/<sha>``, written atomically (a
-temporary file in the same directory, fsynced, then ``os.replace``). One user's same
-bytes are one row per durability (and per session for an ephemeral id), and equal
-bytes are one blob whoever stored them. A blob is removed when no row points at it.
+Blobs are content-addressed by their SHA-256 and kept in a :class:`~memory.blobs.BlobStore`
+shared by every process: the ``file_blobs`` table by default (the blob commits in the same
+transaction as its row), or an S3-compatible bucket. One user's same bytes are one row per
+durability (and per session for an ephemeral id), and equal bytes are one blob whoever
+stored them. A blob is removed when no row points at it.
 
 Because blobs are shared across users and apps, writing a blob and inserting (or
 updating) the row that points at it, and checking that no row points at a blob and
@@ -24,14 +25,13 @@ Reads never change state; parse results are written by :meth:`FileStore.set_pars
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import mimetypes
-import os
 import secrets
-import tempfile
 import unicodedata
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
@@ -41,7 +41,8 @@ from sqlalchemy import Engine, delete, func, or_, text, update
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
-from errors import FileInputError, FileNotFound
+from errors import FileInputError, FileNotFound, StorageError
+from memory.blobs import BlobStore, PostgresBlobs, blob_key
 from memory.database import storage_errors
 from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
 
@@ -158,6 +159,20 @@ def clean_name(name: str) -> str:
     return base
 
 
+@dataclass
+class ImportReport:
+    """What :meth:`FileStore.import_blobs` did, counted in blobs (distinct contents)."""
+
+    imported: int = 0
+    """Blobs copied into the blob store."""
+    present: int = 0
+    """Blobs the store held already."""
+    missing: builtins.list[str] = field(default_factory=list)
+    """SHA-256 of blobs neither in the store nor in the directory: their files cannot be read."""
+    corrupt: builtins.list[str] = field(default_factory=list)
+    """SHA-256 of blobs whose file in the directory has other bytes; not imported."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class StoredFile:
     """One stored file as the runtime sees it (a detached copy of its ``files`` row)."""
@@ -170,7 +185,7 @@ class StoredFile:
     """Bytes."""
     sha256: str
     blob_path: str
-    """Relative to the files directory."""
+    """The blob's key, ``<sha[:2]>/<sha>`` (its object key under the S3 prefix)."""
     durability: str
     """``durable`` or ``ephemeral``."""
     session_id: str | None
@@ -227,17 +242,20 @@ def _value(v: object) -> str:
 
 
 class FileStore:
-    """The ``files`` table and the blobs under ``files_dir``.
+    """The ``files`` table and the blobs of its rows.
 
     Args:
         engine: the SQLAlchemy engine of the runtime's database.
-        files_dir: where blobs are kept (``COMPANION_FILES_DIR``); created on first write.
+        blobs: where the bytes are kept (``COMPANION_BLOB_STORE``); ``None``: the ``file_blobs``
+            table of ``engine`` (:class:`~memory.blobs.PostgresBlobs`).
         max_file_bytes: largest upload accepted, bytes (``COMPANION_MAX_FILE_BYTES``).
     """
 
-    def __init__(self, engine: Engine, files_dir: Path, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES) -> None:
+    def __init__(
+        self, engine: Engine, blobs: BlobStore | None = None, *, max_file_bytes: int = DEFAULT_MAX_FILE_BYTES
+    ) -> None:
         self.engine = engine
-        self.files_dir = Path(files_dir)
+        self.blobs: BlobStore = blobs if blobs is not None else PostgresBlobs(engine)
         self.max_file_bytes = max_file_bytes
 
     # -- writing ----------------------------------------------------------------
@@ -294,32 +312,33 @@ class FileStore:
         existing = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
         if existing is not None:
             return existing
-        blob_path = f"{sha[:2]}/{sha}"
+        blob_path = blob_key(sha)
         with storage_errors(session_id), Session(self.engine) as db:
-            blob_lock(db, sha)  # held until commit: no one unlinks the blob between its write and our row
-            self._write_blob(blob_path, data)
-            db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
-            row = FileRow(
-                id=new_file_id(),
-                user_id=user_id,
-                name=clean,
-                mime=mime[:200],
-                size_bytes=len(data),
-                sha256=sha,
-                blob_path=blob_path,
-                durability=Durability(durability),
-                session_id=session_id,
-            )
-            db.add(row)
             try:
+                blob_lock(db, sha)  # held until commit: no one removes the blob between its write and our row
+                self._write_blob(db, sha, data)
+                db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+                row = FileRow(
+                    id=new_file_id(),
+                    user_id=user_id,
+                    name=clean,
+                    mime=mime[:200],
+                    size_bytes=len(data),
+                    sha256=sha,
+                    blob_path=blob_path,
+                    durability=Durability(durability),
+                    session_id=session_id,
+                )
+                db.add(row)
                 db.commit()
             except Exception:
                 db.rollback()
                 # A concurrent upload of the same bytes won the unique index: use its row.
-                again = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
-                if again is not None:
-                    return again
-                self._remove_unused_blobs({blob_path})  # nothing half-written
+                with contextlib.suppress(StorageError):
+                    again = self._find(user_id=user_id, sha256=sha, durability=durability, session_id=session_id)
+                    if again is not None:
+                        return again
+                self._discard_blob(sha)
                 raise
             db.refresh(row)
             return _stored(row, with_extract=True)
@@ -348,21 +367,9 @@ class FileStore:
             row = db.exec(query).first()
             return _stored(row, with_extract=True) if row is not None else None
 
-    def _write_blob(self, blob_path: str, data: bytes) -> None:
-        target = self.files_dir / blob_path
-        if target.is_file() and target.stat().st_size == len(data):
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload-")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    def _write_blob(self, db: Session, sha256: str, data: bytes) -> None:
+        """Store the blob of ``sha256`` in ``db``'s transaction (the caller holds its :func:`blob_lock`)."""
+        self.blobs.put(db, sha256, data)
 
     # -- reading ----------------------------------------------------------------
     def get(
@@ -479,17 +486,18 @@ class FileStore:
         """The stored bytes of ``stored`` (for parsing and re-export).
 
         Raises:
-            FileNotFound: the blob is missing from the files directory.
+            FileNotFound: the blob is missing from the blob store.
+            StorageError: the blob store could not be read.
         """
-        path = self.files_dir / stored.blob_path
-        try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            log.error("file.blob_missing", file_id=stored.id, path=str(path))
+        with storage_errors():
+            data = self.blobs.get(stored.sha256)
+        if data is None:
+            log.error("file.blob_missing", file_id=stored.id, store=self.blobs.kind, sha256=stored.sha256)
             raise FileNotFound(
-                f"The bytes of file {stored.id!r} are missing from the files directory; upload the file again.",
+                f"The bytes of file {stored.id!r} are missing from the blob store; upload the file again.",
                 file_id=stored.id,
-            ) from None
+            )
+        return data
 
     def export(self, file_id: str, *, user_id: str) -> tuple[StoredFile, bytes]:
         """The stored bytes of a durable file of ``user_id``, for re-export.
@@ -530,31 +538,36 @@ class FileStore:
                 reason="duplicate",
                 file_id=stored.id,
             )
-        blob_path = f"{sha[:2]}/{sha}"
+        blob_path = blob_key(sha)
         with storage_errors(), Session(self.engine) as db:
-            blob_lock(db, sha)
-            self._write_blob(blob_path, data)
-            db.exec(
-                update(FileRow)
-                .where(col(FileRow.id) == stored.id)
-                .values(
-                    name=new_name,
-                    mime=((mime or "").strip() or sniff_mime(data, new_name))[:200],
-                    size_bytes=len(data),
-                    sha256=sha,
-                    blob_path=blob_path,
-                    parse_state=ParseState.pending,
-                    parse_error=None,
-                    parse_started_at=None,
-                    parse_attempts=0,
-                    page_count=None,
-                    extract=None,
-                    body_start_page=None,
+            try:
+                blob_lock(db, sha)
+                self._write_blob(db, sha, data)
+                db.exec(
+                    update(FileRow)
+                    .where(col(FileRow.id) == stored.id)
+                    .values(
+                        name=new_name,
+                        mime=((mime or "").strip() or sniff_mime(data, new_name))[:200],
+                        size_bytes=len(data),
+                        sha256=sha,
+                        blob_path=blob_path,
+                        parse_state=ParseState.pending,
+                        parse_error=None,
+                        parse_started_at=None,
+                        parse_attempts=0,
+                        page_count=None,
+                        extract=None,
+                        body_start_page=None,
+                    )
                 )
-            )
-            db.commit()
-        if blob_path != stored.blob_path:
-            self._remove_unused_blobs({stored.blob_path})
+                db.commit()
+            except Exception:
+                db.rollback()
+                self._discard_blob(sha)
+                raise
+        if sha != stored.sha256:
+            self._remove_unused_blobs({stored.sha256})
         return self.get(stored.id, user_id=user_id)
 
     def list(self, *, user_id: str) -> list[StoredFile]:
@@ -661,6 +674,49 @@ class FileStore:
             db.commit()
             return result.rowcount == 1
 
+    # -- moving blobs in ---------------------------------------------------------------
+    def import_blobs(self, directory: Path) -> ImportReport:
+        """Copy into the blob store the bytes of every ``files`` row whose blob it lacks, from a local
+        files directory laid out as earlier versions wrote it (``<directory>/<sha[:2]>/<sha>``).
+
+        Each file read is checked against its SHA-256 before it is stored, under the blob's
+        lock. Idempotent: run it again after copying missing files in. The directory is only read.
+
+        Raises:
+            StorageError: the database or the blob store failed (what was imported stays).
+        """
+        with storage_errors(), Session(self.engine) as db:
+            wanted = sorted(set(db.exec(select(FileRow.sha256)).all()))
+        stored = set(self.blobs.hashes())
+        report = ImportReport()
+        for sha in wanted:
+            if sha in stored:
+                report.present += 1
+                continue
+            path = Path(directory) / blob_key(sha)
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:
+                report.missing.append(sha)
+                continue
+            if hashlib.sha256(data).hexdigest() != sha:
+                report.corrupt.append(sha)
+                continue
+            with storage_errors(), Session(self.engine) as db:
+                blob_lock(db, sha)
+                self._write_blob(db, sha, data)
+                db.commit()
+            report.imported += 1
+        log.info(
+            "file.blobs.imported",
+            store=self.blobs.kind,
+            imported=report.imported,
+            present=report.present,
+            missing=len(report.missing),
+            corrupt=len(report.corrupt),
+        )
+        return report
+
     # -- deleting ------------------------------------------------------------------
     def delete(self, file_id: str, *, user_id: str) -> bool:
         """Delete the file, every ``turn_files`` row that carries it, and its blob if no other
@@ -694,22 +750,29 @@ class FileStore:
                 db.exec(select(FileRow.id).where(col(FileRow.id).in_(ids)).with_for_update())
                 still = set(db.exec(select(TurnFile.file_id).where(col(TurnFile.file_id).in_(ids))).all())
                 ids = [i for i in ids if i not in still]
-            rows = db.exec(select(FileRow.id, FileRow.blob_path).where(col(FileRow.id).in_(ids))).all()
+            rows = db.exec(select(FileRow.id, FileRow.sha256).where(col(FileRow.id).in_(ids))).all()
             db.exec(delete(TurnFile).where(col(TurnFile.file_id).in_(ids)))
             db.exec(delete(FileRow).where(col(FileRow.id).in_(ids)))
             db.commit()
         self._remove_unused_blobs({blob for _, blob in rows})
         return [file_id for file_id, _ in rows]
 
-    def _remove_unused_blobs(self, blobs: set[str]) -> None:
-        """Unlink those of ``blobs`` that no ``files`` row points at, each checked and unlinked under
-        its blob lock (:func:`blob_lock`), so a concurrent upload of the same bytes keeps them."""
-        for blob in sorted(blobs):
+    def _discard_blob(self, sha256: str) -> None:
+        """After a failed write: remove the blob of ``sha256`` unless a row uses it (an S3 object is
+        written outside the transaction that failed). A failure here leaves at most an unused blob."""
+        with contextlib.suppress(StorageError):
+            self._remove_unused_blobs({sha256})
+
+    def _remove_unused_blobs(self, hashes: set[str]) -> None:
+        """Remove the blobs of those of ``hashes`` (SHA-256) that no ``files`` row points at, each
+        checked and removed under its blob lock (:func:`blob_lock`), so a concurrent upload of the
+        same bytes keeps them."""
+        for sha in sorted(hashes):
             with storage_errors(), Session(self.engine) as db:
-                blob_lock(db, blob.rsplit("/", 1)[-1])
-                used = db.exec(select(FileRow.id).where(col(FileRow.blob_path) == blob).limit(1)).first()
+                blob_lock(db, sha)
+                used = db.exec(select(FileRow.id).where(col(FileRow.sha256) == sha).limit(1)).first()
                 if used is None:
-                    (self.files_dir / blob).unlink(missing_ok=True)
+                    self.blobs.remove(db, sha)
                 db.commit()
 
 
@@ -745,6 +808,7 @@ __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "EPUB_MIME",
     "FileStore",
+    "ImportReport",
     "StoredFile",
     "clean_name",
     "file_not_found",

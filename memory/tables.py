@@ -229,7 +229,7 @@ class Durability(str, Enum):  # noqa: UP042  (str() and format() keep the member
 
 
 class FileRow(SQLModel, table=True):
-    """One stored document of one user. The bytes live in the files directory at ``blob_path``."""
+    """One stored document of one user. The bytes are the blob of ``sha256`` in the blob store (:mod:`memory.blobs`)."""
 
     __tablename__ = "files"
 
@@ -244,7 +244,7 @@ class FileRow(SQLModel, table=True):
     sha256: str = Field(max_length=64)
     """Hex SHA-256 of the bytes."""
     blob_path: str = Field(max_length=200)
-    """Path of the blob relative to the files directory (content-addressed)."""
+    """The blob's key, ``<sha[:2]>/<sha>`` (content-addressed; the object key in an S3 bucket, under its prefix)."""
     durability: Durability = Field(default=Durability.durable, max_length=20)
     session_id: str | None = Field(default=None, max_length=200)
     """For an ephemeral id: the session it is valid in (``None``: the request only)."""

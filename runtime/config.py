@@ -22,9 +22,11 @@ from pydantic import (
     BeforeValidator,
     Field,
     InstanceOf,
+    SecretStr,
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import (
@@ -257,7 +259,23 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_KNOWLEDGE_CHUNK_TOKENS``: largest chunk ``companion kb add`` makes, tokens."""
     # -- stored files --
     files_dir: _UserPath | None = None
-    """``COMPANION_FILES_DIR``: where uploaded files' bytes are kept; ``None``: ``data_dir / "files"``."""
+    """``COMPANION_FILES_DIR``: the local directory where earlier versions kept uploaded files' bytes;
+    ``companion files import-blobs`` copies them into the blob store. ``None``: ``data_dir / "files"``."""
+    blob_store: Annotated[Literal["postgres", "s3"], BeforeValidator(_lower)] = "postgres"
+    """``COMPANION_BLOB_STORE``: where uploaded files' bytes are kept: ``postgres`` (the ``file_blobs``
+    table of the runtime's database) or ``s3`` (an S3-compatible bucket, ``COMPANION_S3_*``)."""
+    s3_bucket: str | None = None
+    """``COMPANION_S3_BUCKET``: the bucket of the ``s3`` blob store (it must exist); required for ``s3``."""
+    s3_endpoint_url: str | None = None
+    """``COMPANION_S3_ENDPOINT_URL``: the S3 endpoint (MinIO, Ceph, R2...); ``None``: AWS's endpoint for the region."""
+    s3_region: str | None = None
+    """``COMPANION_S3_REGION``: the bucket's region; ``None``: boto3's default (``AWS_DEFAULT_REGION``, the config file)."""
+    s3_access_key_id: str | None = None
+    """``COMPANION_S3_ACCESS_KEY_ID``: ``None`` uses boto3's credential chain (``AWS_*`` variables, files, roles)."""
+    s3_secret_access_key: SecretStr | None = None
+    """``COMPANION_S3_SECRET_ACCESS_KEY``: the secret of ``s3_access_key_id`` (never printed or logged)."""
+    s3_prefix: str | None = None
+    """``COMPANION_S3_PREFIX``: prepended to every object key (e.g. ``companion/``); ``None``: none."""
     max_file_bytes: int = Field(50 * 1024 * 1024, ge=1)
     """``COMPANION_MAX_FILE_BYTES``: the largest upload accepted, bytes (default 50 MiB). The HTTP
     service refuses a multipart body larger than this plus 64 KiB of form overhead while it streams in (413)."""
@@ -332,9 +350,19 @@ class Settings(_EnvironmentSettings):
     ocr_languages: str = "eng+chi_sim"
     """``COMPANION_OCR_LANGUAGES``: Tesseract languages for the OCR fallback step (set but empty: OCR off)."""
 
+    @model_validator(mode="after")
+    def _s3_needs_a_bucket(self) -> Settings:
+        if self.blob_store == "s3" and not self.s3_bucket:
+            raise ConfigurationError(
+                "COMPANION_S3_BUCKET: COMPANION_BLOB_STORE=s3 needs a bucket; set COMPANION_S3_BUCKET "
+                "(and COMPANION_S3_ENDPOINT_URL for a store other than AWS).",
+                setting="COMPANION_S3_BUCKET",
+            )
+        return self
+
     @property
     def files_path(self) -> Path:
-        """Where file blobs live: ``files_dir``, else ``data_dir / "files"``."""
+        """The local files directory of earlier versions: ``files_dir``, else ``data_dir / "files"``."""
         return self.files_dir if self.files_dir is not None else self.data_dir / "files"
 
     @property

@@ -209,3 +209,41 @@ def new_app(api_engine):
         return app.id, key
 
     return make
+
+
+# -- an S3-compatible object store: moto's server on loopback ---------------------------
+S3_CREDENTIALS = {"access_key_id": "testing", "secret_access_key": "testing", "region": "us-east-1"}
+"""What the moto server accepts (it checks no signature)."""
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """``http://127.0.0.1:PORT`` of moto's S3 server (a real HTTP endpoint) in a background thread."""
+    import socket
+
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint) -> str:
+    """A fresh, empty bucket on the moto server."""
+    import boto3
+
+    name = "companion-" + uuid.uuid4().hex[:12]
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name=S3_CREDENTIALS["region"],
+        aws_access_key_id=S3_CREDENTIALS["access_key_id"],
+        aws_secret_access_key=S3_CREDENTIALS["secret_access_key"],
+    )
+    client.create_bucket(Bucket=name)
+    return name

@@ -33,7 +33,7 @@ class GatedParser:
 
 @pytest.fixture
 def files(store, tmp_path) -> FileStore:
-    return FileStore(store.engine, tmp_path / "files")
+    return FileStore(store.engine)
 
 
 @pytest.fixture

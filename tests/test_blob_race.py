@@ -5,26 +5,35 @@ from __future__ import annotations
 import threading
 
 import pytest
+from sqlmodel import Session
 
 from errors import FileNotFound
 from memory.files import FileStore
 
 
-@pytest.fixture
-def files(store, tmp_path) -> FileStore:
-    return FileStore(store.engine, tmp_path / "files")
+@pytest.fixture(params=[pytest.param("postgres", id="postgres-blobs"), pytest.param("s3", id="s3-blobs")])
+def files(request, store) -> FileStore:
+    if request.param == "postgres":
+        return FileStore(store.engine)
+    from memory.blobs import S3Blobs
+    from tests.conftest import S3_CREDENTIALS
+
+    bucket = request.getfixturevalue("s3_bucket")
+    return FileStore(
+        store.engine, S3Blobs(bucket=bucket, endpoint_url=request.getfixturevalue("s3_endpoint"), **S3_CREDENTIALS)
+    )
 
 
 def test_upload_racing_another_users_delete_of_the_same_bytes_keeps_the_blob(files, monkeypatch):
-    """B's upload finds the blob already on disk (A's), and A deletes its copy before B's row is
+    """B's upload finds the blob already stored (A's), and A deletes its copy before B's row is
     written: B's bytes must survive, so the delete's check-and-unlink waits for B's row."""
     data = b"shared bytes of two apps\n" * 40
     a = files.add(user_id="app-a:user", name="notes.txt", data=data)
     written = threading.Event()
     real_write = FileStore._write_blob
 
-    def slow_write(self, blob_path, payload):  # widens the window between the blob write and the row insert
-        real_write(self, blob_path, payload)
+    def slow_write(self, db, sha256, payload):  # widens the window between the blob write and the row insert
+        real_write(self, db, sha256, payload)
         written.set()
         threading.Event().wait(0.5)
 
@@ -69,9 +78,13 @@ def test_many_uploads_and_deletes_of_the_same_bytes_lose_no_stored_file(files):
     assert files.read_bytes(last) == data
 
 
-def test_a_missing_blob_error_names_no_server_path(files):
+def test_a_missing_blob_error_names_no_store_detail(files):
     stored = files.add(user_id="u1", name="gone.txt", data=b"soon gone\n")
-    (files.files_dir / stored.blob_path).unlink()
+    with Session(files.engine) as db:
+        files.blobs.remove(db, stored.sha256)
+        db.commit()
     with pytest.raises(FileNotFound) as caught:
         files.read_bytes(stored)
-    assert str(files.files_dir) not in str(caught.value)
+    message = str(caught.value)
+    assert stored.id in message and "file_blobs" not in message and "127.0.0.1" not in message
+    assert getattr(files.blobs, "bucket", "no bucket") not in message

@@ -64,7 +64,7 @@ def test_another_users_file_cannot_be_deleted(files_env):
 def test_deleting_a_session_deletes_only_files_no_other_session_references(files_env, store, tmp_path):
     engine = files_env.build()
     f1, f2, f3 = (files_env.upload("u1", f"f{i}.md", f"# file {i}\n".encode()) for i in (1, 2, 3))
-    blob1 = files_env.files.get(f1, user_id="u1", with_extract=False).blob_path
+    blob1 = files_env.files.get(f1, user_id="u1", with_extract=False).sha256
     engine.turn(user_id="u1", session_id="A", message="one and two", attachments=[f1, f2], reply="ok")
     engine.turn(user_id="u1", session_id="B", message="two", attachments=[f2], reply="ok")
     engine.turn(user_id="u1", session_id="B", message="three", attachments=[f3], reply="ok")
@@ -73,7 +73,7 @@ def test_deleting_a_session_deletes_only_files_no_other_session_references(files
     assert counts["files"] == 1 and counts["turns"] == 2 and counts["sessions"] == 1 and counts["turn_files"] == 2
     assert not _exists(files_env, f1)
     assert _exists(files_env, f2) and _exists(files_env, f3)
-    assert not (tmp_path / "files" / blob1).exists()
+    assert files_env.files.blobs.get(blob1) is None  # its bytes went with it
     assert store.get_session("A") is None and store.turns("A") == []
     with store.engine.connect() as conn:
         left = {r[0] for r in conn.execute(text("SELECT file_id FROM turn_files")).all()}

@@ -5,8 +5,20 @@ from __future__ import annotations
 import os
 import re
 
+from sqlalchemy import text
+
+from memory.database import make_engine
 from tests import file_fixtures as F
 from tests.test_cli import _run
+
+
+def _blob_count(db_url: str) -> int:
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM file_blobs")).scalar_one())
+    finally:
+        engine.dispose()
 
 
 def test_files_add_show_read_and_delete(db_url, tmp_path):
@@ -25,7 +37,8 @@ def test_files_add_show_read_and_delete(db_url, tmp_path):
 
     again = _run(["files", "add", "ana", str(paths["book.pdf"])], env)
     assert again.stdout.split()[0] == book_id  # same bytes: same file
-    assert len(list((tmp_path / "blobs").rglob("*"))) == 3 + 3  # three blobs in three fan-out folders
+    assert _blob_count(db_url) == 3  # three blobs in the database, one per distinct content
+    assert not (tmp_path / "blobs").exists()  # nothing on the local disk
 
     shown = _run(["files", "show", book_id], env)
     assert shown.returncode == 0 and "owner ana" in shown.stdout and "referenced by 0 turn(s)" in shown.stdout
@@ -60,3 +73,30 @@ def test_files_add_refuses_bad_input_before_storing_anything(db_url, tmp_path):
     assert refused.returncode == 2 and "empty" in refused.stderr
     listed = _run(["files", "list", "ana"], env)
     assert listed.returncode == 0 and listed.stdout.strip() == ""
+
+
+def test_files_import_blobs_copies_an_old_files_directory(db_url, tmp_path, monkeypatch, capsys):
+    from sqlmodel import Session
+
+    from memory.files import FileStore
+    from runtime.cli import main
+
+    engine = make_engine(db_url)
+    files = FileStore(engine)
+    kept = files.add(user_id="ana", name="a.txt", data=b"from the old directory\n")
+    lost = files.add(user_id="ana", name="b.txt", data=b"nowhere to be found\n")
+    with Session(engine) as db:  # as if stored by a version that kept bytes on disk
+        files.blobs.remove(db, kept.sha256)
+        files.blobs.remove(db, lost.sha256)
+        db.commit()
+    old = tmp_path / "old-files"
+    (old / kept.sha256[:2]).mkdir(parents=True)
+    (old / kept.blob_path).write_bytes(b"from the old directory\n")
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("COMPANION_FILES_DIR", str(old))
+    assert main(["files", "import-blobs"]) == 1  # one blob is missing: said, and a failing status
+    out = capsys.readouterr().out
+    assert "imported 1" in out and "missing 1" in out and lost.sha256 in out
+    assert files.read_bytes(kept) == b"from the old directory\n"
+    assert main(["files", "import-blobs", "--from", str(tmp_path / "nope")]) == 2
+    engine.dispose()

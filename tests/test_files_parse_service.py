@@ -157,3 +157,35 @@ def test_opening_a_runtime_parses_the_files_a_stopped_process_left_pending(files
         assert engine.file_services.parses.wait(stored.id, LONG) == "ready"
     finally:
         engine.file_services.close()
+
+
+def _children() -> set[int]:
+    """Process ids whose parent is this process (read from /proc)."""
+    import os
+    from pathlib import Path
+
+    me, found = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def test_the_parse_subprocesses_start_on_the_first_parse_not_when_the_services_open(store):
+    """A process that opens the file services without parsing (a CLI command) starts no subprocess."""
+    from runtime.config import Settings
+    from runtime.files import open_file_services
+
+    before = _children()
+    services = open_file_services(Settings(database_url="unused"), store.engine)
+    try:
+        assert _children() == before and not services.parses.pool_started
+        stored = services.upload(user_id="u1", name="book.pdf", data=F.book_pdf())
+        assert services.parses.wait(stored.id, LONG) == "ready"
+        assert services.parses.pool_started  # started by the parse (its workers exit after each file)
+    finally:
+        services.close()

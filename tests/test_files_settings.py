@@ -52,3 +52,27 @@ def test_bad_file_settings_name_the_variable(var, value):
     with pytest.raises(ConfigurationError) as info:
         Settings.from_env({var: value})
     assert info.value.setting == var and var in str(info.value)
+
+
+def test_blob_store_settings_default_to_postgres_and_s3_needs_a_bucket():
+    assert Settings.from_env({}).blob_store == "postgres"
+    s3 = Settings.from_env(
+        {
+            "COMPANION_BLOB_STORE": "S3",
+            "COMPANION_S3_BUCKET": "companion-files",
+            "COMPANION_S3_ENDPOINT_URL": "http://127.0.0.1:9000",
+            "COMPANION_S3_ACCESS_KEY_ID": "AKIDEXAMPLE",
+            "COMPANION_S3_SECRET_ACCESS_KEY": "very-secret-value",
+            "COMPANION_S3_PREFIX": "companion/",
+        }
+    )
+    assert (s3.blob_store, s3.s3_bucket, s3.s3_prefix) == ("s3", "companion-files", "companion/")
+    assert s3.s3_secret_access_key is not None and s3.s3_secret_access_key.get_secret_value() == "very-secret-value"
+    assert "very-secret-value" not in repr(s3)
+    for env, setting in (
+        ({"COMPANION_BLOB_STORE": "s3"}, "COMPANION_S3_BUCKET"),
+        ({"COMPANION_BLOB_STORE": "disk"}, "COMPANION_BLOB_STORE"),
+    ):
+        with pytest.raises(ConfigurationError) as info:
+            Settings.from_env(env)
+        assert info.value.setting == setting and setting in str(info.value)

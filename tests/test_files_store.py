@@ -12,13 +12,21 @@ from memory.files import FileStore
 from tests import file_fixtures as F
 
 
-@pytest.fixture
-def files(store, tmp_path) -> FileStore:
-    return FileStore(store.engine, tmp_path / "files", max_file_bytes=2_000_000)
+@pytest.fixture(params=[pytest.param("postgres", id="postgres-blobs"), pytest.param("s3", id="s3-blobs")])
+def files(request, store) -> FileStore:
+    """The store on each blob store: the ``file_blobs`` table, and a bucket on moto's S3 server."""
+    if request.param == "postgres":
+        return FileStore(store.engine, max_file_bytes=2_000_000)
+    from memory.blobs import S3Blobs
+    from tests.conftest import S3_CREDENTIALS
+
+    bucket = request.getfixturevalue("s3_bucket")
+    blobs = S3Blobs(bucket=bucket, endpoint_url=request.getfixturevalue("s3_endpoint"), **S3_CREDENTIALS)
+    return FileStore(store.engine, blobs, max_file_bytes=2_000_000)
 
 
 def blobs(files: FileStore) -> list:
-    return sorted(p for p in files.files_dir.rglob("*") if p.is_file())
+    return sorted(files.blobs.hashes())
 
 
 def test_add_stores_row_and_blob_with_sha_size_and_sniffed_mime(files):
@@ -29,7 +37,7 @@ def test_add_stores_row_and_blob_with_sha_size_and_sniffed_mime(files):
     assert stored.size_bytes == len(data)
     assert stored.mime == "application/pdf"
     assert stored.parse_state == "pending" and stored.durability == "durable"
-    assert (files.files_dir / stored.blob_path).read_bytes() == data
+    assert files.blobs.get(stored.sha256) == data and blobs(files) == [stored.sha256]
     again = files.get(stored.id, user_id="u1")
     assert again.name == "Book.pdf" and again.extract is None
 
@@ -71,7 +79,7 @@ def test_bad_uploads_fail_clearly_and_store_nothing(files, kwargs, reason):
 def test_name_keeps_only_the_last_path_component(files):
     stored = files.add(user_id="u1", name="../../etc/passwd.txt", data=b"hi")
     assert stored.name == "passwd.txt"
-    assert files.files_dir in (files.files_dir / stored.blob_path).parents
+    assert stored.blob_path == f"{stored.sha256[:2]}/{stored.sha256}"  # the key is the content, never the name
 
 
 def test_unknown_and_foreign_ids_fail_with_the_same_message(files):
@@ -195,3 +203,43 @@ def test_ephemeral_ids_cannot_be_edited_or_exported_and_duplicates_are_refused(f
     with pytest.raises(FileNotFound):
         files.edit(two.id, user_id="u2", data=b"three")
     assert files.export(two.id, user_id="u1")[1] == b"two"
+
+
+def test_an_upload_whose_row_is_refused_leaves_no_blob(files):
+    """The blob is written before the row; when the database refuses the row (a user id longer than its
+    column), neither is left: the ``file_blobs`` row rolls back with it, an S3 object is removed."""
+    from errors import StorageError
+
+    with pytest.raises(StorageError):
+        files.add(user_id="u" * 300, name="a.txt", data=b"never stored\n")
+    assert blobs(files) == []
+    kept = files.add(user_id="u1", name="a.txt", data=b"stored\n")
+    with pytest.raises(StorageError):
+        files.add(user_id="u" * 300, name="a.txt", data=b"stored\n")
+    assert blobs(files) == [kept.sha256]  # a blob another row uses stays
+    assert files.read_bytes(kept) == b"stored\n"
+
+
+def test_import_blobs_copies_an_old_files_directory_into_the_store(files, tmp_path):
+    """Bytes an earlier version kept on local disk (``<dir>/<sha[:2]>/<sha>``) are copied in, checked by hash."""
+    from sqlmodel import Session
+
+    good = files.add(user_id="u1", name="good.txt", data=b"kept on disk\n")
+    bad = files.add(user_id="u1", name="bad.txt", data=b"altered on disk\n")
+    lost = files.add(user_id="u2", name="lost.txt", data=b"never copied\n")
+    present = files.add(user_id="u2", name="here.txt", data=b"already in the store\n")
+    with Session(files.engine) as db:
+        for stored in (good, bad, lost):
+            files.blobs.remove(db, stored.sha256)
+        db.commit()
+    old = tmp_path / "old-files"
+    for stored, data in ((good, b"kept on disk\n"), (bad, b"other bytes\n")):
+        (old / stored.sha256[:2]).mkdir(parents=True, exist_ok=True)
+        (old / stored.blob_path).write_bytes(data)
+    report = files.import_blobs(old)
+    assert (report.imported, report.present, report.missing, report.corrupt) == (1, 1, [lost.sha256], [bad.sha256])
+    assert files.read_bytes(good) == b"kept on disk\n"
+    with pytest.raises(FileNotFound):
+        files.read_bytes(bad)
+    assert files.import_blobs(old).imported == 0  # idempotent
+    assert blobs(files) == sorted([good.sha256, present.sha256])

@@ -81,7 +81,7 @@ def test_a_reader_that_goes_away_leaves_the_turn_running_to_its_end():
 
 @pytest.fixture
 def images(store, tmp_path) -> TurnImages:
-    files = FileStore(store.engine, tmp_path / "files")
+    files = FileStore(store.engine)
     return TurnImages(
         settings=Settings(), store=store, files=files, counter=counter_for("gpt-4o-mini"), model="gpt-4o-mini"
     )

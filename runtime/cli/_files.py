@@ -1,4 +1,4 @@
-"""``companion files``: stored files (add, list, show, read, delete, export, edit)."""
+"""``companion files``: stored files (add, list, show, read, delete, export, edit, import-blobs)."""
 
 from __future__ import annotations
 
@@ -153,6 +153,28 @@ def cmd_files_edit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_files_import_blobs(args: argparse.Namespace) -> int:
+    settings = _settings()
+    source = Path(args.source).expanduser() if args.source else settings.files_path
+    if not source.is_dir():
+        print(f"error: {str(source)!r} is not a directory; give the old files directory with --from.", file=sys.stderr)
+        return EXIT_USAGE
+    services = _file_services(settings)
+    try:
+        report = services.files.import_blobs(source)
+    finally:
+        services.close()
+    print(
+        f"blob store {services.files.blobs.kind}: imported {report.imported}, already stored {report.present}, "
+        f"missing {len(report.missing)}, not matching their SHA-256 {len(report.corrupt)}"
+    )
+    for sha in report.missing:
+        print(f"  missing {sha}")
+    for sha in report.corrupt:
+        print(f"  corrupt {sha}")
+    return 1 if report.missing or report.corrupt else 0
+
+
 def _add_files_parser(sub) -> None:
     files = sub.add_parser(
         "files", help="stored files: add, list, show, read (the file_read window), delete, export, edit"
@@ -188,3 +210,10 @@ def _add_files_parser(sub) -> None:
     edit.add_argument("file_id")
     edit.add_argument("path")
     edit.set_defaults(func=cmd_files_edit)
+    imp = f_sub.add_parser(
+        "import-blobs",
+        help="copy the bytes of stored files from a local files directory (earlier versions kept them there) "
+        "into the blob store (COMPANION_BLOB_STORE)",
+    )
+    imp.add_argument("--from", dest="source", help="the old files directory (default: COMPANION_FILES_DIR)")
+    imp.set_defaults(func=cmd_files_import_blobs)

@@ -9,21 +9,81 @@ from runtime.cli._common import EXIT_USAGE, _hours_arg, _port_arg, _settings
 
 
 # -- the HTTP service, apps and the close job --------------------------------------
+def _workers_arg(value: str) -> int:
+    try:
+        workers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--workers must be a whole number, got {value!r}") from None
+    if not 1 <= workers <= 64:
+        raise argparse.ArgumentTypeError(f"--workers must be between 1 and 64, got {workers}")
+    return workers
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Open the engine once and serve the HTTP API under uvicorn until Ctrl-C."""
+    """Serve the HTTP API under uvicorn until Ctrl-C: one process with one engine, or with
+    ``--workers N``, N worker processes that each open their own engine on one database."""
     import uvicorn
 
+    settings = _settings()
+    host = args.host or settings.api_host
+    port = settings.api_port if args.port is None else args.port
+    if port == 0:  # pick the port here, so the address printed below is the one served
+        port = _free_port(host)
+    if args.workers > 1:
+        _prepare_workers(settings)
+        print(
+            f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs), "
+            f"{args.workers} worker processes",
+            flush=True,
+        )
+        factory = "app_from_env_without_worker" if args.no_worker else "app_from_env"
+        uvicorn.run(
+            f"runtime.service.api.app:{factory}",
+            factory=True,
+            workers=args.workers,
+            host=host,
+            port=port,
+            log_level=settings.log_level,
+            access_log=False,
+        )
+        return 0
     from runtime.service import open_engine
     from runtime.service.api import create_app
 
-    settings = _settings()
-    engine = open_engine(settings, compaction="queue")  # the reply never waits for a summary
-    host = args.host or settings.api_host
-    port = settings.api_port if args.port is None else args.port
+    # the reply never waits for a summary, an upload never for its parse: both are queue jobs
+    engine = open_engine(settings, compaction="queue", parsing="queue")
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
-    app = create_app(engine, job_worker=not args.no_worker)
+    app = create_app(engine, job_worker=not args.no_worker, owns_engine=True)
     uvicorn.run(app, host=host, port=port, log_level=settings.log_level, access_log=False)
     return 0
+
+
+def _prepare_workers(settings) -> None:
+    """Before worker processes start: start the embedded database if ``DATABASE_URL`` is unset
+    (this process owns it while the workers run) and migrate it, then hand its URL to the workers
+    through ``DATABASE_URL``. A ``DATABASE_URL`` database must be at head already."""
+    import os
+
+    from memory.database import current_revision, head_revision, require_schema, upgrade
+    from runtime.service import connect
+
+    database = connect(settings)
+    if database.embedded:
+        if current_revision(database.engine) != head_revision():
+            from memory.embeddings import SentenceTransformerEmbedder
+
+            upgrade(database.engine, embedding_dim=SentenceTransformerEmbedder(settings.embedding_model).dimension)
+        os.environ["DATABASE_URL"] = database.url
+    require_schema(database.engine)
+    database.engine.dispose()
+
+
+def _free_port(host: str) -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
 
 
 def _directory():
@@ -73,7 +133,7 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
         print("companion jobs run --once: the queue had no more jobs to take")
         return 0
     print(
-        f"companion jobs run: running queued jobs (compaction) and closing sessions idle for "
+        f"companion jobs run: running queued jobs (compaction, parses) and closing sessions idle for "
         f"{settings.close_idle_hours:g} h on cron {settings.close_cron!r} (local time); Ctrl-C stops.",
         flush=True,
     )
@@ -116,6 +176,12 @@ def _add_service_commands(sub) -> None:
         "--port", type=_port_arg, help="TCP port (default: COMPANION_API_PORT or 8080; 0 picks a free one)"
     )
     serve.add_argument(
+        "--workers",
+        type=_workers_arg,
+        default=1,
+        help="worker processes, each with its own engine, sharing the port and the database (default 1)",
+    )
+    serve.add_argument(
         "--no-worker",
         action="store_true",
         help="run no queue worker in this process (compaction jobs wait for `companion jobs run`)",
@@ -132,7 +198,7 @@ def _add_service_commands(sub) -> None:
     jobs = sub.add_parser("jobs", help="the job queue worker and the session-close job")
     j_sub = jobs.add_subparsers(dest="jobs_command", required=True)
     run = j_sub.add_parser(
-        "run", help="run queued jobs (compaction) and the close job on COMPANION_CLOSE_CRON until Ctrl-C"
+        "run", help="run queued jobs (compaction, parses) and the close job on COMPANION_CLOSE_CRON until Ctrl-C"
     )
     run.add_argument("--worker", help="worker id recorded as closed_by and the queue worker's name (default HOST:PID)")
     run.add_argument("--concurrency", type=int, default=2, help="queued jobs run at once (default 2)")

@@ -33,13 +33,13 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
 from errors import FileError, FileParseError
 from memory.files import FileStore
-from memory.tables import FINAL_PARSE_STATES
+from memory.tables import FINAL_PARSE_STATES, ParseState
 from runtime.parsing import Extract, ParseLimits, parse_document, serialize
 
 log = structlog.get_logger("companion.files")
@@ -48,6 +48,21 @@ DEFAULT_PARSE_CPU_SECONDS = 60.0
 """``COMPANION_PARSE_CPU_SECONDS`` default: CPU time one parse may use, seconds."""
 DEFAULT_PARSE_MEMORY_BYTES = 1024 * 1024 * 1024
 """``COMPANION_PARSE_MEMORY_MB`` default: address space of one parse subprocess, bytes (1 GiB)."""
+
+
+class ParseQueue(Protocol):
+    """Where parses are sent when they run as durable jobs (``runtime.service.QueuedParses``):
+    any worker of the queue runs :meth:`ParseService.submit` for the file."""
+
+    def defer(self, file_id: str) -> None:
+        """Queue the parse of ``file_id`` (at most one job waits per file).
+
+        Raises:
+            StorageError: the job could not be stored.
+        """
+        ...
+
+    def close(self) -> None: ...
 
 
 class Parser(Protocol):
@@ -138,6 +153,7 @@ class ParseService:
         cpu_seconds: float | None = DEFAULT_PARSE_CPU_SECONDS,
         memory_bytes: int | None = DEFAULT_PARSE_MEMORY_BYTES,
         isolate: bool | None = None,
+        queue: ParseQueue | None = None,
     ) -> None:
         self.files = files
         self.parser = parser
@@ -146,25 +162,14 @@ class ParseService:
         self.workers = workers
         self.cpu_seconds = cpu_seconds
         self.memory_bytes = memory_bytes
+        self.queue = queue
+        """With a queue, :meth:`request` defers a job instead of parsing in this process."""
         self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="companion-parse")
-        isolate = parser is default_parser if isolate is None else isolate
-        self._pool = None
-        if isolate:
-            import pebble
-
-            from runtime.parsing._worker import limit_child
-
-            # forkserver: a small clean process (the parsers preloaded) forks each worker, so a worker is
-            # never a copy of the service's address space (models, pools) and starts in a fraction of a second
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["runtime.parsing._worker"])
-            self._pool = pebble.ProcessPool(
-                max_workers=workers,
-                max_tasks=1,  # a fresh process per parse: its memory goes back when it ends
-                initializer=limit_child,
-                initargs=(cpu_seconds, memory_bytes),
-                context=context,
-            )
+        self.isolate = parser is default_parser if isolate is None else isolate
+        self._pool: Any = None
+        """The pebble process pool, started by the first isolated parse (:meth:`_process_pool`)."""
+        self._pool_lock = threading.Lock()
+        self._closed = False
         self._queues: dict[str, deque[tuple[str, Future]]] = {}
         """Waiting parses per owner (user id), oldest first."""
         self._turns: deque[str] = deque()
@@ -206,6 +211,25 @@ class ParseService:
             self._dispatch()
         future.add_done_callback(lambda f: self._finished(file_id, f))
         return future
+
+    def request(self, file_id: str) -> None:
+        """Ask for ``file_id``'s parse: as a queue job when the service has a ``queue`` (any worker
+        runs it, here or in another process), else started in this process (:meth:`submit`).
+
+        Raises:
+            StorageError: the job could not be stored, or the claim could not be written.
+        """
+        if self.queue is None:
+            self.submit(file_id)
+        elif self.files.state(str(file_id)) == ParseState.pending.value:
+            self.queue.defer(str(file_id))
+
+    def request_pending(self) -> int:
+        """:meth:`request` every ``pending`` file (e.g. after a restart). Returns how many there were."""
+        ids = self.files.pending_ids()
+        for file_id in ids:
+            self.request(file_id)
+        return len(ids)
 
     def _owner_cap(self) -> int:
         return max(1, self.workers - 1)
@@ -315,6 +339,40 @@ class ParseService:
         )
         return state
 
+    @property
+    def pool_started(self) -> bool:
+        """True once the parse subprocess pool has started (the first isolated parse starts it)."""
+        return self._pool is not None
+
+    def _process_pool(self) -> Any:
+        """The parse subprocess pool, started on first use (a process that never parses, such as
+        a CLI command, never starts it).
+
+        Raises:
+            RuntimeError: the service is closed.
+        """
+        with self._pool_lock:
+            if self._closed:
+                raise RuntimeError("the parse service is closed")
+            if self._pool is None:
+                import pebble
+
+                from runtime.parsing._worker import limit_child
+
+                # forkserver: a small clean process (the parsers preloaded) forks each worker, so a worker is
+                # never a copy of the service's address space (models, pools) and starts in a fraction of a second
+                context = multiprocessing.get_context("forkserver")
+                context.set_forkserver_preload(["runtime.parsing._worker"])
+                self._pool = pebble.ProcessPool(
+                    max_workers=self.workers,
+                    max_tasks=1,  # a fresh process per parse: its memory goes back when it ends
+                    initializer=limit_child,
+                    initargs=(self.cpu_seconds, self.memory_bytes),
+                    context=context,
+                )
+                log.info("file.parse.pool_started", workers=self.workers)
+            return self._pool
+
     def _parse(self, data: bytes, stored) -> Extract:
         """One parse: in a capped subprocess when isolated, else in this thread.
 
@@ -322,14 +380,16 @@ class ParseService:
             FileParseError: the file's own (corrupt, encrypted, ``too_large``), or ``too_large``
                 / ``too_slow`` when the subprocess ran out of memory, CPU or wall time.
         """
-        if self._pool is None:
+        if not self.isolate:
             return self.parser(data, name=stored.name, mime=stored.mime, limits=self.limits)
         from pebble import ProcessExpired
 
         from runtime.parsing._worker import parse_in_child
 
         wall = None if self.cpu_seconds is None else 2 * self.cpu_seconds + 10
-        task = self._pool.schedule(parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall)
+        task = self._process_pool().schedule(
+            parse_in_child, args=(data, stored.name, stored.mime, self.limits), timeout=wall
+        )
         try:
             status, value, reason = task.result()
         except FutureTimeout as exc:
@@ -349,12 +409,12 @@ class ParseService:
 
     # -- waiting --------------------------------------------------------------------
     def watch(self, file_id: str) -> WaitHandle:
-        """A handle to wait on ``file_id``'s parse; starts the parse if it is pending.
+        """A handle to wait on ``file_id``'s parse; asks for the parse if it is pending (:meth:`request`).
 
         All handles on one file share one watch. Cancel the handle when done.
         """
         file_id = str(file_id)
-        self.submit(file_id)
+        self.request(file_id)
         with self._lock:
             watch = self._watches.get(file_id)
             if watch is None:
@@ -409,11 +469,16 @@ class ParseService:
                 del self._watches[watch.file_id]  # ended: a later watch() starts afresh
 
     def close(self) -> None:
-        """Stop accepting parses and wait for running ones to end."""
+        """Stop accepting parses and wait for running ones to end; close the queue's connections."""
         self._executor.shutdown(wait=True, cancel_futures=False)
-        if self._pool is not None:
-            self._pool.close()
-            self._pool.join()
+        if self.queue is not None:
+            self.queue.close()
+        with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+            pool.join()
 
     def __enter__(self) -> ParseService:
         return self

@@ -6,6 +6,7 @@ The HTTP API is the subpackage :mod:`runtime.service.api`.
 
 from runtime.service._bootstrap import Database, connect, open_engine, settings_for_model
 from runtime.service._jobs import close_idle_sessions, run_scheduler
+from runtime.service._parse_jobs import QueuedParses
 from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
 from runtime.service._replay import (
     CATEGORIES,
@@ -22,6 +23,7 @@ __all__ = [
     "Database",
     "QueueWorker",
     "QueuedCompaction",
+    "QueuedParses",
     "build_app",
     "close_idle_sessions",
     "connect",

@@ -73,6 +73,7 @@ def open_engine(
     summarizer: Summarizer | None = None,
     database: Database | None = None,
     compaction: Literal["inline", "queue"] = "inline",
+    parsing: Literal["inline", "queue"] = "inline",
 ) -> Engine:
     """An engine ready for turns.
 
@@ -86,6 +87,9 @@ def open_engine(
         compaction: where compaction runs after the reply when ``COMPANION_COMPACTION`` is
             unset (the caller's default): ``inline``, or ``queue`` (a job for a queue worker,
             :class:`~runtime.service.QueuedCompaction`; close it with ``engine.runner.scheduler.close()``).
+        parsing: where an upload's parse runs: ``inline`` (this process's background parse
+            threads) or ``queue`` (a ``parse:parse_file`` job any queue worker runs,
+            :class:`~runtime.service.QueuedParses`; ``engine.file_services.close()`` closes it).
 
     Raises:
         UnknownModelError: litellm does not know ``COMPANION_MODEL``'s window and
@@ -110,8 +114,13 @@ def open_engine(
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
-    services = open_file_services(settings, database.engine)
-    resumed = services.parses.submit_pending()  # files a stopped process left unparsed
+    queue = None
+    if parsing == "queue":
+        from runtime.service._parse_jobs import QueuedParses
+
+        queue = QueuedParses(database.engine)
+    services = open_file_services(settings, database.engine, queue=queue)
+    resumed = services.parses.request_pending()  # files a stopped process left unparsed
     if resumed:
         log.info("file.parse.resumed", files=resumed)
     scheduler = None

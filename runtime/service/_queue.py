@@ -53,6 +53,7 @@ from sqlalchemy import Engine as SAEngine
 
 from errors import StorageError
 from runtime.compaction import CompactionOutcome
+from runtime.service._parse_jobs import parse_blueprint
 from runtime.turn import CompactionRequest, CompactNow, Due, Engine
 
 log = structlog.get_logger("companion.queue")
@@ -177,7 +178,7 @@ def _outcome(outcome: CompactionOutcome | None) -> dict[str, Any]:
     }
 
 
-BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint}
+BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint, "parse": parse_blueprint}
 """Namespace → a function returning that namespace's fresh task group. Add a group here."""
 
 

@@ -60,21 +60,21 @@ def check_attachments(
     if files is None:
         raise ConfigurationError(
             "This engine has no file store, so a turn cannot carry attachments. Open it with "
-            "runtime.service.open_engine (COMPANION_FILES_DIR).",
-            setting="COMPANION_FILES_DIR",
+            "runtime.service.open_engine (COMPANION_BLOB_STORE).",
+            setting="COMPANION_BLOB_STORE",
         )
     return list(files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False).values())
 
 
 def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, settings: Settings) -> None:
-    """Start the parses of new attachments; wait (at most ``COMPANION_FILE_READ_WAIT`` seconds
+    """Ask for the parses of new attachments (:meth:`ParseService.request`); wait (at most ``COMPANION_FILE_READ_WAIT`` seconds
     each) for small text files, so that the first turn can inline them."""
     if parses is None:
         return
     for stored in attached:
         if stored.is_final:
             continue
-        parses.submit(stored.id)
+        parses.request(stored.id)
         if is_text_mime(stored.mime) and stored.size_bytes <= UTF8_MAX_BYTES * settings.inline_file_chars:
             with parses.watch(stored.id) as handle:
                 handle.wait(settings.file_read_wait)

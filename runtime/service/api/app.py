@@ -1,4 +1,6 @@
-"""The FastAPI application: :func:`create_app` builds it around one opened engine."""
+"""The FastAPI application: :func:`create_app` builds it around one opened engine;
+:func:`app_from_env` opens the engine from the environment first (uvicorn's factory mode,
+one engine per worker process for ``companion serve --workers N``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from runtime.turn import Engine
 API_VERSION = "1"
 
 
-def create_app(engine: Engine, *, job_worker: bool = False) -> FastAPI:
+def create_app(engine: Engine, *, job_worker: bool = False, owns_engine: bool = False) -> FastAPI:
     """The HTTP API on ``engine`` (shared by every request; blocking calls run in threads).
 
     Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`), files
@@ -28,7 +30,9 @@ def create_app(engine: Engine, *, job_worker: bool = False) -> FastAPI:
 
     With ``job_worker`` the app runs a queue worker (:class:`runtime.service.QueueWorker`) for
     its lifespan: started before the first request, stopped (the job in progress finishing)
-    at shutdown, when the engine's queued-compaction pool is closed too.
+    at shutdown, when the engine's queued-compaction pool is closed too. With ``owns_engine``
+    (the app opened the engine and nothing else uses it) the engine's file services are closed
+    at shutdown as well: running parses end, the parse queue's pool closes.
     """
 
     @asynccontextmanager
@@ -44,6 +48,8 @@ def create_app(engine: Engine, *, job_worker: bool = False) -> FastAPI:
             close = getattr(engine.runner.scheduler, "close", None)
             if close is not None:
                 close()
+            if owns_engine and engine.file_services is not None:
+                engine.file_services.close()  # running parses end; the parse queue's pool closes
 
     app = FastAPI(
         lifespan=lifespan,
@@ -72,3 +78,33 @@ def create_app(engine: Engine, *, job_worker: bool = False) -> FastAPI:
         return {"status": "ok"}
 
     return app
+
+
+def app_from_env(*, job_worker: bool = True) -> FastAPI:
+    """The HTTP API on an engine opened from the environment (``Settings.from_env()``), with
+    compaction (unless ``COMPANION_COMPACTION`` says ``inline``) and parses queued and, with ``job_worker``,
+    a queue worker in this process, as ``companion serve`` runs them.
+
+    uvicorn calls it once in each worker process (``factory=True``), so every worker opens
+    its own engine: its own database pool, embedder, file services and queue worker.
+    ``DATABASE_URL`` must name a database at head; ``companion serve --workers N`` starts the
+    embedded server and migrates it before the workers start.
+
+    Raises:
+        ConfigurationError, SchemaError, UnknownModelError: as :func:`runtime.service.open_engine`.
+    """
+    import os
+
+    import structlog
+
+    from runtime.config import Settings
+    from runtime.service import open_engine
+
+    engine = open_engine(Settings.from_env(), compaction="queue", parsing="queue")
+    structlog.get_logger("companion.service").info("service.worker_ready", pid=os.getpid())
+    return create_app(engine, job_worker=job_worker, owns_engine=True)
+
+
+def app_from_env_without_worker() -> FastAPI:
+    """:func:`app_from_env` without a queue worker (``companion serve --workers N --no-worker``)."""
+    return app_from_env(job_worker=False)

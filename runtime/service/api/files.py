@@ -133,8 +133,8 @@ def file_services(svc: Services = Depends(services)) -> FileServices:
     """
     if svc.engine.file_services is None:
         raise ConfigurationError(
-            "This server has no file store. Open the engine with runtime.service.open_engine (COMPANION_FILES_DIR).",
-            setting="COMPANION_FILES_DIR",
+            "This server has no file store. Open the engine with runtime.service.open_engine (COMPANION_BLOB_STORE).",
+            setting="COMPANION_BLOB_STORE",
         )
     return svc.engine.file_services
 
