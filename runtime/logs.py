@@ -32,6 +32,8 @@ def configure_logging(level: str = "warning", fmt: str = "console") -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # sys.stderr is looked up per logger, not once here: a stream replaced since (a test's
+        # capture, a daemon's redirect) is written to, never one that has been closed
+        logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
