@@ -135,21 +135,20 @@ def test_the_reply_returns_while_a_slow_summary_runs_and_the_job_compacts_afterw
     engine = build()
     turn(engine, 0, "warm-up")  # first-call imports and connections are not the point here
     with QueueWorker(engine, name="w1", poll_seconds=0.2):
-        seconds = []
         i = 0
         while not started.is_set():
-            seconds.append(turn(engine, i))
+            turn(engine, i)
             i += 1
             assert i < 20, "no compaction ran"
-        # the turn that queued the job returned before the summarizer was even asked (or finished)
+        # the turns returned while the summarizer was still answering: nothing is compacted yet
         assert store.compaction_state("s1").compactions == 0
-        assert max(seconds) < 3.0
         deadline = time.monotonic() + 30
         while store.compaction_state("s1").compactions == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
-    assert store.compaction_state("s1").compactions == 1
+    # one job per queued batch of turns; a turn added while the first job ran may have queued a second
+    done = store.compaction_state("s1").compactions
+    assert done >= 1 and len(summary_requests(fake_llm)) == done
     assert store.summary("s1") is not None and store.segments(session_id="s1")
-    assert len(summary_requests(fake_llm)) == 1
 
 
 def test_a_compaction_turn_waits_for_the_summary_inline_but_not_queued(build, store, fake_llm):
