@@ -3,7 +3,7 @@
 The HTTP API is the subpackage :mod:`runtime.service.api`.
 """
 
-from runtime.service._bootstrap import Database, connect, open_engine, settings_for_model
+from runtime.service._bootstrap import Database, connect, open_embedder, open_engine, settings_for_model
 from runtime.service._jobs import close_idle_sessions, run_scheduler
 from runtime.service._replay import (
     CATEGORIES,
@@ -20,6 +20,7 @@ __all__ = [
     "close_idle_sessions",
     "connect",
     "load_conversations",
+    "open_embedder",
     "open_engine",
     "replay_conversation",
     "run_scheduler",
