@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 
 from runtime.cli._common import EXIT_USAGE, _hours_arg, _port_arg, _settings
 
@@ -18,11 +19,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = _settings()
     engine = open_engine(settings)
+    # the embedding model loads in the background while the server starts, not in the first turn
+    threading.Thread(target=_warm_embedder, args=(engine,), name="companion-embedder-warm-up", daemon=True).start()
     host = args.host or settings.api_host
     port = settings.api_port if args.port is None else args.port
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
     uvicorn.run(create_app(engine), host=host, port=port, log_level=settings.log_level, access_log=False)
     return 0
+
+
+def _warm_embedder(engine) -> None:
+    """Embed one text, so the model is loaded before the first turn needs it."""
+    import structlog
+
+    from errors import CompanionError
+
+    try:
+        engine.embedder.embed(["warm-up"])
+    except CompanionError as exc:  # a model that cannot load: every turn will say so too
+        structlog.get_logger("companion.serve").warning("embedder.warm_up.failed", error=type(exc).__name__)
 
 
 def _directory():
