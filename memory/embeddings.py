@@ -234,7 +234,8 @@ class BatchingEmbedder:
         with self._ready:
             while not self._queue:
                 self._ready.wait()
-            batch, size = [], 0
+            batch: list[_Request] = []
+            size = 0
             while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_texts):
                 request = self._queue.pop(0)
                 batch.append(request)
@@ -299,8 +300,8 @@ class CachingEmbedder:
             fresh = self.inner.embed(missing)
             found.update(zip(missing, fresh, strict=True))
             with self._lock:
-                for text, vector in zip(missing, fresh, strict=True):
-                    self._vectors[text] = array("d", vector)
+                for text, new in zip(missing, fresh, strict=True):
+                    self._vectors[text] = array("d", new)
                     self._vectors.move_to_end(text)
                 while len(self._vectors) > self.size:
                     self._vectors.popitem(last=False)
