@@ -339,7 +339,10 @@ def _ahead_texts(conv: Conversation, assistant_name: str) -> list[list[str]]:
     A prediction: a key at the edge of a compaction or a query whose earlier turns were
     rolled out differs and is embedded when needed.
     """
-    turns = [Turn(session_id="", seq=n, role=t.role, content=t.text, tokens=0, created_at=t.at) for n, t in enumerate(conv.turns)]
+    turns = [
+        Turn(session_id="", seq=n, role=t.role, content=t.text, tokens=0, created_at=t.at)
+        for n, t in enumerate(conv.turns)
+    ]
     keys = [d.key for d in build_segments([turns], assistant_name=assistant_name)]
     blocks: list[list[str]] = []
     for start in range(0, len(conv.turns), PREFETCH_TURNS):
