@@ -237,6 +237,11 @@ class Settings(_EnvironmentSettings):
     default, ``queue`` for ``companion serve`` and ``inline`` everywhere else."""
     embedding_model: str = BUNDLED_EMBEDDING_MODEL
     """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
+    embed_threads: Annotated[int | None, AfterValidator(_zero_is_none)] = Field(1, ge=0, le=256)
+    """``COMPANION_EMBED_THREADS``: torch's intra-op threads for the embedder (``torch.set_num_threads``,
+    process-wide, set when the model loads); ``None`` (0) leaves torch's default, one per core.
+    1 by measurement: on a shared 2-core machine one query embedding took 34-67 ms with one
+    thread against 0.6-1.2 s with the default, and concurrent turns are batched anyway."""
     recall_candidates: int = Field(100, ge=1)
     """``COMPANION_RECALL_CANDIDATES``: most fused hits (one turn each) offered to the memory budget.
     100 lets the default 2,000-token budget fill (a LoCoMo turn is about 30 tokens with neighbours)."""

@@ -70,12 +70,13 @@ class Servers:
         self.tmp.cleanup()
 
 
-def start_servers(*, delay: float = 0.0) -> Servers:
-    """Start the fake model and ``companion serve`` on loopback; return once both answer."""
+def start_servers(*, delay: float = 0.0, repo: Path = REPO) -> Servers:
+    """Start the fake model and ``companion serve`` (of the checkout ``repo``) on loopback;
+    return once both answer."""
     tmp = tempfile.TemporaryDirectory(prefix="bench-service-")
     env = {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(repo),
         "COMPANION_DATA_DIR": str(Path(tmp.name) / "data"),
         "COMPANION_MODEL": "openai/fake-model",
         "COMPANION_CONTEXT_WINDOW": "8192",
@@ -88,7 +89,7 @@ def start_servers(*, delay: float = 0.0) -> Servers:
         stdout=subprocess.PIPE,
         text=True,
         env=env,
-        cwd=REPO,
+        cwd=repo,
     )
     procs.append(fake)
     env["COMPANION_API_BASE"] = fake.stdout.readline().strip()
@@ -97,7 +98,7 @@ def start_servers(*, delay: float = 0.0) -> Servers:
         capture_output=True,
         text=True,
         env=env,
-        cwd=REPO,
+        cwd=repo,
         timeout=300,
         check=True,
     )
@@ -107,7 +108,7 @@ def start_servers(*, delay: float = 0.0) -> Servers:
         subprocess.Popen(
             [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
             env=env,
-            cwd=REPO,
+            cwd=repo,
         )
     )
     base = f"http://127.0.0.1:{port}"
@@ -423,6 +424,44 @@ def run_races(servers: Servers, args: argparse.Namespace) -> list[Tally]:
     ]
 
 
+# -- throughput: concurrent sessions, instant model ---------------------------------------
+_WORDS = (
+    "garden painting river concert hiking museum recipe puppy guitar novel camping bakery "
+    "marathon pottery sunrise festival violin library beach mountain tennis yoga poetry chess"
+).split()
+
+
+def run_throughput(servers: Servers, *, clients: int, turns: int, timeout: float) -> tuple[Tally, float]:
+    """``clients`` clients, each on its own session, send ``turns`` messages one after another
+    (all clients at once). The fake model answers at once, so each latency is what the
+    runtime adds. Returns the tally and the wall time of the whole run, seconds."""
+    tally = Tally(f"throughput, {clients} clients x {turns} turns")
+    rng = random.Random(17)
+    texts = [
+        [f"{tag()} " + " ".join(rng.choice(_WORDS) for _ in range(12)) for _ in range(turns + 1)]
+        for _ in range(clients)
+    ]
+    sessions = []
+    for i in range(clients):  # a first turn per session, untimed: the embedder is loaded and warm
+        warm = Client(servers, Tally("warm-up"), timeout=timeout)
+        session_id = warm.session(f"tp-{i}-{uuid.uuid4().hex[:6]}")
+        warm.send(session_id, texts[i][0], stream=False, retries=3)
+        sessions.append(session_id)
+    start = threading.Barrier(clients)
+
+    def one(i: int) -> None:
+        client = Client(servers, tally, timeout=timeout)
+        start.wait(60)
+        for text in texts[i][1:]:
+            done = client.send(sessions[i], text, stream=False, retries=3)
+            check_reply(tally, text, done)
+
+    began = time.monotonic()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(one, range(clients)))
+    return tally, time.monotonic() - began
+
+
 HEADER = (
     "| part | requests | 5xx | lost turns | crossed replies | 409 busy (retried) | p50 ms | p95 ms |\n"
     "|---|---|---|---|---|---|---|---|"
@@ -431,7 +470,16 @@ HEADER = (
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=("races", "files", "all"), default="all")
+    parser.add_argument("--only", choices=("races", "files", "throughput", "all"), default="all")
+    parser.add_argument(
+        "--repo",
+        action="append",
+        type=Path,
+        help="throughput: serve this checkout (repeat to compare checkouts in one run; default: this one)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="throughput: runs per checkout, interleaved")
+    parser.add_argument("--tp-clients", type=int, default=10, help="throughput: concurrent clients (sessions)")
+    parser.add_argument("--tp-turns", type=int, default=10, help="throughput: messages per client")
     parser.add_argument("--clients", type=int, default=20, help="clients on the one session")
     parser.add_argument("--sessions", type=int, default=50, help="sessions in parallel")
     parser.add_argument("--turns", type=int, default=3, help="messages per parallel session")
@@ -446,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
         import bench_hostile_files
 
         return bench_hostile_files.main(["--users", str(args.users), "--duration", str(args.duration)])
+    if args.only == "throughput":
+        return main_throughput(args)
     servers = start_servers()
     tallies: list[Tally] = []
     try:
@@ -465,6 +515,33 @@ def main(argv: list[str] | None = None) -> int:
         import bench_hostile_files
 
         bad += bench_hostile_files.main(["--users", str(args.users), "--duration", str(args.duration)])
+    return 1 if bad else 0
+
+
+def main_throughput(args: argparse.Namespace) -> int:
+    """Throughput and latency of each ``--repo`` checkout, ``--rounds`` times interleaved."""
+    print(
+        "| checkout | round | turns | 5xx | crossed | wall s | turns/s | p50 ms | p95 ms |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
+    bad = 0
+    for round_ in range(1, args.rounds + 1):
+        for repo in args.repo or [REPO]:
+            servers = start_servers(repo=repo)
+            try:
+                tally, wall = run_throughput(
+                    servers, clients=args.tp_clients, turns=args.tp_turns, timeout=args.timeout
+                )
+            finally:
+                servers.stop()
+            lat = sorted(tally.latencies) or [0.0]
+            p95 = lat[min(len(lat) - 1, int(round(0.95 * (len(lat) - 1))))] * 1000
+            print(
+                f"| {repo} | {round_} | {tally.requests} | {tally.server_errors} | {tally.crossed} | {wall:.1f} | "
+                f"{tally.requests / wall:.2f} | {statistics.median(lat) * 1000:.0f} | {p95:.0f} |",
+                flush=True,
+            )
+            bad += tally.server_errors + tally.crossed
     return 1 if bad else 0
 
 

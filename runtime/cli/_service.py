@@ -49,9 +49,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     from runtime.service import open_engine
     from runtime.service.api import create_app
+    from runtime.service.api.app import warm_embedder
 
     # the reply never waits for a summary, an upload never for its parse: both are queue jobs
     engine = open_engine(settings, compaction="queue", parsing="queue")
+    warm_embedder(engine)
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
     app = create_app(engine, job_worker=not args.no_worker, owns_engine=True)
     uvicorn.run(app, host=host, port=port, log_level=settings.log_level, access_log=False)

@@ -4,7 +4,7 @@ jobs and their workers), the close job and replay.
 The HTTP API is the subpackage :mod:`runtime.service.api`.
 """
 
-from runtime.service._bootstrap import Database, connect, open_engine, settings_for_model
+from runtime.service._bootstrap import Database, connect, open_embedder, open_engine, settings_for_model
 from runtime.service._jobs import close_idle_sessions, run_scheduler
 from runtime.service._parse_jobs import QueuedParses
 from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
@@ -29,6 +29,7 @@ __all__ = [
     "connect",
     "drain",
     "load_conversations",
+    "open_embedder",
     "open_engine",
     "replay_conversation",
     "run_scheduler",

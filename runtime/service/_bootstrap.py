@@ -10,7 +10,7 @@ import structlog
 from sqlalchemy import Engine as SAEngine
 
 from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
-from memory.embeddings import Embedder, SentenceTransformerEmbedder
+from memory.embeddings import BatchingEmbedder, CachingEmbedder, Embedder, SentenceTransformerEmbedder
 from memory.store import Store
 from persona import Persona, load_persona
 from runtime.compaction import Summarizer
@@ -44,6 +44,19 @@ def connect(settings: Settings) -> Database:
         database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
     check_connection(database.engine)
     return database
+
+
+def open_embedder(settings: Settings) -> Embedder:
+    """The runtime's embedder for ``settings``: ``COMPANION_EMBEDDING_MODEL`` on
+    ``COMPANION_EMBED_THREADS`` torch threads, behind a micro-batcher (concurrent turns share
+    one forward pass) and a cache of recent texts' vectors. The model loads on first use.
+
+    Raises:
+        ConfigurationError: a model whose dimension cannot be read from its files and
+            that cannot be loaded either.
+    """
+    model = SentenceTransformerEmbedder(settings.embedding_model, threads=settings.embed_threads)
+    return CachingEmbedder(BatchingEmbedder(model))
 
 
 def settings_for_model(settings: Settings) -> Settings:
@@ -109,7 +122,7 @@ def open_engine(
             retry=RetryPolicy(retries=settings.model_retries, total_seconds=settings.model_retry_seconds),
         )
     database = database or connect(settings)
-    embedder = embedder or SentenceTransformerEmbedder(settings.embedding_model)
+    embedder = embedder or open_embedder(settings)
     if database.embedded:
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)

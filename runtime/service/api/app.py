@@ -101,6 +101,7 @@ def app_from_env(*, job_worker: bool = True) -> FastAPI:
     from runtime.service import open_engine
 
     engine = open_engine(Settings.from_env(), compaction="queue", parsing="queue")
+    warm_embedder(engine)
     structlog.get_logger("companion.service").info("service.worker_ready", pid=os.getpid())
     return create_app(engine, job_worker=job_worker, owns_engine=True)
 
@@ -108,3 +109,22 @@ def app_from_env(*, job_worker: bool = True) -> FastAPI:
 def app_from_env_without_worker() -> FastAPI:
     """:func:`app_from_env` without a queue worker (``companion serve --workers N --no-worker``)."""
     return app_from_env(job_worker=False)
+
+
+def warm_embedder(engine: Engine) -> None:
+    """Load the embedding model in a background thread (one text embedded), so the server starts
+    answering at once and the first turn does not pay for the load. A model that cannot load is
+    logged (``embedder.warm_up_failed``); every turn then says so too."""
+    import threading
+
+    def warm() -> None:
+        import structlog
+
+        from errors import CompanionError
+
+        try:
+            engine.embedder.embed(["warm-up"])
+        except CompanionError as exc:
+            structlog.get_logger("companion.service").warning("embedder.warm_up_failed", error=type(exc).__name__)
+
+    threading.Thread(target=warm, name="companion-embedder-warm-up", daemon=True).start()

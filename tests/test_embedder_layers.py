@@ -1,0 +1,111 @@
+"""The embedder's layers: micro-batching of concurrent calls, the per-text cache, and a replay
+that embeds its turns ahead in batches instead of one call per turn."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+
+import pytest
+
+from memory.embeddings import BatchingEmbedder, CachingEmbedder, declared_dimension, model_path
+from runtime.service import load_conversations, replay_conversation
+from tests.conftest import SAMPLE
+
+
+class Counting:
+    """Wraps an embedder; records the size of each call (and can make each call slow)."""
+
+    def __init__(self, inner, *, delay: float = 0.0) -> None:
+        self.inner, self.delay = inner, delay
+        self.name, self.dimension = inner.name, inner.dimension
+        self.calls: list[int] = []
+        self.active = 0
+        self.most_active = 0
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        with self._lock:
+            self.calls.append(len(texts))
+            self.active += 1
+            self.most_active = max(self.most_active, self.active)
+        try:
+            time.sleep(self.delay)
+            return self.inner.embed(texts)
+        finally:
+            with self._lock:
+                self.active -= 1
+
+
+def test_concurrent_callers_share_model_calls_and_each_gets_its_own_vectors(embedder):
+    counting = Counting(embedder, delay=0.05)
+    batching = BatchingEmbedder(counting)
+    texts = [f"message number {i} about a trip to the lake" for i in range(12)]
+    expected = embedder.embed(texts)
+    results: dict[int, list[list[float]]] = {}
+    start = threading.Barrier(len(texts))
+
+    def call(i: int) -> None:
+        start.wait(10)
+        results[i] = batching.embed([texts[i]])
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(texts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(counting.calls) == len(texts)
+    assert len(counting.calls) < len(texts)  # several callers shared one call
+    assert counting.most_active == 1  # the model is never called concurrently
+    for i, text_vectors in results.items():
+        assert text_vectors[0] == pytest.approx(expected[i], abs=1e-5)
+
+
+def test_a_failed_batch_raises_in_every_caller_and_the_batcher_keeps_working(embedder):
+    class Flaky:
+        name, dimension = embedder.name, embedder.dimension
+        fail = True
+
+        def embed(self, texts):
+            if self.fail:
+                raise RuntimeError("model broke")
+            return embedder.embed(texts)
+
+    flaky = Flaky()
+    batching = BatchingEmbedder(flaky)
+    with pytest.raises(RuntimeError, match="model broke"):
+        batching.embed(["one"])
+    flaky.fail = False
+    assert len(batching.embed(["two"])[0]) == embedder.dimension
+
+
+def test_the_cache_embeds_each_distinct_text_once(embedder):
+    counting = Counting(embedder)
+    cache = CachingEmbedder(counting, size=3)
+    first = cache.embed(["a cat", "a dog", "a cat"])
+    assert counting.calls == [2]
+    assert first[0] == first[2]
+    assert cache.embed(["a dog"]) == [first[1]] and counting.calls == [2]
+    cache.embed(["a bird", "a fish"])  # size 3: "a cat", the least recently used, goes
+    cache.embed(["a cat"])
+    assert counting.calls == [2, 2, 1]
+    assert (cache.hits, cache.misses) == (2, 5)
+
+
+def test_the_bundled_models_dimension_is_read_from_its_files():
+    assert declared_dimension(model_path("all-MiniLM-L6-v2")) == 384
+    assert declared_dimension("no/such/model") is None
+
+
+def test_a_replay_embeds_its_turns_ahead_in_a_few_calls(make_engine_for, store, embedder):
+    counting = Counting(embedder)
+    engine = make_engine_for(window=1024)
+    engine.embedder = CachingEmbedder(counting)
+    engine = engine.derive(window=1024)
+    conv = load_conversations(SAMPLE)[0]
+    report = replay_conversation(engine, conv, run_id="t")
+    users = sum(1 for t in conv.turns if t.role == "user")
+    assert report.compactions >= 1 and report.archived_segments >= 1
+    # one call per turn and one per compaction before; now a few batches, and a few stragglers
+    assert len(counting.calls) <= report.compactions + 4 < users
