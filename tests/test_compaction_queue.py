@@ -7,6 +7,7 @@ procrastinate workers, the real embedder; the chat and summary models are the lo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -23,6 +24,7 @@ from runtime.compaction import LiteLLMSummarizer
 from runtime.config import Settings
 from runtime.llm import LiteLLMReplier
 from runtime.service import QueuedCompaction, QueueWorker, drain
+from runtime.service._queue import build_app, recover_stalled_jobs
 from runtime.turn import Engine
 from tests.conftest import PERSONA
 
@@ -263,3 +265,51 @@ def test_serve_runs_a_queue_worker_for_its_lifespan(build, store, fake_llm):
             time.sleep(0.1)
         assert store.compaction_state("s1").compactions >= 1 and not over_cap(store, "s1")
     assert jobs(store) == []
+
+
+def _recover(store) -> int:
+    app = build_app(store.engine)
+
+    async def main() -> int:
+        async with app.open_async():
+            return await recover_stalled_jobs(app)
+
+    return asyncio.run(main())
+
+
+def _kill_worker_of_running_jobs(store) -> None:
+    """As if the worker running the queue's jobs was SIGKILLed: they stay ``doing`` under a worker
+    whose last heartbeat is an hour old."""
+    with store.engine.begin() as conn:
+        dead = conn.execute(
+            text("INSERT INTO procrastinate_workers (last_heartbeat) VALUES (now() - interval '1 hour') RETURNING id")
+        ).scalar_one()
+        conn.execute(text("UPDATE procrastinate_jobs SET status = 'doing', worker_id = :w"), {"w": dead})
+
+
+def test_a_job_left_by_a_killed_worker_is_put_back_and_then_compacts(build, store, fake_llm):
+    slow_summaries(fake_llm, 0.0)
+    engine = build()
+    turns_until_queued(engine, store)
+    _kill_worker_of_running_jobs(store)
+    drain(engine)  # the dead job holds the session's lock: no worker can run a job of it
+    assert jobs(store) == [("doing", "compaction:s1")] and store.compaction_state("s1").compactions == 0
+    assert _recover(store) == 1
+    assert jobs(store) == [("todo", "compaction:s1")]
+    drain(engine)
+    assert store.compaction_state("s1").compactions == 1 and jobs(store) == [] and not over_cap(store, "s1")
+
+
+def test_a_dead_job_whose_session_has_a_newer_waiting_job_is_dropped_for_it(build, store, fake_llm):
+    slow_summaries(fake_llm, 0.0)
+    engine = build()
+    i = turns_until_queued(engine, store)
+    _kill_worker_of_running_jobs(store)
+    while ("todo", "compaction:s1") not in jobs(store):  # the queueing lock is free again: a newer job waits
+        turn(engine, i)
+        i += 1
+    assert jobs(store) == [("doing", "compaction:s1"), ("todo", "compaction:s1")]
+    assert _recover(store) == 1
+    assert jobs(store) == [("failed", "compaction:s1"), ("todo", "compaction:s1")]
+    drain(engine)
+    assert store.compaction_state("s1").compactions == 1 and not over_cap(store, "s1")

@@ -32,7 +32,17 @@ Workers: :class:`QueueWorker` runs a procrastinate worker on its own thread and 
 close-idle schedule. Jobs are fetched with ``SELECT … FOR UPDATE SKIP LOCKED``, so any number
 of workers on any number of machines share the queue.
 
-Events (structlog, ``companion.queue``): ``queue.job_deferred`` (session_id, job_id),
+A worker killed mid-job (SIGKILL, a lost machine) leaves its job in ``doing``, holding the
+session's ``lock``, so no later job of that session would run. Every worker therefore runs
+``maintenance:recover_stalled_jobs`` each minute (:class:`QueueWorker`, so ``serve`` and ``jobs run``) (a procrastinate periodic task, one run per
+minute across all workers): the ``doing`` jobs of workers whose heartbeat is older than
+:data:`STALLED_SECONDS` go back to ``todo`` (procrastinate's documented recipe), or, when a
+newer job of the same session already waits (its ``queueing_lock`` is taken), are marked failed
+so that job runs instead. A compaction is safe to run again: it commits in one transaction and
+re-reads the session under its advisory lock, which the dead connection released.
+
+Events (structlog, ``companion.queue``): ``queue.stalled_job_retried`` / ``queue.stalled_job_dropped``
+(job_id, task),  ``queue.job_deferred`` (session_id, job_id),
 ``queue.job_deduplicated`` (session_id), ``queue.compaction_ran`` (session_id, rolled_turns,
 summarized, ok, failures), ``queue.compaction_failed`` (session_id, failures, error class),
 ``queue.worker_started``, ``queue.worker_stopped``, ``queue.worker_failed``.
@@ -178,8 +188,44 @@ def _outcome(outcome: CompactionOutcome | None) -> dict[str, Any]:
     }
 
 
+STALLED_SECONDS = 30.0
+"""A worker whose heartbeat is older than this many seconds is taken for dead (procrastinate's own
+default; its workers beat every 10 s)."""
+
+
+async def recover_stalled_jobs(app: procrastinate.App, *, seconds_since_heartbeat: float = STALLED_SECONDS) -> int:
+    """Put the ``doing`` jobs of dead workers back to ``todo``; a job whose ``queueing_lock`` a newer
+    waiting job holds is marked failed instead (that job does the same work). Returns how many
+    jobs were recovered or dropped."""
+    manager = app.job_manager
+    done = 0
+    for job in await manager.get_stalled_jobs(seconds_since_heartbeat=seconds_since_heartbeat):
+        assert job.id is not None
+        try:
+            await manager.retry_job(job)
+            log.warning("queue.stalled_job_retried", job_id=job.id, task=job.task_name)
+        except ProcrastinateException:  # the queueing lock is taken by a newer waiting job
+            await manager.finish_job_by_id_async(job.id, status=procrastinate.jobs.Status.FAILED, delete_job=False)
+            log.warning("queue.stalled_job_dropped", job_id=job.id, task=job.task_name)
+        done += 1
+    return done
+
+
+def maintenance_blueprint() -> Blueprint:
+    """A fresh task group with the periodic ``recover_stalled_jobs`` (each minute)."""
+    blueprint = Blueprint()
+
+    @blueprint.periodic(cron="* * * * *")
+    @blueprint.task(name="recover_stalled_jobs", queueing_lock="maintenance:recover_stalled_jobs", pass_context=True)
+    async def recover(context: JobContext, timestamp: int) -> int:
+        return await recover_stalled_jobs(context.app)
+
+    return blueprint
+
+
 BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint, "parse": parse_blueprint}
-"""Namespace → a function returning that namespace's fresh task group. Add a group here."""
+"""Namespace → a function returning that namespace's fresh task group. Add a group here.
+Long-running workers (:class:`QueueWorker`) add ``maintenance`` (:func:`maintenance_blueprint`)."""
 
 
 def conninfo(engine: SAEngine) -> str:
@@ -306,7 +352,7 @@ class QueueWorker:
             self._ready.set()
 
     async def _main(self) -> None:
-        app = build_app(self.engine.store.engine)
+        app = build_app(self.engine.store.engine, blueprints={**BLUEPRINTS, "maintenance": maintenance_blueprint})
         async with app.open_async():
             self._loop = asyncio.get_running_loop()
             self._task = asyncio.create_task(
