@@ -288,9 +288,28 @@ RECALL_MS: list[float] = []
 def _recall(store: Store, user_id: str, question: str, qvec, asked_at, args):
     started = time.perf_counter()
     try:
-        return _recall_once(store, user_id, question, qvec, asked_at, args)
+        found = _recall_once(store, user_id, question, qvec, asked_at, args)
+        if args.feedback > 0 and found:
+            found = _recall_once(store, user_id, question, _feedback(store, qvec, found, args), asked_at, args)
+        return found
     finally:
         RECALL_MS.append(1000 * (time.perf_counter() - started))
+
+
+def _feedback(store: Store, qvec, found, args):
+    """Rocchio pseudo-relevance feedback (Rocchio 1971): the query vector plus ``--feedback-weight``
+    times the mean key embedding of the best ``--feedback`` hits, normalised."""
+    import numpy as np
+    from sqlalchemy import text
+
+    ids = [s.id for s in found if s.neighbour_of is None][: args.feedback]
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT embedding FROM archived_segments WHERE id = ANY(:ids)"), {"ids": ids}
+        ).fetchall()
+    mean = np.mean([np.asarray(json.loads(r[0]) if isinstance(r[0], str) else r[0], dtype=float) for r in rows], axis=0)
+    q = np.asarray(qvec, dtype=float) + args.feedback_weight * mean
+    return (q / np.linalg.norm(q)).tolist()
 
 
 def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args):
@@ -376,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")
+    parser.add_argument("--feedback", type=int, default=0, help="Rocchio feedback from the best N hits (0: off)")
+    parser.add_argument("--feedback-weight", type=float, default=0.5, help="weight of the hits' mean vector")
     args = parser.parse_args(argv)
     args.budgets = tuple(int(b) for b in args.budgets.split(",") if b.strip())
     args.on = {c.strip() for c in args.components.split(",") if c.strip() and c.strip() != "none"}
