@@ -10,7 +10,8 @@ Three layers, each an :class:`Embedder`, stacked by the runtime (outermost first
   embedded once (a replay's prefetched turns, a message asked again) is not embedded again.
 - :class:`BatchingEmbedder`: one worker thread; texts that arrive while it is busy are
   embedded together in its next call (micro-batching), so concurrent turns share one
-  forward pass instead of queueing one by one.
+  forward pass instead of queueing one by one; small requests (a turn's query) go before
+  the rest of a large one (a compaction's archive keys), which is embedded in slices.
 - :class:`SentenceTransformerEmbedder`: the model. torch and sentence-transformers are
   imported on its first :meth:`~SentenceTransformerEmbedder.embed`, not at construction,
   when the model's dimension can be read from its files.
@@ -184,41 +185,57 @@ class SentenceTransformerEmbedder:
 class _Request:
     texts: list[str]
     done: threading.Event = field(default_factory=threading.Event)
-    vectors: list[list[float]] | None = None
+    vectors: list[list[float]] = field(default_factory=list)
     error: BaseException | None = None
+    taken: int = 0
+    """Texts handed to the model so far (a large request goes in slices)."""
+    order: int = 0
+    """Arrival number: the tie-break between requests of the same size."""
+
+    @property
+    def left(self) -> int:
+        return len(self.texts) - self.taken
 
 
 class BatchingEmbedder:
-    """An :class:`Embedder` that embeds the texts of concurrent callers together (micro-batching).
+    """An :class:`Embedder` that embeds the texts of concurrent callers together (micro-batching),
+    smallest requests first.
 
-    Each :meth:`embed` call queues its texts and waits. One worker thread takes everything
-    queued (up to ``max_texts`` texts, whole calls only) and makes one call of ``inner``
-    for it. While that call runs, new calls queue up and form the next batch, so under
-    load ten concurrent recall queries cost about one forward pass, and with one caller
-    there is no added wait. The worker starts on the first call.
+    Each :meth:`embed` call queues its texts and waits. One worker thread makes calls of
+    ``inner`` of at most ``max_texts`` texts (one forward pass at :data:`ENCODE_BATCH`),
+    filled from the queued requests with the fewest texts left first, arrival order
+    among equals; a request larger than the room left goes in slices, in order. So ten
+    concurrent recall queries share one or two passes, and a query that arrives while a
+    compaction embeds 60 archive keys waits for one pass of the keys, not for all of them.
+    With one caller there is no added wait. The worker starts on the first call. Under a
+    queue of small requests that never empties, a large request waits (it is background work).
 
     Args:
         inner: the embedder that does the work; only the worker thread calls it.
-        max_texts: most texts in one call of ``inner`` (a single larger call goes alone).
+        max_texts: most texts in one call of ``inner``.
 
     Raises:
-        Whatever ``inner`` raises, in every caller whose texts were in the failed batch.
+        Whatever ``inner`` raises, in every caller whose texts were in the failed call.
     """
 
-    def __init__(self, inner: Embedder, *, max_texts: int = 64) -> None:
+    def __init__(self, inner: Embedder, *, max_texts: int = ENCODE_BATCH) -> None:
+        if max_texts < 1:
+            raise ValueError(f"max_texts must be at least 1, got {max_texts}")
         self.inner = inner
         self.name = inner.name
         self.dimension = inner.dimension
         self.max_texts = max_texts
         self._queue: list[_Request] = []
+        self._arrivals = 0
         self._ready = threading.Condition()
         self._worker: threading.Thread | None = None
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        request = _Request(list(texts))
         with self._ready:
+            self._arrivals += 1
+            request = _Request(list(texts), order=self._arrivals)
             self._queue.append(request)
             if self._worker is None or not self._worker.is_alive():
                 self._worker = threading.Thread(target=self._run, name="companion-embedder", daemon=True)
@@ -227,36 +244,48 @@ class BatchingEmbedder:
         request.done.wait()
         if request.error is not None:
             raise request.error
-        assert request.vectors is not None
         return request.vectors
 
-    def _take(self) -> list[_Request]:
+    def _take(self) -> list[tuple[_Request, int, int]]:
+        """The next call's slices, ``(request, start, end)``: smallest requests first, up to ``max_texts`` texts."""
         with self._ready:
             while not self._queue:
                 self._ready.wait()
-            batch: list[_Request] = []
-            size = 0
-            while self._queue and (not batch or size + len(self._queue[0].texts) <= self.max_texts):
-                request = self._queue.pop(0)
-                batch.append(request)
-                size += len(request.texts)
-            return batch
+            slices: list[tuple[_Request, int, int]] = []
+            room = self.max_texts
+            for request in sorted(self._queue, key=lambda r: (r.left, r.order)):
+                if room == 0:
+                    break
+                start = request.taken
+                end = start + min(room, request.left)
+                request.taken = end
+                room -= end - start
+                slices.append((request, start, end))
+            self._queue = [r for r in self._queue if r.left > 0]
+            return slices
+
+    def _fail(self, slices: list[tuple[_Request, int, int]], exc: BaseException) -> None:
+        with self._ready:
+            failed = {id(r) for r, _, _ in slices}
+            self._queue = [r for r in self._queue if id(r) not in failed]  # their other slices are not embedded
+        for request, _, _ in slices:
+            request.error = exc
+            request.done.set()
 
     def _run(self) -> None:
         while True:
-            batch = self._take()
+            slices = self._take()
             try:
-                vectors = self.inner.embed([t for r in batch for t in r.texts])
+                vectors = self.inner.embed([t for r, start, end in slices for t in r.texts[start:end]])
             except BaseException as exc:  # handed to every waiting caller, raised there
-                for request in batch:
-                    request.error = exc
-                    request.done.set()
+                self._fail(slices, exc)
                 continue
-            start = 0
-            for request in batch:
-                request.vectors = vectors[start : start + len(request.texts)]
-                start += len(request.texts)
-                request.done.set()
+            at = 0
+            for request, start, end in slices:
+                request.vectors.extend(vectors[at : at + end - start])
+                at += end - start
+                if len(request.vectors) == len(request.texts) and request.error is None:
+                    request.done.set()
 
 
 class CachingEmbedder:

@@ -8,15 +8,25 @@ set, then imports the library:
   fetching one at import (which retries for seconds on a machine with no internet).
 - ``TIKTOKEN_CACHE_DIR``: the tiktoken files litellm bundles (cl100k_base, o200k_base),
   so tiktoken never downloads them.
+
+Importing litellm takes 3–6 s. :func:`bundled_model_entry` reads litellm's bundled model
+map (the same file litellm reads under ``LITELLM_LOCAL_MODEL_COST_MAP``) without importing
+it, so commands that only need a model's window or tokenizer (``companion inspect``) skip
+that import.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+BUNDLED_MODEL_MAP = "model_prices_and_context_window_backup.json"
+"""The model map litellm ships in its package and reads when ``LITELLM_LOCAL_MODEL_COST_MAP`` is true."""
 
 
 @functools.cache
@@ -27,13 +37,46 @@ def _prepare() -> None:
         os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(tokenizers))
 
 
-def litellm_tokenizer_dir() -> Path | None:
-    """The folder of tokenizer files litellm bundles, found without importing litellm; ``None`` if absent."""
+def _litellm_dir() -> Path | None:
+    """litellm's package folder, found without importing it; ``None`` if litellm is not installed."""
     spec = importlib.util.find_spec("litellm")
     if spec is None or not spec.submodule_search_locations:
         return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return folder if folder.is_dir() else None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def litellm_tokenizer_dir() -> Path | None:
+    """The folder of tokenizer files litellm bundles, found without importing litellm; ``None`` if absent."""
+    package = _litellm_dir()
+    folder = package / "litellm_core_utils" / "tokenizers" if package is not None else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+@functools.cache
+def _bundled_model_map() -> Mapping[str, Any]:
+    package = _litellm_dir()
+    try:
+        loaded = json.loads((package / BUNDLED_MODEL_MAP).read_text(encoding="utf-8")) if package else {}
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def bundled_model_entry(model: str) -> Mapping[str, Any] | None:
+    """litellm's bundled model-map entry for exactly ``model`` (keys as in litellm's
+    ``model_prices_and_context_window.json``: ``litellm_provider``, ``max_input_tokens``,
+    ``max_tokens``, ...), read without importing litellm.
+
+    ``None`` when litellm itself must be asked: the name is not a key of the bundled map
+    (litellm also resolves provider prefixes and aliases), or ``LITELLM_LOCAL_MODEL_COST_MAP``
+    is set to something other than true (litellm then loads a remote map). An entry wins
+    over a model registered at run time under the same name (``litellm.register_model``);
+    ``COMPANION_CONTEXT_WINDOW`` overrides the window in any case.
+    """
+    if os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP", "true").strip().lower() != "true":
+        return None
+    entry = _bundled_model_map().get(model)
+    return entry if isinstance(entry, Mapping) else None
 
 
 def load_litellm() -> Any:

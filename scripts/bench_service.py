@@ -18,7 +18,14 @@ crossed replies (a reply, in its answer or in the transcript, that does not quot
 user message), and p50/p95 latency in milliseconds. Every request is bounded (``--timeout``
 seconds); the counts are fixed by the flags.
 
+``throughput`` (:func:`run_throughput`)
+  ``--tp-clients`` clients on their own sessions send ``--tp-turns`` messages each, all at
+  once, to ``companion serve`` of each ``--repo`` checkout (``--rounds`` times,
+  interleaved; ``--serve-workers N`` serves with ``--workers N``); prints turns per second
+  and p50/p95 of the latency the runtime adds (the model answers at once).
+
     python scripts/bench_service.py --only races
+    python scripts/bench_service.py --only throughput --repo /path/to/old --repo . --rounds 2
 """
 
 from __future__ import annotations
@@ -70,9 +77,9 @@ class Servers:
         self.tmp.cleanup()
 
 
-def start_servers(*, delay: float = 0.0, repo: Path = REPO) -> Servers:
-    """Start the fake model and ``companion serve`` (of the checkout ``repo``) on loopback;
-    return once both answer."""
+def start_servers(*, delay: float = 0.0, repo: Path = REPO, workers: int = 1) -> Servers:
+    """Start the fake model and ``companion serve`` (of the checkout ``repo``, with
+    ``--workers`` when ``workers`` > 1) on loopback; return once both answer."""
     tmp = tempfile.TemporaryDirectory(prefix="bench-service-")
     env = {
         **os.environ,
@@ -106,7 +113,8 @@ def start_servers(*, delay: float = 0.0, repo: Path = REPO) -> Servers:
     port = _free_port()
     procs.append(
         subprocess.Popen(
-            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [sys.executable, "-m", "runtime.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+            + (["--workers", str(workers)] if workers > 1 else []),
             env=env,
             cwd=repo,
         )
@@ -480,6 +488,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="throughput: runs per checkout, interleaved")
     parser.add_argument("--tp-clients", type=int, default=10, help="throughput: concurrent clients (sessions)")
     parser.add_argument("--tp-turns", type=int, default=10, help="throughput: messages per client")
+    parser.add_argument(
+        "--serve-workers",
+        type=int,
+        default=1,
+        help="throughput: companion serve --workers N (N > 1 needs a checkout that has --workers)",
+    )
     parser.add_argument("--clients", type=int, default=20, help="clients on the one session")
     parser.add_argument("--sessions", type=int, default=50, help="sessions in parallel")
     parser.add_argument("--turns", type=int, default=3, help="messages per parallel session")
@@ -527,7 +541,7 @@ def main_throughput(args: argparse.Namespace) -> int:
     bad = 0
     for round_ in range(1, args.rounds + 1):
         for repo in args.repo or [REPO]:
-            servers = start_servers(repo=repo)
+            servers = start_servers(repo=repo, workers=args.serve_workers)
             try:
                 tally, wall = run_throughput(
                     servers, clients=args.tp_clients, turns=args.tp_turns, timeout=args.timeout

@@ -21,6 +21,7 @@ class Counting:
         self.inner, self.delay = inner, delay
         self.name, self.dimension = inner.name, inner.dimension
         self.calls: list[int] = []
+        self.batches: list[list[str]] = []
         self.active = 0
         self.most_active = 0
         self._lock = threading.Lock()
@@ -28,6 +29,7 @@ class Counting:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         with self._lock:
             self.calls.append(len(texts))
+            self.batches.append(list(texts))
             self.active += 1
             self.most_active = max(self.most_active, self.active)
         try:
@@ -60,6 +62,37 @@ def test_concurrent_callers_share_model_calls_and_each_gets_its_own_vectors(embe
     assert counting.most_active == 1  # the model is never called concurrently
     for i, text_vectors in results.items():
         assert text_vectors[0] == pytest.approx(expected[i], abs=1e-5)
+
+
+def test_a_query_waits_for_one_slice_of_a_large_request_not_for_all_of_it(embedder):
+    """A turn's query that arrives while a compaction embeds its archive keys is embedded
+    in the next call, ahead of the keys still queued; both get their own vectors."""
+    counting = Counting(embedder, delay=0.5)  # the query is queued well within the first call
+    batching = BatchingEmbedder(counting, max_texts=8)
+    keys = [f"archived turn {i} about the lake house and the boat" for i in range(40)]
+    query = "what did I say about the boat?"
+    expected = embedder.embed([*keys, query])
+    out: dict[str, object] = {}
+    finished: list[str] = []
+
+    def bulk() -> None:
+        out["keys"] = batching.embed(keys)
+        finished.append("keys")
+
+    worker = threading.Thread(target=bulk)
+    worker.start()
+    deadline = time.monotonic() + 30
+    while not counting.calls and time.monotonic() < deadline:  # the first slice of keys is in the model
+        time.sleep(0.005)
+    out["query"] = batching.embed([query])
+    finished.append("query")
+    worker.join(60)
+    assert finished == ["query", "keys"]
+    assert query in counting.batches[1]  # one slice of keys, then the query (and keys to fill the pass)
+    assert sum(counting.calls) == 41 and max(counting.calls) <= 8
+    assert out["query"][0] == pytest.approx(expected[-1], abs=1e-5)
+    for got, want in zip(out["keys"], expected[:-1], strict=True):
+        assert got == pytest.approx(want, abs=1e-5)
 
 
 def test_a_failed_batch_raises_in_every_caller_and_the_batcher_keeps_working(embedder):

@@ -197,6 +197,64 @@ def test_importing_tokens_does_not_load_tokenizer_libraries():
     assert out.stdout.strip() == "False"
 
 
+def test_window_and_tokenizer_of_a_mapped_model_need_no_litellm_import():
+    """``companion inspect`` and the other commands that count tokens but call no model stay
+    clear of litellm's 3-6 s import for a model that is a key of its bundled map."""
+    code = (
+        "import sys\n"
+        "from runtime.accounting import counter_for\n"
+        "from runtime.llm import model_window\n"
+        "print(model_window('gpt-4o-mini'), counter_for('gpt-4o-mini').name, counter_for('deepseek-chat').name,"
+        " 'litellm' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.split() == ["128000", "tiktoken:o200k_base", "tokenizers:deepseek", "False"]
+
+
+def test_bundled_model_map_gives_litellms_own_answers(monkeypatch):
+    """Over every key of litellm's bundled map: the tokenizer read without litellm equals
+    the litellm path of :func:`tokenizer_kind`, a stated ``supports_vision`` equals
+    litellm's, and the window equals
+    ``litellm.get_model_info``'s wherever litellm gives one (for a few keys its lookup
+    fails or drops the window the map states; the map's value is used there)."""
+    import runtime._offline as offline
+    from runtime.llm import _replier
+    from runtime.llm._vision import catalog_says
+
+    litellm = load_litellm()
+    models = sorted(offline._bundled_model_map())
+    assert len(models) > 1000
+    litellm_kinds, litellm_windows, litellm_vision = {}, {}, {}
+    with monkeypatch.context() as patched:
+        patched.setattr(tokens_module, "_bundled_tokenizer_kind", lambda model: tokens_module._ASK_LITELLM)
+        for m in models:
+            litellm_kinds[m] = tokens_module.tokenizer_kind.__wrapped__(m)
+            try:
+                info = litellm.get_model_info(m)
+            except Exception:
+                continue
+            litellm_windows[m] = info.get("max_input_tokens") or info.get("max_tokens")
+            litellm_vision[m] = info.get("supports_vision")
+    monkeypatch.setattr(litellm, "get_model_info", None)  # the bundled path must not call litellm
+    monkeypatch.setattr(litellm, "get_llm_provider", None)
+    kinds = windows = visions = 0
+    for m in models:
+        entry = offline.bundled_model_entry(m)
+        if isinstance(entry.get("supports_vision"), bool):
+            visions += 1
+            assert catalog_says(m) is litellm_vision.get(m), m
+        bundled = tokens_module._bundled_tokenizer_kind(m)
+        if bundled != tokens_module._ASK_LITELLM:
+            kinds += 1
+            assert bundled == litellm_kinds[m], m
+        stated = entry.get("max_input_tokens") or entry.get("max_tokens")
+        if isinstance(stated, int) and stated > 0 and litellm_windows.get(m):
+            windows += 1
+            assert _replier.model_window(m) == litellm_windows[m], m
+    assert kinds > 100 and windows > 1000 and visions > 1000
+
+
 # --- content parts ----------------------------------------------------------------------------
 
 

@@ -49,7 +49,7 @@ from typing import Any, Protocol
 from PIL import Image, UnidentifiedImageError
 
 from errors import ConfigurationError
-from runtime._offline import litellm_tokenizer_dir, load_litellm, load_tiktoken
+from runtime._offline import bundled_model_entry, litellm_tokenizer_dir, load_litellm, load_tiktoken
 
 MESSAGE_FRAMING = 4
 """Tokens charged per message for its delimiters, on top of the role's own tokens.
@@ -1304,6 +1304,34 @@ def _quiet(call: Callable[[], Any]) -> Any:
         litellm.suppress_debug_info = previous
 
 
+_ASK_LITELLM = "ask litellm"
+
+
+def _encoding_for_model_names(names: Sequence[str]) -> str | None:
+    """tiktoken's encoding for the first of ``names`` it knows, if it is one litellm bundles."""
+    tiktoken = load_tiktoken()
+    for candidate in names:
+        try:
+            encoding = tiktoken.encoding_name_for_model(candidate)
+        except KeyError:
+            continue
+        return encoding if encoding in _TIKTOKEN_ENCODINGS else None
+    return None
+
+
+def _bundled_tokenizer_kind(model: str) -> str | None:
+    """:func:`tokenizer_kind` from the bundled map's entry, or :data:`_ASK_LITELLM` when only
+    litellm can tell (no entry; another provider; a name litellm's
+    ``huggingface_tokenizer_kind`` may count with the DeepSeek tokenizer)."""
+    entry = bundled_model_entry(model)
+    provider = entry.get("litellm_provider") if entry is not None else None
+    if provider == "deepseek":
+        return DEEPSEEK
+    if provider in _OPENAI_PROVIDERS and "deepseek" not in model.lower():
+        return _encoding_for_model_names((model.rsplit("/", 1)[-1],))
+    return _ASK_LITELLM
+
+
 @functools.lru_cache(maxsize=512)
 def tokenizer_kind(model: str | None) -> str | None:
     """The bundled tokenizer for a litellm model name: ``cl100k_base``, ``o200k_base``, ``deepseek`` or ``None``.
@@ -1315,9 +1343,17 @@ def tokenizer_kind(model: str | None) -> str | None:
     gpt-3.5 -> cl100k_base). The ``deepseek`` provider, and names litellm itself counts with the
     DeepSeek tokenizer (``litellm.utils.huggingface_tokenizer_kind``), get the DeepSeek tokenizer.
     ``None`` means the estimator.
+
+    A name that is a key of litellm's bundled model map with an OpenAI, Azure OpenAI or
+    DeepSeek provider is decided from that entry without importing litellm
+    (:func:`runtime._offline.bundled_model_entry`); the answer is the same
+    (``tests/test_tokens.py`` compares both ways over the whole map).
     """
     if not model:
         return None
+    bundled = _bundled_tokenizer_kind(model)
+    if bundled is not _ASK_LITELLM:
+        return bundled
     litellm = load_litellm()
 
     provider: str | None = None
@@ -1341,14 +1377,7 @@ def tokenizer_kind(model: str | None) -> str | None:
     if huggingface_tokenizer_kind is not None and huggingface_tokenizer_kind(model) == DEEPSEEK:
         return DEEPSEEK
     if provider in _OPENAI_PROVIDERS:
-        tiktoken = load_tiktoken()
-
-        for candidate in (str(name).rsplit("/", 1)[-1], model.rsplit("/", 1)[-1]):
-            try:
-                encoding = tiktoken.encoding_name_for_model(candidate)
-            except KeyError:
-                continue
-            return encoding if encoding in _TIKTOKEN_ENCODINGS else None
+        return _encoding_for_model_names((str(name).rsplit("/", 1)[-1], model.rsplit("/", 1)[-1]))
     return None
 
 

@@ -49,7 +49,7 @@ from errors import (
     ModelUnavailableError,
     UnknownModelError,
 )
-from runtime._offline import load_litellm
+from runtime._offline import bundled_model_entry, load_litellm
 from runtime.llm._errors import map_model_error
 from runtime.messages import to_openai
 
@@ -175,11 +175,17 @@ class RetryPolicy:
 
 def model_window(model: str) -> int:
     """The model's input context window in tokens, from litellm's model map
-    (``max_input_tokens``, else ``max_tokens``).
+    (``max_input_tokens``, else ``max_tokens``): the bundled map's entry when the name is
+    one of its keys (:func:`runtime._offline.bundled_model_entry`, no litellm import),
+    else ``litellm.get_model_info``.
 
     Raises:
         UnknownModelError: litellm does not know the model, or not its window.
     """
+    entry = bundled_model_entry(model)
+    bundled = (entry.get("max_input_tokens") or entry.get("max_tokens")) if entry is not None else None
+    if isinstance(bundled, int) and bundled > 0:
+        return bundled
     litellm = load_litellm()
 
     previous = litellm.suppress_debug_info

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from runtime._offline import load_litellm
+from runtime._offline import bundled_model_entry, load_litellm
 from runtime.accounting import anthropic_image_tokens, openai_image_tokens
 
 VISION_FAMILIES = (
@@ -89,7 +89,14 @@ def catalog_says(model: str) -> bool | None:
     """Layer 1: what litellm's model map states about ``model`` seeing images.
 
     ``True`` or ``False`` when the model's entry sets ``supports_vision``; ``None`` when the
-    model is not in the map or its entry says nothing (then the heuristics decide)."""
+    model is not in the map or its entry says nothing (then the heuristics decide). An entry
+    of litellm's bundled map that sets ``supports_vision`` is read without importing litellm
+    (:func:`runtime._offline.bundled_model_entry`); litellm is asked about the others, as it
+    may resolve a name to another entry."""
+    entry = bundled_model_entry(model)
+    bundled = entry.get("supports_vision") if entry is not None else None
+    if isinstance(bundled, bool):
+        return bundled
     litellm = load_litellm()
 
     previous = litellm.suppress_debug_info
