@@ -3,13 +3,13 @@ values :mod:`runtime.context` takes, and assemble. A read: nothing is written.
 
 For one session it reads the recent window (less the oldest exchanges over the ``recent`` cap
 that no compaction has rolled out yet: they stay out of view, and the summary block says their
-summary is pending), runs each turn extension's ``gather``, takes the query's vector (the
-newest user message's stored :class:`~memory.tables.TurnVector`; the message embedded when it
-has none, as a pending one) for recall and the knowledge base (a follow-up's enriched query composed from the vectors
-of the turns it joins, :func:`memory.recall.enrichment`),
-recalls archive segments within the ``memory`` budget (excluding turns still in view), fires
-lorebook entries, reads the pinned profile, the summary and the calibration baseline, then
-calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
+summary is pending), runs each turn extension's ``gather``, takes the query's vector for
+recall and the knowledge base (the newest user message's stored
+:class:`~memory.tables.TurnVector`; the message embedded when it has none, as a pending one;
+a follow-up's enriched query composed from the vectors of the turns it joins,
+:func:`memory.recall.enrichment`), recalls archive segments within the ``memory`` budget
+(excluding turns still in view), fires lorebook entries, reads the pinned profile, the summary
+and the calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
 """
 
 from __future__ import annotations
