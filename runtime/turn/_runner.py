@@ -194,8 +194,8 @@ class TurnRunner:
             extension.stored(attached)
         # the message's embedding is its recall query's: stored with the turn, assembling reads it
         # (and compaction composes the turn's archive key from it) instead of embedding it again
-        assert user_turn.id is not None
-        self.store.add_turn_vectors({user_turn.id: self.gatherer.embedder.embed([text])[0]})
+        if text and user_turn.id is not None:
+            self.store.add_turn_vectors({user_turn.id: self.gatherer.embedder.embed([text])[0]})
         compactions: list[CompactionOutcome] = []
         if reply is None:
             for extension in self.extensions:
