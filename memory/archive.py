@@ -18,6 +18,7 @@ to that script through :func:`segment_exchanges`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,10 +34,21 @@ user's lines (falling back to the content when it has none); ``context`` the tur
 before the segment, then the segment's lines; ``window`` the turn before, the segment's
 lines and the turn after. Neighbours are known only within one call (one compaction)."""
 
+Weighting = Literal["equal", "centre2", "tokens", "tokens-centre2"]
+"""How :func:`key_weights` weighs the turns of a composed vector: ``equal``; ``centre2`` the
+segment's own turn (or the message of an enriched query) twice; ``tokens`` each by its tokens;
+``tokens-centre2`` both."""
+
 UNIT: Unit = "turn"
 """The segment unit :func:`build_segments` uses."""
 KEY: Key = "window"
 """The key :func:`build_segments` uses."""
+WEIGHTING: Weighting = "centre2"
+"""How the runtime composes a key's vector from its turns' vectors (:func:`key_vectors`), chosen
+by ``scripts/eval_recall.py --compose`` on the tuning splits at 1,000 / 2,000 tokens: LoCoMo
+71.6 / 81.2 % (the embedded window text 71.5 / 80.2), MemoryBank Chinese with the haystack
+96.3 / 98.1 (94.4 / 98.1); the token-weighted compositions lost 2 Chinese evidence turns at
+1,000 (``docs/evaluation.md``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,3 +134,65 @@ def segment_exchanges(
         )
         previous = group[-1]
     return drafts
+
+
+def compose(vectors: Sequence[Sequence[float]], weights: Sequence[float]) -> list[float]:
+    """The L2-normalised weighted sum of ``vectors`` (unit vectors of one dimension, one weight
+    each): the vector of a text joined from several embedded texts, without embedding it.
+
+    all-MiniLM-L6-v2 mean-pools its token vectors, so the sum of the parts' vectors weighted by
+    their token counts approximates the joined text's vector (up to the context each part
+    would see of the others).
+
+    Raises:
+        ValueError: no vectors, or not as many weights as vectors.
+    """
+    if not vectors or len(vectors) != len(weights):
+        raise ValueError(f"compose needs one weight per vector, got {len(vectors)} vectors, {len(weights)} weights")
+    total = [0.0] * len(vectors[0])
+    for vector, weight in zip(vectors, weights, strict=True):
+        for i, x in enumerate(vector):
+            total[i] += weight * x
+    norm = math.sqrt(sum(x * x for x in total))
+    return [x / norm for x in total] if norm > 0 else total
+
+
+def key_weights(tokens: Sequence[int], centre: int, weighting: Weighting = WEIGHTING) -> list[float]:
+    """The weights :func:`compose` gives texts of ``tokens`` tokens each, ``centre`` being the
+    position of the segment's own turn (or of an enriched query's message)."""
+    weights = [float(max(n, 1)) if weighting.startswith("tokens") else 1.0 for n in tokens]
+    if weighting.endswith("centre2"):
+        weights[centre] *= 2
+    return weights
+
+
+def key_vectors(
+    exchanges: Sequence[Sequence[Turn]],
+    vectors: Sequence[Sequence[float]],
+    *,
+    tokens: Sequence[int],
+    weighting: Weighting = WEIGHTING,
+) -> list[list[float]]:
+    """The key vectors of :func:`build_segments`' segments of ``exchanges``, composed from the
+    embeddings of their turns' texts instead of embedding the key texts: for each turn, the
+    :func:`compose` of the vectors of the turn before, the turn and the turn after (the
+    ``window`` key's turns, within this call), weighted by :func:`key_weights`.
+
+    Args:
+        exchanges: as for :func:`build_segments`.
+        vectors: the embedding of each turn's ``content``, in the order of the turns.
+        tokens: each turn's token count, same order.
+
+    Raises:
+        ValueError: ``vectors`` or ``tokens`` do not match the turns one to one.
+    """
+    turns = [t for group in exchanges for t in group]
+    if len(vectors) != len(turns) or len(tokens) != len(turns):
+        raise ValueError(f"{len(turns)} turns need as many vectors and token counts, got {len(vectors)}, {len(tokens)}")
+    keys = []
+    for i in range(len(turns)):
+        window = range(max(i - 1, 0), min(i + 2, len(turns)))
+        keys.append(
+            compose([vectors[j] for j in window], key_weights([tokens[j] for j in window], i - window.start, weighting))
+        )
+    return keys

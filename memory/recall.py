@@ -459,14 +459,23 @@ def enrich_query(message: str, previous: Sequence[str]) -> str:
     A follow-up is a message of at most :data:`ENRICH_WORDS` words (a CJK character is
     two thirds of a word), or of at most twice that which opens with a connective ("and",
     "then", "那", "后来") or ends on a pronoun or "呢". With no previous turns the message
-    is returned unchanged.
+    is returned unchanged. Which turns join it: :func:`enrichment`.
     """
+    return "\n".join([*(previous[i] for i in enrichment(message, previous)), message])
+
+
+def enrichment(message: str, previous: Sequence[str]) -> list[int]:
+    """The positions in ``previous`` of the turns :func:`enrich_query` puts before ``message``,
+    oldest first: the last :data:`ENRICH_TURNS` that are not blank when ``message`` is a
+    follow-up, else ``[]``. The engine composes the enriched query's vector from these turns'
+    vectors and the message's (:func:`memory.archive.compose`) instead of embedding the text."""
     words = _WORD.findall(message)
     size = sum(2 / 3 if len(w) == 1 and "\u3400" <= w <= "\u9fff" else 1 for w in words)
     short = size <= ENRICH_WORDS or (size <= 2 * ENRICH_WORDS and _ANAPHORA.search(message) is not None)
     if not previous or not short:
-        return message
-    return "\n".join([*[p for p in previous[-ENRICH_TURNS:] if p.strip()], message])
+        return []
+    start = max(len(previous) - ENRICH_TURNS, 0)
+    return [i for i in range(start, len(previous)) if previous[i].strip()]
 
 
 def _cap_per_day(hits: list[RecalledSegment], cap: int) -> list[RecalledSegment]:

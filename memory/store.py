@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import CursorResult, Engine, func, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
 from memory.database import lock_engine, storage_errors
@@ -38,6 +39,7 @@ from memory.tables import (
     SummaryItemJSON,
     Turn,
     TurnState,
+    TurnVector,
     utcnow,
 )
 
@@ -294,6 +296,31 @@ class Store:
             db.commit()
             return turn
 
+    def add_turn_vectors(self, vectors: Mapping[int, Sequence[float]]) -> None:
+        """Store turn id → the embedding of that turn's ``content`` (a unit vector of the
+        archive's dimension), in one transaction; a turn that already has one keeps it.
+
+        Raises:
+            StorageError: the database failed, or a turn id does not exist; nothing was stored.
+        """
+        if not vectors:
+            return
+        with storage_errors(), Session(self.engine) as db:
+            self._add_turn_vectors(db, vectors)
+            db.commit()
+
+    def turn_vectors(self, turn_ids: Iterable[int]) -> dict[int, list[float]]:
+        """The stored embeddings of the turns ``turn_ids`` that have one: turn id → vector (the
+        embedding of the turn's ``content``). Turns without a stored vector are left out."""
+        ids = sorted(set(turn_ids))
+        if not ids:
+            return {}
+        with storage_errors(), Session(self.engine) as db:
+            rows = db.exec(
+                select(TurnVector.turn_id, TurnVector.embedding).where(col(TurnVector.turn_id).in_(ids))
+            ).all()
+            return {turn_id: [float(x) for x in vector] for turn_id, vector in rows}
+
     def turns(self, session_id: str, *, state: TurnState | None = None) -> list[Turn]:
         """The session's turns in ``seq`` order, optionally only those in ``state``."""
         with storage_errors(session_id), Session(self.engine) as db:
@@ -423,6 +450,7 @@ class Store:
         summary_last_seq: int,
         summary_tokens: int,
         dropped_quotes: int = 0,
+        turn_vectors: Mapping[int, Sequence[float]] | None = None,
     ) -> None:
         """In one transaction: write the segments, replace the summary, mark the turns
         summarized, close the breaker, reset the failure count and count the compaction.
@@ -430,12 +458,15 @@ class Store:
 
         Args:
             dropped_quotes: user quotes this merge left out to fit the cap (added to the summary's count).
+            turn_vectors: turn id → the embedding of that turn's content, for rolled-out turns
+                that had none stored (a turn that already has one keeps it).
 
         Raises:
             StorageError: a turn was no longer in the recent window (nothing was written).
         """
         with storage_errors(session_id), Session(self.engine) as db:
             self._add_segments(db, session_id=session_id, user_id=user_id, segments=segments)
+            self._add_turn_vectors(db, turn_vectors or {})
             summary = db.get(Summary, session_id)
             if summary is None:
                 summary = Summary(
@@ -467,20 +498,40 @@ class Store:
             db.commit()
 
     def commit_archive(
-        self, *, session_id: str, user_id: str, turn_ids: Sequence[int], segments: Sequence[NewSegment]
+        self,
+        *,
+        session_id: str,
+        user_id: str,
+        turn_ids: Sequence[int],
+        segments: Sequence[NewSegment],
+        turn_vectors: Mapping[int, Sequence[float]] | None = None,
     ) -> None:
         """In one transaction: write the segments and mark the turns archived (not summarized).
 
         Used while the breaker is open: the recent window still shrinks and the turns
         stay recallable verbatim; the summary and the breaker state do not change.
+        ``turn_vectors`` as in :meth:`commit_compaction`.
 
         Raises:
             StorageError: a turn was no longer in the recent window (nothing was written).
         """
         with storage_errors(session_id), Session(self.engine) as db:
             self._add_segments(db, session_id=session_id, user_id=user_id, segments=segments)
+            self._add_turn_vectors(db, turn_vectors or {})
             self._roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.archived)
             db.commit()
+
+    @staticmethod
+    def _add_turn_vectors(db: Session, vectors: Mapping[int, Sequence[float]]) -> None:
+        """Store turn vectors; a turn that already has one keeps it."""
+        if not vectors:
+            return
+        statement = (
+            pg_insert(TurnVector)
+            .values([{"turn_id": turn_id, "embedding": list(v)} for turn_id, v in vectors.items()])
+            .on_conflict_do_nothing(index_elements=["turn_id"])
+        )
+        db.execute(statement)
 
     @staticmethod
     def _add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequence[NewSegment]) -> None:

@@ -117,6 +117,21 @@ class Turn(SQLModel, table=True):
     """When the turn was said (for replays, the source's date)."""
 
 
+class TurnVector(SQLModel, table=True):
+    """The embedding of one turn's text (``turns.content`` as stored), kept so the text is embedded once.
+
+    A user turn's row is its recall query's vector, written with the turn; the others are
+    written by the compaction that archives the turn. Recall queries and archive keys are
+    built from these (:func:`memory.archive.compose_window`). Deleted with its turn.
+    """
+
+    __tablename__ = "turn_vectors"
+
+    turn_id: int = Field(primary_key=True, foreign_key="turns.id", ondelete="CASCADE")
+    embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
+    """``vector(N)``, N the archive's; unit length."""
+
+
 class Summary(SQLModel, table=True):
     """The one current flat summary of a session's rolled-out turns."""
 

@@ -7,6 +7,7 @@ Usage::
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
         [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json]
+        [--compose window,sum,centre2,tokens,tokens-centre2] [--turn-text content|line] [--enrich]
 
 ``FILE`` is a LoCoMo-layout JSON file: LoCoMo itself (``locomo_dev7.json``, Maharana et
 al. 2024) or the MemoryBank Chinese questions in that layout
@@ -43,7 +44,20 @@ extra); ``--cjk`` stores and queries CJK text by another method of
 :func:`memory.fulltext.cjk_terms` than the runtime's (``bigrams``: character bigrams,
 what the runtime used before jieba words).
 Query enrichment from recent turns needs a conversation before the question, which
-these standalone questions lack; its tests pin it instead.
+these standalone questions lack; its tests pin it instead. ``--enrich`` asks each question
+as a replay does, right after the conversation's last turns
+(:func:`memory.recall.enrich_query` with them), which enriches the few short questions.
+
+**Composed keys** (``--compose``, comma-separated, each measured on its own copy of the
+archive in the same run): ``window`` embeds each window key's text (the runtime's way
+before per-turn vectors); the others embed each turn alone (its text, or with
+``--turn-text line`` its ``Speaker: text`` line) and build the key's vector as the
+L2-normalised weighted sum of the window's turn vectors (:func:`memory.archive.key_vectors`):
+``equal`` 1:1:1, ``centre2`` 1:2:1
+(the segment's own turn twice), ``tokens`` by each turn's tokens (all-MiniLM-L6-v2 mean-pools
+its tokens, so a token-weighted mean approximates embedding the joined text),
+``tokens-centre2`` both. An enriched query is composed the same way, the message as the
+centre.
 
 The LoCoMo paper's figures for comparison (Table 3, DRAGON over dialog turns, evidence
 recall at top-k turns 5/10/25/50: 56.7 / 66.2 / 76.7 / 82.7 %); a LoCoMo turn is ~30
@@ -77,7 +91,7 @@ import runtime  # noqa: E402,F401  (offline defaults for litellm/tiktoken first)
 from memory import archive  # noqa: E402
 from memory.database import make_engine, upgrade  # noqa: E402
 from memory.fulltext import CJK_METHOD, CJK_METHODS, reindex  # noqa: E402
-from memory.recall import EXPAND_HITS, RRF_K, recall_segments  # noqa: E402
+from memory.recall import ENRICH_TURNS, EXPAND_HITS, RRF_K, enrich_query, recall_segments  # noqa: E402
 from memory.store import NewSegment, Store  # noqa: E402
 from memory.tables import Turn  # noqa: E402
 from runtime.accounting import counter_for  # noqa: E402
@@ -95,6 +109,9 @@ TUNE_SHARE = 0.6
 HAYSTACK_SHIFT = timedelta(days=365)
 """How much earlier the other conversations' turns are dated in the haystack variant."""
 COMPONENTS = ("dates", "names", "diversity")
+COMPOSITIONS = ("window", "equal", "centre2", "tokens", "tokens-centre2")
+"""``--compose`` choices: embed the window text, or compose it from per-turn vectors
+(:data:`memory.archive.Weighting`)."""
 
 
 def split_ids(ids: list[str]) -> dict[str, list[str]]:
@@ -228,7 +245,17 @@ def retrieval_only(
     drafts = archive.segment_exchanges(
         exchanges(turns), assistant_name=conv.companion_name, user_name=user_name, unit=args.unit, key=args.key
     )
-    vectors = embedder.embed([d.key for d in drafts])
+    how = args.compose_now
+    if how == "window" or args.unit != "turn" or args.key != "window":
+        vectors = embedder.embed([d.key for d in drafts])
+    else:
+        texts = [
+            archive.turn_line(t, conv.companion_name, user_name) if args.turn_text == "line" else t.content
+            for t in turns
+        ]
+        vectors = archive.key_vectors(
+            exchanges(turns), embedder.embed(texts), tokens=[counter.count_text(t) for t in texts], weighting=how
+        )
     segments = [
         NewSegment(
             first_seq=d.first_seq,
@@ -259,11 +286,31 @@ def retrieval_only(
     items = [(qa, [by_id[e] for e in qa.evidence if e in by_id]) for qa in conv.qa if qa.category in categories]
     items = [(qa, ev) for qa, ev in items if ev]
     qvecs = embedder.embed([qa.question for qa, _ in items])
+    last = [t.text for t in conv.turns[-ENRICH_TURNS:]] if args.enrich else []
+    queries = [enrich_query(qa.question, last) for qa, _ in items]
+    if args.enrich:
+        enriched = [q for q, (qa, _) in zip(queries, items, strict=True) if q != qa.question]
+        args.enriched += len(enriched)
+        if how == "window":
+            by_text = dict(zip(enriched, embedder.embed(enriched), strict=True))
+            qvecs = [by_text.get(q, v) for q, v in zip(queries, qvecs, strict=True)]
+        else:
+            context = [t for t in last if t.strip()]
+            cvecs = embedder.embed(context)
+            ctokens = [counter.count_text(t) for t in context]
+            qvecs = [
+                v
+                if q == qa.question
+                else archive.compose(
+                    [*cvecs, v], archive.key_weights([*ctokens, counter.count_text(qa.question)], len(context), how)
+                )
+                for q, v, (qa, _) in zip(queries, qvecs, items, strict=True)
+            ]
     tally = Tally(list(categories.values()), args.budgets)
-    for (qa, evidence), qvec in zip(items, qvecs, strict=True):
+    for (qa, evidence), qvec, query in zip(items, qvecs, queries, strict=True):
         category = categories[qa.category]
         tally.add_question(category, len(evidence))
-        found = _recall(store, user_id, qa.question, qvec, asked_at, args)
+        found = _recall(store, user_id, query, qvec, asked_at, args)
         for budget in args.budgets:
             packed = _pack(found, budget)
             covered = sum(1 for e in evidence if any(s.first_seq <= e <= s.last_seq for s in packed))
@@ -393,6 +440,15 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="vector ranker: chosen by archive size (the runtime's), exact, or over the HNSW index",
     )
+    parser.add_argument(
+        "--compose",
+        default="window",
+        help=f"window-key vectors, comma-separated, each measured in turn: {', '.join(COMPOSITIONS)}",
+    )
+    parser.add_argument(
+        "--turn-text", choices=["content", "line"], default="content", help="what a composed key's turns embed"
+    )
+    parser.add_argument("--enrich", action="store_true", help="ask after the conversation's last turns (enrichment)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")
     parser.add_argument("--feedback", type=int, default=0, help="Rocchio feedback from the best N hits (0: off)")
@@ -406,6 +462,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "diversity" in args.on and args.session_cap is None:
         parser.error("--components diversity needs --session-cap N")
+    args.compositions = [c.strip() for c in args.compose.split(",") if c.strip()]
+    if not args.compositions or set(args.compositions) - set(COMPOSITIONS):
+        parser.error(f"--compose: give some of {', '.join(COMPOSITIONS)}")
+    args.enriched = 0
 
     configure_logging("warning")
     started = time.perf_counter()
@@ -422,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         counter = counter_for(Settings().model)
         print(
             f"{args.data.name}: split {args.split} = {', '.join(c.id for c in convs)}; haystack {args.haystack}; "
-            f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {args.embedder}; unit={args.unit} key={args.key}; "
+            f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {args.embedder}; unit={args.unit} key={args.key} "
+            f"compose {','.join(args.compositions)} from turn {args.turn_text}; "
             f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand}, "
             f"session cap {args.session_cap}",
             flush=True,
@@ -433,21 +494,29 @@ def main(argv: list[str] | None = None) -> int:
                 for k, v in vars(args).items()
             }
         }
-        overall = Tally(list(categories.values()), args.budgets)
-        per_conv = {}
-        for conv in convs:
-            padding = []
-            if args.haystack:
-                for other in every:
-                    if other.id != conv.id:
-                        padding.extend(replace(t, at=t.at - HAYSTACK_SHIFT, turn_id=None) for t in other.turns)
-                padding.sort(key=lambda t: t.at)
-            t = retrieval_only(store, embedder, counter, conv, categories, args, padding)
-            per_conv[conv.id] = t.as_dict()
-            overall.merge(t)
-            print(f"  {conv.id}: " + "  ".join(f"@{b} {_fmt(t.recall('all', b))}" for b in args.budgets), flush=True)
-        print_table("Retrieval only: evidence recall % by category", overall)
-        results["retrieval_only"] = {"overall": overall.as_dict(), "per_conversation": per_conv}
+        results["retrieval_only"] = {}
+        for how in args.compositions:
+            args.compose_now = how
+            overall = Tally(list(categories.values()), args.budgets)
+            per_conv = {}
+            for conv in convs:
+                padding = []
+                if args.haystack:
+                    for other in every:
+                        if other.id != conv.id:
+                            padding.extend(replace(t, at=t.at - HAYSTACK_SHIFT, turn_id=None) for t in other.turns)
+                    padding.sort(key=lambda t: t.at)
+                t = retrieval_only(store, embedder, counter, conv, categories, args, padding)
+                per_conv[conv.id] = t.as_dict()
+                overall.merge(t)
+                print(
+                    f"  [{how}] {conv.id}: " + "  ".join(f"@{b} {_fmt(t.recall('all', b))}" for b in args.budgets),
+                    flush=True,
+                )
+            print_table(f"Retrieval only, window keys {how}: evidence recall % by category", overall)
+            results["retrieval_only"][how] = {"overall": overall.as_dict(), "per_conversation": per_conv}
+        if args.enrich:
+            print(f"enriched questions: {args.enriched // len(args.compositions)} of {overall.questions}")
         if isinstance(embedder, CachedEmbedder):
             embedder.save()
             if embedder.texts:

@@ -7,7 +7,9 @@ When the recent window (turns in state ``context``) exceeds the ``recent`` cap, 
 oldest whole user/assistant exchanges roll out until it is back under
 ``target × cap``. The latest user turn and the newest ``keep_exchanges`` exchanges
 never roll out. Rolled-out turns are archived verbatim as embedded segments and
-merged into the session's one flat summary.
+merged into the session's one flat summary. A segment's key vector is composed from the
+vectors of its turns (:class:`~memory.tables.TurnVector`): each turn's text is embedded once,
+the user's when the turn was stored, the others here (one call, stored in the same transaction).
 
 Guarantees:
 
@@ -47,7 +49,7 @@ from typing import Any, Literal
 import structlog
 
 from errors import SummarizationError
-from memory.archive import build_segments
+from memory.archive import build_segments, key_vectors
 from memory.embeddings import Embedder
 from memory.store import NewSegment, Store
 from memory.tables import CompactionState, Turn, TurnState, utcnow
@@ -314,10 +316,26 @@ class Compactor:
             )
 
     # -- internals ------------------------------------------------------------
-    def _segments(self, groups: list[list[Turn]], assistant_name: str) -> list[NewSegment]:
+    def _segments(
+        self, groups: list[list[Turn]], assistant_name: str
+    ) -> tuple[list[NewSegment], dict[int, list[float]]]:
+        """The archive segments of ``groups`` and the turn vectors embedded for them (turn id →
+        vector, for the turns that had none stored).
+
+        Each segment's key vector is composed from its window's turn vectors
+        (:func:`memory.archive.key_vectors`): the stored ones, and for the turns without one
+        (assistant turns, turns added without a reply) their text embedded, in one call.
+        """
         drafts = build_segments(groups, assistant_name=assistant_name)
-        vectors = self.embedder.embed([d.key for d in drafts])
-        return [
+        turns = [t for g in groups for t in g]
+        stored = self.store.turn_vectors(t.id for t in turns if t.id is not None)
+        missing = [t for t in turns if t.id is None or t.id not in stored]
+        texts = list(dict.fromkeys(t.content for t in missing))
+        fresh = dict(zip(texts, self.embedder.embed(texts), strict=True)) if texts else {}
+        vectors = [stored[t.id] if t.id is not None and t.id in stored else fresh[t.content] for t in turns]
+        keys = key_vectors(groups, vectors, tokens=[self.counter.count_text(t.content) for t in turns])
+        log.debug("compaction.key_vectors", turns=len(turns), stored=len(turns) - len(missing), embedded=len(texts))
+        segments = [
             NewSegment(
                 first_seq=d.first_seq,
                 last_seq=d.last_seq,
@@ -326,8 +344,9 @@ class Compactor:
                 session_date=d.session_date,
                 embedding=vec,
             )
-            for d, vec in zip(drafts, vectors, strict=False)
+            for d, vec in zip(drafts, keys, strict=True)
         ]
+        return segments, {t.id: fresh[t.content] for t in missing if t.id is not None}
 
     def _summarize(
         self,
@@ -377,7 +396,7 @@ class Compactor:
             # only the summarizer's own failures count: a storage error or a bug propagates
             # (the caller answers 503 or logs the traceback) and leaves the breaker alone
             return self._failed(session_id, f"{type(exc).__name__}: {exc}", breaker)
-        segments = self._segments(groups, assistant_name)
+        segments, turn_vectors = self._segments(groups, assistant_name)
         tokens = self.counter.count_text(draft.content)
         self.store.commit_compaction(
             session_id=session_id,
@@ -390,6 +409,7 @@ class Compactor:
             summary_last_seq=boundary,
             summary_tokens=tokens,
             dropped_quotes=len(draft.dropped_quote_seqs),
+            turn_vectors=turn_vectors,
         )
         if draft.dropped_quote_seqs:
             log.info(
@@ -438,12 +458,13 @@ class Compactor:
     ) -> CompactionOutcome:
         """Breaker open: archive the oldest exchanges verbatim without a summarizer."""
         rolled = [t for g in groups for t in g]
-        segments = self._segments(groups, assistant_name)
+        segments, turn_vectors = self._segments(groups, assistant_name)
         self.store.commit_archive(
             session_id=session_id,
             user_id=user_id,
             turn_ids=[t.id for t in rolled if t.id is not None],
             segments=segments,
+            turn_vectors=turn_vectors,
         )
         log.info(
             "compaction.archived_only",

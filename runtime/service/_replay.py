@@ -22,10 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from errors import ConfigurationError, InvalidMessageError
-from memory.archive import build_segments
 from memory.embeddings import CachingEmbedder, Embedder
-from memory.recall import ENRICH_TURNS, enrich_query
-from memory.tables import Turn, TurnState
+from memory.tables import TurnState
 from persona import Persona
 from runtime.turn import Engine, validate_message
 
@@ -33,7 +31,7 @@ CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 """LoCoMo QA categories with evidence; 5 (adversarial) has none to count."""
 
 PREFETCH_TURNS = 64
-"""Turns whose texts a replay embeds ahead in one call (recall queries and archive keys)."""
+"""Turns whose texts a replay embeds ahead in one call (each turn's text once)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,7 +290,7 @@ def replay_conversation(
         conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id
     )
     turns = conv.turns
-    ahead = _ahead_texts(conv, engine.persona.name)
+    ahead = _ahead_texts(conv)
     cache = engine.embedder if isinstance(engine.embedder, CachingEmbedder) else None
     fetched = 0  # blocks of ``ahead`` embedded so far
     i = 0
@@ -330,31 +328,15 @@ def replay_conversation(
     return report
 
 
-def _ahead_texts(conv: Conversation, assistant_name: str) -> list[list[str]]:
-    """The texts the replay of ``conv`` will embed, per :data:`PREFETCH_TURNS` turns: each
-    user turn's recall query (the message, and the enriched follow-up form of
-    :func:`memory.recall.enrich_query`) and each turn's archive key as compaction will build
-    it (the turn with its neighbours, :func:`memory.archive.build_segments`).
-
-    A prediction: a key at the edge of a compaction or a query whose earlier turns were
-    rolled out differs and is embedded when needed.
-    """
-    turns = [
-        Turn(session_id="", seq=n, role=t.role, content=t.text, tokens=0, created_at=t.at)
-        for n, t in enumerate(conv.turns)
+def _ahead_texts(conv: Conversation) -> list[list[str]]:
+    """The texts the replay of ``conv`` will embed, per :data:`PREFETCH_TURNS` turns: each turn's
+    text, once. A user turn's is its recall query, stored with it; the others' are embedded by
+    the compaction that archives them; archive keys and enriched queries are composed from these
+    vectors (:func:`memory.archive.key_vectors`), so nothing else is embedded."""
+    texts = [t.text for t in conv.turns]
+    return [
+        list(dict.fromkeys(texts[start : start + PREFETCH_TURNS])) for start in range(0, len(texts), PREFETCH_TURNS)
     ]
-    keys = [d.key for d in build_segments([turns], assistant_name=assistant_name)]
-    blocks: list[list[str]] = []
-    for start in range(0, len(conv.turns), PREFETCH_TURNS):
-        block: list[str] = []
-        for n in range(start, min(start + PREFETCH_TURNS, len(conv.turns))):
-            t = conv.turns[n]
-            if t.role == "user":
-                block.append(t.text)
-                block.append(enrich_query(t.text, [p.text for p in conv.turns[max(0, n - ENRICH_TURNS) : n]]))
-            block.append(keys[n])
-        blocks.append(list(dict.fromkeys(block)))
-    return blocks
 
 
 def _prefetch(embedder: Embedder, texts: list[str]) -> None:
@@ -391,10 +373,8 @@ def _evaluate(engine: Engine, conv: Conversation, report: ReplayReport) -> None:
     if not conv.qa:
         return
     text_by_id = {t.turn_id: t.text for t in conv.turns if t.turn_id}
-    if isinstance(engine.embedder, CachingEmbedder):
-        last = [t.text for t in conv.turns[-ENRICH_TURNS:]]
-        questions = [qa.question for qa in conv.qa if qa.category in CATEGORIES]
-        _prefetch(engine.embedder, [*questions, *(enrich_query(q, last) for q in questions)])
+    if isinstance(engine.embedder, CachingEmbedder):  # an enriched question is composed, not embedded
+        _prefetch(engine.embedder, list(dict.fromkeys(qa.question for qa in conv.qa if qa.category in CATEGORIES)))
     for qa in conv.qa:
         if qa.category not in CATEGORIES:
             continue

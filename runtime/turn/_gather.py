@@ -3,24 +3,27 @@ values :mod:`runtime.context` takes, and assemble. A read: nothing is written.
 
 For one session it reads the recent window (less the oldest exchanges over the ``recent`` cap
 that no compaction has rolled out yet: they stay out of view, and the summary block says their
-summary is pending), runs each turn extension's ``gather``, embeds the
-query once (the newest user message, or a pending one) for recall and the knowledge base,
-recalls archive segments within the ``memory`` budget (excluding turns still in view), fires
-lorebook entries, reads the pinned profile, the summary and the calibration baseline, then
-calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
+summary is pending), runs each turn extension's ``gather``, takes the query's vector for
+recall and the knowledge base (the newest user message's stored
+:class:`~memory.tables.TurnVector`; the message embedded when it has none, as a pending one;
+a follow-up's enriched query composed from the vectors of the turns it joins,
+:func:`memory.recall.enrichment`), recalls archive segments within the ``memory`` budget
+(excluding turns still in view), fires lorebook entries, reads the pinned profile, the summary
+and the calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 
+from memory.archive import compose, key_weights
 from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit, search_chunks
 from memory.profiles import Profiles
-from memory.recall import SESSION_CAP, enrich_query, recall_segments
+from memory.recall import SESSION_CAP, enrich_query, enrichment, recall_segments
 from memory.store import Store
 from memory.tables import Summary, Turn, TurnState, UserProfile, utcnow
 from persona import Persona
@@ -124,11 +127,11 @@ class ContextGatherer:
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
         turns = gathered.turns
-        query = pending if pending is not None else next((t.content for t in reversed(turns) if t.role == "user"), None)
+        query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
+        query = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         recalled: list[RecalledItem] = []
         vector: list[float] | None = None
         if query:
-            vector = self.embedder.embed([query])[0]
             first_recent = turns[0].seq if turns else None
             # relative times ("yesterday", "上周六") count from when the message was said; a
             # pending message (not stored) is taken as said right after the newest turn
@@ -139,7 +142,22 @@ class ContextGatherer:
             last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
             before = turns if pending is not None else turns[:last_user]
             recall_query = enrich_query(query, [t.content for t in before])
-            recall_vector = vector if recall_query == query else self.embedder.embed([recall_query])[0]
+            context_turns = [before[i] for i in enrichment(query, [t.content for t in before])]
+            vector, *context_vectors = self.vectors(
+                [(query_turn, query), *((t, t.content) for t in context_turns)],
+                stored={t.id: t.content for t in stored if t.id is not None},
+            )
+            recall_vector = (
+                compose(
+                    [*context_vectors, vector],
+                    key_weights(
+                        [self.counter.count_text(text) for text in [*(t.content for t in context_turns), query]],
+                        centre=len(context_turns),
+                    ),
+                )
+                if context_turns
+                else vector
+            )
             segments = recall_segments(
                 self.store.engine,
                 user_id=user_id,
@@ -191,6 +209,19 @@ class ContextGatherer:
         for extension in self.extensions:
             context = extension.finish(context, gathered)
         return context
+
+    def vectors(self, wanted: Sequence[tuple[Turn | None, str]], *, stored: Mapping[int, str]) -> list[list[float]]:
+        """The embedding of each ``(turn, text)``: the turn's stored vector when ``text`` is
+        what the turn holds in storage (``stored``: turn id → stored content), else the text
+        embedded; the texts to embed go to the embedder in one call (none, when all are stored)."""
+        reusable = [t.id for t, text in wanted if t is not None and t.id is not None and stored.get(t.id) == text]
+        found = self.store.turn_vectors(reusable)
+        vectors: list[list[float] | None] = [
+            found.get(t.id) if t is not None and t.id is not None and t.id in reusable else None for t, text in wanted
+        ]
+        missing = list(dict.fromkeys(text for (_, text), v in zip(wanted, vectors, strict=True) if v is None))
+        fresh = dict(zip(missing, self.embedder.embed(missing), strict=True)) if missing else {}
+        return [v if v is not None else fresh[text] for (_, text), v in zip(wanted, vectors, strict=True)]
 
     def retrieval(
         self,

@@ -6,7 +6,8 @@ state machine over the session; the reply attempts must go through the same path
 One turn (:meth:`TurnRunner.run`):
 
 1. validates the message and its attachment ids, and stores the user turn, before any model
-   or embedding work;
+   or embedding work; then embeds the message once and stores its vector
+   (:class:`~memory.tables.TurnVector`), the recall query's;
 2. assembles the context within per-source budgets (a read, :mod:`runtime.turn._gather`);
    turns over the ``recent`` cap that no compaction has rolled out yet stay out of view, and
    the prompt says their summary is pending;
@@ -191,6 +192,10 @@ class TurnRunner:
         )
         for extension in self.extensions:
             extension.stored(attached)
+        # the message's embedding is its recall query's: stored with the turn, assembling reads it
+        # (and compaction composes the turn's archive key from it) instead of embedding it again
+        if text and user_turn.id is not None:
+            self.store.add_turn_vectors({user_turn.id: self.gatherer.embedder.embed([text])[0]})
         compactions: list[CompactionOutcome] = []
         if reply is None:
             for extension in self.extensions:
