@@ -30,7 +30,8 @@ times reported (``maintenance_work_mem`` 2GB, ``max_parallel_maintenance_workers
 For ``--queries`` random users, the query vector is one of that user's vectors plus
 Gaussian noise (renormalised), and the query text a few of its words. Measured, one
 query at a time on one connection, p50 and p95 in milliseconds, and the server's CPU per query
-(user plus system time of the database's backend processes, from ``/proc``, over all queries):
+(user plus system time of the database's backend processes, from ``/proc``, over all queries)
+and the script's own (``time.process_time``: for recall, the runtime's Python side):
 
 1. ``hybrid recall``: :func:`memory.recall.recall_segments` as a turn calls it with the
    default settings (:data:`RUNTIME_CALL`: 100 candidates, pool 200, 2 neighbours around
@@ -335,21 +336,23 @@ def measure(
             print(f"  {name:<58} plan: {scan_of(fn, cases)}", flush=True)
         backends = [r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")]
         conn.commit()
-        cpu_before = _cpu_ms(backends)
+        cpu_before, client_before = _cpu_ms(backends), time.process_time()
         for case in cases:
             t = time.perf_counter()
             outs.append(fn(case))
             times.append((time.perf_counter() - t) * 1000)
         cpu = (_cpu_ms(backends) - cpu_before) / max(len(cases), 1)
+        client = (time.process_time() - client_before) * 1000 / max(len(cases), 1)
         results[name] = {
             "p50_ms": _pct(times, 50),
             "p95_ms": _pct(times, 95),
             "mean_ms": statistics.fmean(times),
             "server_cpu_ms": cpu,
+            "client_cpu_ms": client,
         }
         print(
             f"  {name:<58} p50 {results[name]['p50_ms']:8.2f} ms   p95 {results[name]['p95_ms']:8.2f} ms   "
-            f"server CPU {cpu:7.2f} ms/query",
+            f"CPU server {cpu:7.2f} + client {client:6.2f} ms/query",
             flush=True,
         )
         return outs
