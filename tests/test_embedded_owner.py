@@ -15,8 +15,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a shell, whatever the parent ignores
 from memory.database import start_embedded
 start_embedded(Path(sys.argv[1]))
 print("ready", flush=True)

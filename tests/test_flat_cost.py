@@ -171,5 +171,7 @@ def test_statements_per_turn_are_few_and_do_not_grow(make_engine_for):
     _turn_statements(engine, "s1", 1)  # the first turn also creates the session
     early = _turn_statements(engine, "s1", 3)
     later = _turn_statements(engine, "s1", 3)
-    assert max(early) <= 18, early
+    # 19: the 18 of a turn before each turn's text was embedded once, and the INSERT of the
+    # user message's vector (turn_vectors), which spares the archive keys' embeddings later
+    assert max(early) <= 19, early
     assert later == early, "the statements of a turn do not depend on the history's length"
