@@ -3,7 +3,7 @@ statements per turn, recall over the HNSW index for a large archive, a kept segm
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -11,10 +11,9 @@ from sqlalchemy import event, text
 
 import memory.recall as recall
 from memory.recall import recall_segments
-from memory.store import NewSegment
 from memory.tables import TurnState
+from tests.archive_fixtures import archive_segments
 
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 DIM = 384
 
 
@@ -45,28 +44,14 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 def _archive_vectors(store, *, user_id: str, vectors: np.ndarray, contents: list[str]) -> None:
-    session_id = f"{user_id}:s"
-    store.ensure_session(session_id=session_id, user_id=user_id)
-    store.commit_compaction(
-        session_id=session_id,
+    archive_segments(
+        store,
         user_id=user_id,
-        turn_ids=[],
-        segments=[
-            NewSegment(
-                first_seq=i + 1,
-                last_seq=i + 1,
-                content=c,
-                tokens=10,
-                session_date=T0 + timedelta(hours=i),
-                embedding=[float(x) for x in v],
-            )
-            for i, (c, v) in enumerate(zip(contents, vectors, strict=True))
-        ],
-        summary_content="s",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=len(contents),
-        summary_tokens=1,
+        session_id=f"{user_id}:s",
+        contents=contents,
+        vectors=vectors,
+        tokens=lambda c: 10,
+        step=timedelta(hours=1),
     )
 
 

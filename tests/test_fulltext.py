@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,10 +13,9 @@ from sqlalchemy import text
 
 from memory.fulltext import cjk_terms, reindex
 from memory.recall import recall_segments
-from memory.store import NewSegment
+from tests.archive_fixtures import archive_segments
 
 ROOT = Path(__file__).resolve().parent.parent
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
 CAT = "User: 我养了一只猫，它叫咪咪。"
 ACADEMY = "User: 我在中国科学院工作了三年。"
@@ -29,29 +28,14 @@ OTHERS = [
 
 
 def _archive(store, embedder, *, user_id: str, contents: list[str]) -> None:
-    session_id = f"{user_id}-1"
-    store.ensure_session(session_id=session_id, user_id=user_id)
-    vectors = embedder.embed(contents)
-    store.commit_compaction(
-        session_id=session_id,
+    archive_segments(
+        store,
         user_id=user_id,
-        turn_ids=[],
-        segments=[
-            NewSegment(
-                first_seq=i + 1,
-                last_seq=i + 1,
-                content=c,
-                tokens=len(c),
-                session_date=T0 + timedelta(days=i),
-                embedding=v,
-            )
-            for i, (c, v) in enumerate(zip(contents, vectors, strict=True))
-        ],
-        summary_content="s",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=len(contents),
-        summary_tokens=1,
+        session_id=f"{user_id}-1",
+        contents=contents,
+        vectors=embedder.embed(contents),
+        tokens=len,
+        step=timedelta(days=1),
     )
 
 

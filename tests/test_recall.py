@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
@@ -10,10 +10,8 @@ from sqlalchemy import text
 from memory.archive import build_segments
 from memory.fulltext import cjk_terms
 from memory.recall import RRF_K, recall_segments
-from memory.store import NewSegment
 from memory.tables import Turn
-
-T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
+from tests.archive_fixtures import T0, archive_segments
 
 ENGLISH = [
     "User: I picked up the pills my GP ordered from the pharmacy this morning.",
@@ -45,28 +43,14 @@ CHINESE = [
 
 
 def _archive(store, embedder, *, user_id: str, session_id: str, contents: list[str]) -> None:
-    store.ensure_session(session_id=session_id, user_id=user_id)
-    vectors = embedder.embed(contents)
-    store.commit_compaction(
-        session_id=session_id,
+    archive_segments(
+        store,
         user_id=user_id,
-        turn_ids=[],
-        segments=[
-            NewSegment(
-                first_seq=i + 1,
-                last_seq=i + 1,
-                content=c,
-                tokens=len(c) // 4 + 1,
-                session_date=T0 + timedelta(days=i),
-                embedding=v,
-            )
-            for i, (c, v) in enumerate(zip(contents, vectors, strict=False))
-        ],
-        summary_content="s",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=len(contents),
-        summary_tokens=1,
+        session_id=session_id,
+        contents=contents,
+        vectors=embedder.embed(contents),
+        tokens=lambda c: len(c) // 4 + 1,
+        step=timedelta(days=1),
     )
 
 
