@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -346,26 +346,32 @@ class Store:
         with storage_errors(session_id), Session(self.engine) as db:
             return db.get(Summary, session_id)
 
-    def user_turn_texts(self, session_id: str, *, through_seq: int) -> dict[int, str]:
-        """The user's turns with ``seq <= through_seq``, ``seq`` → verbatim text (for validating quotes)."""
+    def user_turn_texts(
+        self, session_id: str, *, through_seq: int, seqs: Collection[int] | None = None
+    ) -> dict[int, str]:
+        """The user's turns with ``seq <= through_seq``, ``seq`` → verbatim text (for validating
+        quotes); only those whose seq is in ``seqs`` when it is given (read by the
+        ``(session_id, seq)`` key, however long the session)."""
+        query = select(Turn.seq, Turn.content).where(
+            Turn.session_id == session_id, Turn.role == "user", Turn.seq <= through_seq
+        )
+        if seqs is not None:
+            if not seqs:
+                return {}
+            query = query.where(col(Turn.seq).in_(sorted(seqs)))
         with storage_errors(session_id), Session(self.engine) as db:
-            rows = db.exec(
-                select(Turn.seq, Turn.content).where(
-                    Turn.session_id == session_id, Turn.role == "user", Turn.seq <= through_seq
-                )
-            ).all()
-            return {seq: content for seq, content in rows}
+            return {seq: content for seq, content in db.exec(query).all()}
 
-    def rolled_out_seqs(self, session_id: str) -> list[int]:
-        """Seqs of the session's turns no longer in the recent window (summarized or archived)."""
+    def rolled_out_count(self, session_id: str, *, excluding: Collection[int] = ()) -> int:
+        """How many of the session's turns are no longer in the recent window (summarized or
+        archived), leaving out those whose seq is in ``excluding``. One count, no rows read back."""
+        query = (
+            select(func.count()).select_from(Turn).where(Turn.session_id == session_id, Turn.state != TurnState.context)
+        )
+        if excluding:
+            query = query.where(col(Turn.seq).not_in(sorted(excluding)))
         with storage_errors(session_id), Session(self.engine) as db:
-            return list(
-                db.exec(
-                    select(Turn.seq)
-                    .where(Turn.session_id == session_id, Turn.state != TurnState.context)
-                    .order_by(col(Turn.seq))
-                ).all()
-            )
+            return int(db.exec(query).one())
 
     def compaction_state(self, session_id: str) -> CompactionState:
         with storage_errors(session_id), Session(self.engine) as db:

@@ -160,3 +160,46 @@ def test_statements_per_turn_are_few_and_do_not_grow(make_engine_for):
     # user message's vector (turn_vectors), which spares the archive keys' embeddings later
     assert max(early) <= 19, early
     assert later == early, "the statements of a turn do not depend on the history's length"
+
+
+class RowsRead:
+    """Rows the SELECTs sent on an engine returned while it is attached."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.rows = engine, 0
+
+    def _done(self, conn, cursor, statement, parameters, *args) -> None:
+        if statement.lstrip().upper().startswith(("SELECT", "WITH")) and cursor.rowcount > 0:
+            self.rows += cursor.rowcount
+
+    def __enter__(self) -> RowsRead:
+        event.listen(self.engine, "after_cursor_execute", self._done)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        event.remove(self.engine, "after_cursor_execute", self._done)
+
+
+def test_a_compaction_reads_the_turns_it_rolls_out_not_the_history(store, embedder):
+    from runtime.accounting import counter_for
+    from runtime.compaction import Compactor, ExtractiveSummarizer
+
+    _history(store, session_id="long", turns=20_000, context=40)
+    compactor = Compactor(
+        store=store,
+        embedder=embedder,
+        summarizer=ExtractiveSummarizer(),
+        counter=counter_for("gpt-4o-mini"),
+        keep_exchanges=2,
+        target=0.6,
+        breaker_threshold=3,
+    )
+    with RowsRead(store.engine) as read:
+        outcome = compactor.maybe_compact(
+            session_id="long", user_id="u-long", recent_cap=100, summary_cap=200, assistant_name="Mira"
+        )
+    assert outcome is not None and outcome.ok and outcome.summarized
+    summary = store.summary("long")
+    assert summary is not None and any(i.get("role") == "user" for i in summary.items), "user quotes were validated"
+    # the recent window (40 turns), the summary, the quoted turns: not the 19,960 rolled-out turns
+    assert read.rows < 200, read.rows

@@ -55,7 +55,7 @@ from memory.store import NewSegment, Store
 from memory.tables import CompactionState, Turn, TurnState, utcnow
 from prompts import render
 from runtime.accounting import TokenCounter, longest_fitting_prefix
-from runtime.compaction._summarizers import RolledTurn, Summarizer, validate_summary
+from runtime.compaction._summarizers import RolledTurn, Summarizer, turns_to_check, validate_summary
 from runtime.summary_items import items_from_json, items_to_json
 
 log = structlog.get_logger("companion.compaction")
@@ -367,11 +367,7 @@ class Compactor:
         previous = self.store.summary(session_id)
         prev_items = items_from_json(previous.items, session_id=session_id) if previous else []
         in_summary = {i.seq for i in prev_items if i.seq is not None}
-        omitted_before = sum(1 for seq in self.store.rolled_out_seqs(session_id) if seq not in in_summary)
-        user_turns = {  # quotes carried over from the previous session count as the user's
-            **self.store.carried_quotes(session_id),
-            **self.store.user_turn_texts(session_id, through_seq=boundary),
-        }
+        omitted_before = self.store.rolled_out_count(session_id, excluding=in_summary)
         try:
             if not inputs:  # never call a summarizer on nothing
                 raise SummarizationError("the turns to roll out hold no text", session_id=session_id)
@@ -384,6 +380,12 @@ class Compactor:
                 session_id=session_id,
                 assistant_name=assistant_name,
             )
+            # the texts of the turns the draft quotes (all of the user's, if a note quotes words);
+            # quotes carried over from the previous session count as the user's
+            user_turns = {
+                **self.store.carried_quotes(session_id),
+                **self.store.user_turn_texts(session_id, through_seq=boundary, seqs=turns_to_check(draft)),
+            }
             validate_summary(
                 draft,
                 cap=summary_cap,

@@ -254,6 +254,15 @@ def validate_summary(
                     raise reject(f"a {item.section} note quotes words the user never said ({len(span)} characters)")
 
 
+def turns_to_check(draft: SummaryDraft) -> set[int] | None:
+    """The user turns :func:`validate_summary` needs the text of for ``draft``: the seqs its
+    user quotes name, or ``None`` (every user turn up to the boundary) when a note puts words
+    in quotation marks, as those may come from any of the user's turns."""
+    if any(isinstance(i, SummaryNote) and _QUOTED.search(i.text) for i in draft.items):
+        return None
+    return {i.seq for i in draft.items if isinstance(i, UserQuote) and i.seq is not None}
+
+
 # -- the model-free summarizer ----------------------------------------------------
 class ExtractiveSummarizer:
     """The model-free summarizer.
