@@ -128,17 +128,28 @@ def load_history(conn, *, user_id: str, turns: int, rng: random.Random, words, w
 
 
 class Counter:
-    """SQL statements sent on the engines it listens to."""
+    """SQL statements sent on the engines it listens to, and (``--statements``) the wall time of
+    each, milliseconds, keyed by the statement's first 70 characters."""
 
     def __init__(self, *engines) -> None:
         from sqlalchemy import event
 
         self.n = 0
+        self.timed: dict[str, list[float]] | None = None
+        self._started: dict[int, float] = {}
         for engine in engines:
             event.listen(engine, "before_cursor_execute", self._count)
+            event.listen(engine, "after_cursor_execute", self._done)
 
-    def _count(self, *args: Any, **kwargs: Any) -> None:
+    def _count(self, conn: Any, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:
         self.n += 1
+        self._started[id(cursor)] = time.perf_counter()
+
+    def _done(self, conn: Any, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:
+        t = self._started.pop(id(cursor), None)
+        if self.timed is not None and t is not None:
+            key = " ".join(statement.split())[:70]
+            self.timed.setdefault(key, []).append(1000 * (time.perf_counter() - t))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quality", action="store_true", help="also LoCoMo recall at 1,000 tokens, index vs exact")
     parser.add_argument("--data", type=Path, default=Path("/work/shared/data/locomo_dev7.json"), help="LoCoMo file")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--statements", action="store_true", help="also each statement's time per turn, by size (where a turn grows)"
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
@@ -221,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         import inspect
 
         paths = "vector_index" in inspect.signature(inner).parameters  # this code can be told which path
+        per_statement: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
         keys = ["turn", "assemble", "recall", "sql"] + (["exact", "index", "overlap"] if paths else [])
         m: dict[int, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in sizes}
         msgs = _texts(rng, words, weights, args.rounds * len(sizes) + 8)
@@ -240,7 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                 session = f"{user}:s"
                 before = statements.n
                 text = msgs.pop()
+                statements.timed = per_statement[n] if args.statements else None
                 once("turn", lambda: engine.turn(user_id=user, session_id=session, message=text, reply="Okay!"), n)  # noqa: B023
+                statements.timed = None
                 m[n]["sql"].append(statements.n - before)
                 recall_ms.clear()
                 once("assemble", lambda: engine.assemble(user_id=user, session_id=session), n)  # noqa: B023
@@ -279,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['recall']['p95']:7.1f} | {row['sql']['p50']:.0f} (max {max(m[n]['sql']):.0f})"
             )
         results["table"] = table
+        if args.statements:
+            print_statements(per_statement, args.rounds)
         if len(sizes) > 1 and 1000 in table and sizes[-1] != 1000:
             big = sizes[-1]
             print(
@@ -297,6 +316,21 @@ def main(argv: list[str] | None = None) -> int:
             server.cleanup()
             shutil.rmtree(server.root, ignore_errors=True)
     return 0
+
+
+def print_statements(per_statement: dict[int, dict[str, list[float]]], rounds: int) -> None:
+    """Each statement's milliseconds per turn at each size (sum over the turn's calls, mean over
+    the rounds), largest growth from the smallest to the largest size first."""
+    sizes = sorted(per_statement)
+    keys = {k for by in per_statement.values() for k in by}
+    rows = [(k, [sum(per_statement[n].get(k, [])) / rounds for n in sizes]) for k in keys]
+    rows.sort(key=lambda r: r[1][0] - r[1][-1])
+    print("\nms per turn by statement (calls per turn at the largest size), " + " / ".join(f"{n:,}" for n in sizes))
+    for key, ms in rows:
+        calls = len(per_statement[sizes[-1]].get(key, [])) / rounds
+        print(f"  {' / '.join(f'{v:6.1f}' for v in ms)}  ({calls:.1f})  {key}")
+    totals = [sum(sum(v) for v in per_statement[n].values()) / rounds for n in sizes]
+    print("  " + " / ".join(f"{v:6.1f}" for v in totals) + "  all statements")
 
 
 def quality(data: Path) -> dict[str, float]:
