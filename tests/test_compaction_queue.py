@@ -52,14 +52,19 @@ def summary_json() -> str:
     )
 
 
-def slow_summaries(fake_llm, seconds: float, started: threading.Event | None = None):
-    """Summary requests answer after ``seconds``; replies at once."""
+def slow_summaries(
+    fake_llm, seconds: float, started: threading.Event | None = None, release: threading.Event | None = None
+):
+    """Summary requests answer after ``seconds`` (or, with ``release``, once it is set, 60 s at
+    most); replies at once."""
 
     def respond(body):
         if body.get("model") != SUMMARY_MODEL:
             return "I hear you."
         if started is not None:
             started.set()
+        if release is not None:
+            release.wait(60)
         time.sleep(seconds)
         return summary_json()
 
@@ -189,8 +194,8 @@ def test_two_workers_never_run_one_sessions_jobs_at_once(build, store, fake_llm)
     """A second job of a session, queued while the first runs, waits for it (the job ``lock``):
     run at once, it would find the session's advisory lock held, skip, and leave the turns it
     was queued for uncompacted."""
-    started = threading.Event()
-    slow_summaries(fake_llm, 2.0, started)
+    started, release = threading.Event(), threading.Event()
+    slow_summaries(fake_llm, 0.0, started, release)  # the first job's summary waits for ``release``
     engine = build()
     i = turns_until_queued(engine, store)
     first = threading.Thread(target=drain, args=(engine,), kwargs={"name": "w1"})
@@ -200,6 +205,7 @@ def test_two_workers_never_run_one_sessions_jobs_at_once(build, store, fake_llm)
         for j in range(i, i + 2):  # new turns, which the running job did not read, queue a second job
             turn(engine, j)
         assert jobs(store, "s1") == [("doing", "compaction:s1"), ("todo", "compaction:s1")]
+        threading.Timer(2.0, release.set).start()  # the first job ends 2 s into the second worker's run
         drain(engine, name="w2")  # a second worker, while the first still compacts
         first.join(60)
     assert not [e for e in events if e["event"] == "compaction.skipped"]
