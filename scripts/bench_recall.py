@@ -41,7 +41,8 @@ and the script's own (``time.process_time``: for recall, the runtime's Python si
    found by the ``user_id`` btree;
 3. ``exact, no user index``: the same query with index and bitmap scans disabled
    (a sequential scan with the user filter: what a missing user index costs);
-4. ``hnsw iterative``: ``ORDER BY embedding <=> q LIMIT 10`` over the HNSW index with
+4. ``hnsw iterative``: ``ORDER BY embedding <=> q LIMIT 10`` over the runtime's HNSW index
+   (half-precision keys: the ``ORDER BY`` casts both sides to ``halfvec``) with
    the user filter (written ``user_id || '' = …`` so the planner cannot take the btree
    instead) and ``hnsw.iterative_scan = relaxed_order`` (pgvector 0.8), at
    several ``hnsw.ef_search`` values, re-sorted by exact distance (pgvector README);
@@ -151,6 +152,8 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, heavy: 
         with cur.copy("COPY sessions (id, user_id) FROM STDIN") as copy:
             for u in range(owners_all):
                 copy.write_row((f"u{u}:s", f"u{u}"))
+        cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_archived_segments_embedding_hnsw'")
+        hnsw_definition = cur.fetchone()[0]
         cur.execute("DROP INDEX IF EXISTS ix_archived_segments_user_id")
         cur.execute("DROP INDEX IF EXISTS ix_archived_segments_embedding_hnsw")
         cur.execute(  # the other secondary indexes, built again after the load (build_indexes)
@@ -203,10 +206,16 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, heavy: 
         copied += n
         if copied % 200_000 == 0 or copied == segments:
             print(f"  loaded {copied:,} segments ({time.perf_counter() - started:.0f} s)", flush=True)
-    return {"load_s": time.perf_counter() - started, "words": words, "weights": weights, "indexes": others}
+    return {
+        "load_s": time.perf_counter() - started,
+        "words": words,
+        "weights": weights,
+        "indexes": others,
+        "hnsw": hnsw_definition,
+    }
 
 
-def build_indexes(conn, *, hnsw: bool, others=()) -> dict:
+def build_indexes(conn, *, hnsw: bool, others=(), hnsw_definition: str = "") -> dict:
     out = {}
     with conn.cursor() as cur:
         cur.execute("SET maintenance_work_mem = '2GB'")
@@ -223,10 +232,7 @@ def build_indexes(conn, *, hnsw: bool, others=()) -> dict:
         print(f"  user_id btree built in {out['btree_build_s']:.1f} s", flush=True)
         if hnsw:
             t = time.perf_counter()
-            cur.execute(
-                "CREATE INDEX ix_archived_segments_embedding_hnsw ON archived_segments "
-                "USING hnsw (embedding vector_cosine_ops)"
-            )
+            cur.execute(hnsw_definition)  # the migrations' own HNSW index, as load() found it
             conn.commit()
             out["hnsw_build_s"] = time.perf_counter() - t
             print(f"  HNSW (m=16, ef_construction=64) built in {out['hnsw_build_s']:.0f} s", flush=True)
@@ -326,7 +332,8 @@ def measure(
     )
     hnsw_sql = (
         "WITH hits AS MATERIALIZED (SELECT id, embedding <=> %(q)s::vector AS d FROM archived_segments "
-        "WHERE (user_id || '') = %(u)s ORDER BY embedding <=> %(q)s::vector LIMIT 10) SELECT id FROM hits ORDER BY d, id"
+        f"WHERE (user_id || '') = %(u)s ORDER BY CAST(embedding AS halfvec({DIM})) <=> CAST(%(q)s::vector AS halfvec({DIM})) "
+        "LIMIT 10) SELECT id FROM hits ORDER BY d, id"
     )
     results: dict = {}
 
@@ -530,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 heavy=args.heavy_user,
             )
-            built = build_indexes(conn, hnsw=args.hnsw, others=loaded["indexes"])
+            built = build_indexes(conn, hnsw=args.hnsw, others=loaded["indexes"], hnsw_definition=loaded["hnsw"])
             print(
                 f"  table {built['table_size']}, btree {built['btree_size']}"
                 + (f", hnsw {built['hnsw_size']}" if args.hnsw else "")

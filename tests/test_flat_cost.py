@@ -97,6 +97,21 @@ def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, lar
     assert [s.distance for s in chosen] == pytest.approx([s.distance for s in exact])
 
 
+def test_the_index_path_reads_the_hnsw_index(store, large_archive, monkeypatch):
+    """The planner uses the index only when recall orders by the index's own expression
+    (half-precision keys, migration 0017); otherwise it would sort every row of the user."""
+    query, _ = large_archive
+    monkeypatch.setattr(recall, "INDEX_FROM", 1000)
+    with Statements(store.engine) as seen:
+        recall_segments(store.engine, user_id="big", query_embedding=list(query), query_text="zorblax", limit=10)
+    ranked = next(i for i, s in enumerate(seen.sql) if "ORDER BY score" in s)
+    settings = next(i for i, s in enumerate(seen.sql) if "hnsw.iterative_scan" in s)
+    with store.engine.raw_connection().driver_connection as conn, conn.transaction():
+        conn.execute(seen.sql[settings], seen.params[settings])
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + seen.sql[ranked], seen.params[ranked]).fetchall())
+    assert "ix_archived_segments_embedding_hnsw" in plan
+
+
 def test_small_archive_recall_stays_exact(store, large_archive):
     query, _ = large_archive
     with Statements(store.engine) as seen:

@@ -32,7 +32,9 @@ def test_migration_from_empty_database_creates_tables_extension_and_indexes(empt
             )
         }
     assert "hnsw" in indexes["ix_archived_segments_embedding_hnsw"]
-    assert "vector_cosine_ops" in indexes["ix_archived_segments_embedding_hnsw"]
+    # half-precision keys in the index (recall orders by this expression), full precision in the table
+    assert "halfvec(384)" in indexes["ix_archived_segments_embedding_hnsw"]
+    assert "halfvec_cosine_ops" in indexes["ix_archived_segments_embedding_hnsw"]
     assert "(user_id)" in indexes["ix_archived_segments_user_id"]
     upgrade(engine, embedding_dim=384)  # idempotent
     engine.dispose()
