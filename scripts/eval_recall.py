@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/eval_recall.py --data FILE [--split tune|report|all] [--budgets 250,500,1000,2000]
-        [--haystack] [--components dates,names,diversity] [--embedder minilm|use] [--cjk words|search|bigrams|words+bigrams]
+        [--haystack] [--components dates,names,diversity] [--embedder minilm|use|e5] [--e5-keys query|passage] [--cjk words|search|bigrams|words+bigrams]
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
         [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json]
@@ -40,7 +40,11 @@ runtime uses): ``dates`` (periods the question names rank segments of that perio
 instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
 day before other days'). ``none`` turns all off. ``--embedder use`` measures the
 multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2 (needs the ``eval``
-extra); ``--cjk`` stores and queries CJK text by another method of
+extra); ``--embedder e5`` multilingual-e5-small (4-bit, :class:`memory.embeddings.E5Embedder`,
+the ``eval`` extra too), questions always with e5's ``"query: "`` prefix and the archived turns
+(``--e5-keys``) with ``"query: "`` too (``query``: each turn embedded once, its vector both a
+query and a key's part, as the runtime embeds) or with ``"passage: "`` (e5's retrieval
+recipe, which would embed each turn twice); ``--cjk`` stores and queries CJK text by another method of
 :func:`memory.fulltext.cjk_terms` than the runtime's (``bigrams``: character bigrams,
 what the runtime used before jieba words).
 Query enrichment from recent turns needs a conversation before the question, which
@@ -216,7 +220,20 @@ class CachedEmbedder:
         os.replace(partial, self.path)
 
 
-def _embedder(name: str, cache: Path | None):
+def _embedders(name: str, cache: Path | None, e5_keys: str = "query"):
+    """``(keys, questions)``: the embedder of the archived texts and that of the questions (one
+    object unless ``--embedder e5 --e5-keys passage``), each kept in ``cache`` if given."""
+
+    def cached(inner, file: str):
+        return CachedEmbedder(inner, cache / f"{file}.pkl") if cache else inner
+
+    if name == "e5":
+        from memory.embeddings import E5Embedder
+
+        questions = cached(E5Embedder(prefix="query"), "e5-query")
+        if e5_keys == "query":
+            return questions, questions
+        return cached(E5Embedder(prefix="passage"), "e5-passage"), questions
     if name == "use":
         from memory.embeddings import UniversalSentenceEncoderEmbedder
 
@@ -225,13 +242,25 @@ def _embedder(name: str, cache: Path | None):
         from memory.embeddings import SentenceTransformerEmbedder
 
         inner = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
-    return CachedEmbedder(inner, cache / f"{name}.pkl") if cache else inner
+    embedder = cached(inner, name)
+    return embedder, embedder
 
 
 def retrieval_only(
-    store: Store, embedder, counter, conv: Conversation, categories: dict, args, padding: list[SourceTurn]
+    store: Store,
+    embedder,
+    counter,
+    conv: Conversation,
+    categories: dict,
+    args,
+    padding: list[SourceTurn],
+    questions_by=None,
 ) -> Tally:
-    """Archive the whole conversation (after ``padding``, its older turns), then recall each question alone."""
+    """Archive the whole conversation (after ``padding``, its older turns), then recall each question alone.
+
+    ``embedder`` embeds the archived texts, ``questions_by`` (default ``embedder``) the questions
+    and an enriched question's recent turns."""
+    questions_by = questions_by or embedder
     user_id = f"eval:{conv.id}:{uuid.uuid4().hex[:6]}"
     session_id = f"{user_id}:s"
     store.ensure_session(session_id=session_id, user_id=user_id, persona=conv.companion_name)
@@ -285,18 +314,18 @@ def retrieval_only(
     asked_at = conv.turns[-1].at + timedelta(days=1)
     items = [(qa, [by_id[e] for e in qa.evidence if e in by_id]) for qa in conv.qa if qa.category in categories]
     items = [(qa, ev) for qa, ev in items if ev]
-    qvecs = embedder.embed([qa.question for qa, _ in items])
+    qvecs = questions_by.embed([qa.question for qa, _ in items])
     last = [t.text for t in conv.turns[-ENRICH_TURNS:]] if args.enrich else []
     queries = [enrich_query(qa.question, last) for qa, _ in items]
     if args.enrich:
         enriched = [q for q, (qa, _) in zip(queries, items, strict=True) if q != qa.question]
         args.enriched += len(enriched)
         if how == "window":
-            by_text = dict(zip(enriched, embedder.embed(enriched), strict=True))
+            by_text = dict(zip(enriched, questions_by.embed(enriched), strict=True))
             qvecs = [by_text.get(q, v) for q, v in zip(queries, qvecs, strict=True)]
         else:
             context = [t for t in last if t.strip()]
-            cvecs = embedder.embed(context)
+            cvecs = questions_by.embed(context)
             ctokens = [counter.count_text(t) for t in context]
             qvecs = [
                 v
@@ -415,7 +444,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--components", default="dates", help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none"
     )
-    parser.add_argument("--embedder", choices=["minilm", "use"], default="minilm")
+    parser.add_argument("--embedder", choices=["minilm", "use", "e5"], default="minilm")
+    parser.add_argument(
+        "--e5-keys",
+        choices=["query", "passage"],
+        default="query",
+        help="e5's prefix for the archived turns (questions always 'query: ')",
+    )
     parser.add_argument(
         "--cjk",
         choices=CJK_METHODS,
@@ -475,14 +510,14 @@ def main(argv: list[str] | None = None) -> int:
     splits = split_ids([c.id for c in every])
     wanted = args.conversation or (splits[args.split] if args.split != "all" else [c.id for c in every])
     convs = [c for c in every if c.id in wanted]
-    embedder = _embedder(args.embedder, args.cache)
+    embedder, questions_by = _embedders(args.embedder, args.cache, args.e5_keys)
     server, db = _database(os.environ.get("DATABASE_URL"), embedder.dimension)
     try:
         store = Store(db)
         counter = counter_for(Settings().model)
         print(
             f"{args.data.name}: split {args.split} = {', '.join(c.id for c in convs)}; haystack {args.haystack}; "
-            f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {args.embedder}; unit={args.unit} key={args.key} "
+            f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {embedder.name}{'' if questions_by is embedder else f', questions {questions_by.name}'}; unit={args.unit} key={args.key} "
             f"compose {','.join(args.compositions)} from turn {args.turn_text}; "
             f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand}, "
             f"session cap {args.session_cap}",
@@ -506,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
                         if other.id != conv.id:
                             padding.extend(replace(t, at=t.at - HAYSTACK_SHIFT, turn_id=None) for t in other.turns)
                     padding.sort(key=lambda t: t.at)
-                t = retrieval_only(store, embedder, counter, conv, categories, args, padding)
+                t = retrieval_only(store, embedder, counter, conv, categories, args, padding, questions_by)
                 per_conv[conv.id] = t.as_dict()
                 overall.merge(t)
                 print(
@@ -517,13 +552,14 @@ def main(argv: list[str] | None = None) -> int:
             results["retrieval_only"][how] = {"overall": overall.as_dict(), "per_conversation": per_conv}
         if args.enrich:
             print(f"enriched questions: {args.enriched // len(args.compositions)} of {overall.questions}")
-        if isinstance(embedder, CachedEmbedder):
-            embedder.save()
-            if embedder.texts:
-                print(
-                    f"embedded {embedder.texts} new texts in {embedder.seconds:.1f} s "
-                    f"({1000 * embedder.seconds / embedder.texts:.1f} ms each, batched)"
-                )
+        for cache in dict.fromkeys([embedder, questions_by]):
+            if isinstance(cache, CachedEmbedder):
+                cache.save()
+                if cache.texts:
+                    print(
+                        f"{cache.name}: embedded {cache.texts} new texts in {cache.seconds:.1f} s "
+                        f"({1000 * cache.seconds / cache.texts:.1f} ms each, batched)"
+                    )
         if RECALL_MS:
             ms = sorted(RECALL_MS)
             print(
