@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/bench_turn.py [--sizes 100,1000,10000,100000] [--rounds 24] [--window 4096]
-        [--quality] [--json out.json]
+        [--quality] [--statements] [--json out.json]
 
 Runs against its own embedded PostgreSQL in a temporary directory (deleted at the end), or a
 fresh database on ``DATABASE_URL``'s server. The schema is the runtime's own (all migrations).
@@ -30,6 +30,9 @@ moment of this machine hits every size alike), measure in milliseconds:
 - on code whose recall takes ``vector_index``: that same recall again with the vector ranker
   exact and over the HNSW index, and how many of the exact path's 20 best hits the index
   path also returns (on random vectors, the hardest case for an approximate index).
+
+``--statements`` also prints each statement's milliseconds per turn at each size, the
+statements that grow the most first: where a turn's growth with the history comes from.
 
 ``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (``../shared/data``, all 7
 conversations, 1,000 tokens) with the vector ranker exact and over the HNSW index, plus the
