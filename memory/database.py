@@ -240,6 +240,15 @@ def make_engine(
     return engine
 
 
+def autocommit_engine(engine: Engine) -> Engine:
+    """``engine`` with its connections in autocommit (SQLAlchemy's ``isolation_level="AUTOCOMMIT"``
+    execution option: the same pool, each connection switched on checkout and back on return,
+    both without a round trip on psycopg), for work that sends one statement: each statement is
+    its own transaction, as it would be inside ``BEGIN`` … ``COMMIT``, without those two round
+    trips. Never for work of several statements that must commit together or see one snapshot."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
+
+
 def lock_engine(engine: Engine) -> Engine:
     """An engine on ``engine``'s database for connections that hold session-level advisory locks
     for long (a compaction's whole summary call): unpooled (``NullPool``, each lock opens and
