@@ -198,4 +198,4 @@ def test_a_turn_sends_few_round_trips(make_engine_for, tmp_path):
     # every other statement runs alone in autocommit
     assert begins == 3, begins
     assert trips == statements + 2 * begins, (trips, statements)
-    assert not any(f'Query\t ";"' in line for line in trace.splitlines()), "no pings"
+    assert not any('Query\t ";"' in line for line in trace.splitlines()), "no pings"
