@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy.exc
-from sqlalchemy import Connection, Engine, create_engine, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 
 from errors import EmbeddingDimensionMismatch, SchemaError, StorageError
 
@@ -171,12 +172,60 @@ DEFAULT_POOL_SIZE = 15
 """``COMPANION_DB_POOL_SIZE`` default: pooled connections of one engine (SQLAlchemy's 5 + 10 overflow before)."""
 
 
-def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
+IDLE_PING_SECONDS = 10.0
+"""A pooled connection idle longer than this (seconds since it was returned to the pool) is
+pinged when checked out, and replaced if the ping fails; one used more recently is not.
+
+SQLAlchemy's ``pool_pre_ping`` pings on every checkout: one extra round trip for each of the
+dozen checkouts of a turn, most of them milliseconds after the connection's last statement,
+when the ping tells nothing new. What kills a pooled connection (a server restart, a failover,
+an idle timeout in the server or a network middlebox, ``pg_terminate_backend``) mostly strikes
+connections left idle for long, and those are still pinged. A connection broken within this
+many seconds of its last use fails on its next statement instead: that request gets a
+:class:`StorageError`, and SQLAlchemy then replaces every connection of the pool that was
+opened before the failure (its handling of a disconnect found in use)."""
+
+
+def _ping_if_idle(engine: Engine, idle_seconds: float) -> None:
+    """Make ``engine``'s pool ping a connection on checkout only when it has sat idle in the pool
+    over ``idle_seconds`` (SQLAlchemy's checkout/checkin pool events, its documented recipe for a
+    custom pessimistic ping): a failed ping raises :class:`sqlalchemy.exc.InvalidatePoolError` (a
+    ``DisconnectionError``), so the pool connects this connection again, up to twice, and replaces
+    every other connection it opened before now on their next checkout, as ``pool_pre_ping`` does.
+    A connection just opened is not pinged."""
+    dialect = engine.dialect
+
+    @event.listens_for(engine, "checkin")
+    def _returned(dbapi_connection, record) -> None:  # noqa: ARG001 - the event's signature
+        record.info["companion.idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping(dbapi_connection, record, proxy) -> None:  # noqa: ARG001 - the event's signature
+        since = record.info.pop(
+            "companion.idle_since", None
+        )  # None: a new connection (info is cleared on invalidation)
+        if since is None or time.monotonic() - since <= idle_seconds:
+            return
+        try:
+            alive = dialect.do_ping(dbapi_connection)
+        except dialect.loaded_dbapi.Error as exc:
+            raise sqlalchemy.exc.InvalidatePoolError(
+                f"ping after {time.monotonic() - since:.0f} s idle: {exc}"
+            ) from exc
+        if not alive:
+            raise sqlalchemy.exc.InvalidatePoolError(f"ping after {time.monotonic() - since:.0f} s idle failed")
+
+
+def make_engine(
+    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, idle_ping_seconds: float = IDLE_PING_SECONDS
+) -> Engine:
     """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL.
 
     Args:
         pool_size: connections the engine keeps and never exceeds (no overflow); a request for
             one more waits up to 30 s for a free one, then fails as :class:`StorageError`.
+        idle_ping_seconds: a pooled connection idle in the pool longer than this is pinged on
+            checkout, and replaced if the ping fails (:data:`IDLE_PING_SECONDS`).
     """
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
@@ -186,7 +235,18 @@ def make_engine(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Engine:
         raise SchemaError(f"Only PostgreSQL URLs are supported (postgresql://...), got {url.split(':', 1)[0]!r}.")
     if pool_size < 1:
         raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
-    return create_engine(url, pool_pre_ping=True, pool_size=pool_size, max_overflow=0)
+    engine = create_engine(url, pool_size=pool_size, max_overflow=0)
+    _ping_if_idle(engine, idle_ping_seconds)
+    return engine
+
+
+def autocommit_engine(engine: Engine) -> Engine:
+    """``engine`` with its connections in autocommit (SQLAlchemy's ``isolation_level="AUTOCOMMIT"``
+    execution option: the same pool, each connection switched on checkout and back on return,
+    both without a round trip on psycopg), for work that sends one statement: each statement is
+    its own transaction, as it would be inside ``BEGIN`` … ``COMMIT``, without those two round
+    trips. Never for work of several statements that must commit together or see one snapshot."""
+    return engine.execution_options(isolation_level="AUTOCOMMIT")
 
 
 def lock_engine(engine: Engine) -> Engine:

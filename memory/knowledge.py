@@ -111,6 +111,7 @@ def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[flo
     if limit <= 0:
         return []
     with storage_errors(), engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT")  # one statement: no BEGIN/ROLLBACK round trips
         rows = conn.execute(
             text(
                 "SELECT id, source, chunk_index, content, tokens, embedding <=> CAST(:q AS vector) AS distance "

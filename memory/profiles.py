@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, text
 from sqlmodel import Session, select
 
-from memory.database import storage_errors
+from memory.database import autocommit_engine, storage_errors
 from memory.tables import UserProfile, utcnow
 
 MAX_LEARNED_FACTS = 30
@@ -29,10 +29,11 @@ class Profiles:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self._one = autocommit_engine(engine)  # for one-statement reads (no BEGIN/ROLLBACK)
 
     def get(self, user_id: str) -> UserProfile | None:
         """The user's profile, or ``None`` if nothing was ever set or learned."""
-        with storage_errors(), Session(self.engine) as db:
+        with storage_errors(), Session(self._one) as db:
             return db.get(UserProfile, user_id)
 
     def set(

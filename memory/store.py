@@ -26,7 +26,7 @@ from sqlalchemy import CursorResult, Engine, func, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
-from memory.database import lock_engine, storage_errors
+from memory.database import autocommit_engine, lock_engine, storage_errors
 from memory.fulltext import search_vector
 
 if TYPE_CHECKING:
@@ -105,6 +105,9 @@ class Store:
             :data:`DEFAULT_LOCK_SLOTS`.
         """
         self.engine = engine
+        self._one = autocommit_engine(engine)
+        """For the methods that send one statement (a read, or a write that is atomic alone): it
+        is its own transaction, without the ``BEGIN`` and ``COMMIT``/``ROLLBACK`` round trips."""
         self._lock_engine = lock_engine(engine)
         self._lock_slots = threading.BoundedSemaphore(lock_slots or DEFAULT_LOCK_SLOTS)
 
@@ -124,15 +127,20 @@ class Store:
         check_id(session_id, field="session_id")
         check_id(user_id, field="user_id")
         check_id(persona, field="persona")
+        session = self.get_session(session_id)  # most calls end here: one statement
+        if session is None:
+            session = self._create_session(session_id=session_id, user_id=user_id, persona=persona)
+        if session.user_id != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
+                session_id=session_id,
+            )
+        return session
+
+    def _create_session(self, *, session_id: str, user_id: str, persona: str) -> ChatSession:
+        """:meth:`ensure_session` of a session not found: one transaction; returns the session
+        stored (which another writer may have created meanwhile)."""
         with storage_errors(session_id), Session(self.engine) as db:
-            session = db.get(ChatSession, session_id)
-            if session is not None:
-                if session.user_id != user_id:
-                    raise SessionOwnershipError(
-                        f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
-                        session_id=session_id,
-                    )
-                return session
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             created = cast(
                 "CursorResult[Any]",
@@ -154,11 +162,6 @@ class Store:
             db.commit()
             session = db.get(ChatSession, session_id)
             assert session is not None
-            if session.user_id != user_id:
-                raise SessionOwnershipError(
-                    f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
-                    session_id=session_id,
-                )
             return session
 
     # -- one turn at a time ------------------------------------------------------
@@ -174,7 +177,7 @@ class Store:
         """
         from errors import NotFoundError, SessionClosedError, TurnInProgressError
 
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             claimed = db.execute(
                 text(
                     "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
@@ -202,7 +205,7 @@ class Store:
 
     def release_turn(self, session_id: str, *, owner: str) -> None:
         """End ``owner``'s claim on the session (nothing happens if it no longer holds it)."""
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             db.execute(
                 text(
                     "UPDATE sessions SET turn_owner = NULL, turn_claimed_at = NULL WHERE id = :s AND turn_owner = :o"
@@ -211,7 +214,7 @@ class Store:
             db.commit()
 
     def get_session(self, session_id: str) -> ChatSession | None:
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             return db.get(ChatSession, session_id)
 
     # -- turns ----------------------------------------------------------------
@@ -305,7 +308,7 @@ class Store:
         """
         if not vectors:
             return
-        with storage_errors(), Session(self.engine) as db:
+        with storage_errors(), Session(self._one) as db:
             self._add_turn_vectors(db, vectors)
             db.commit()
 
@@ -315,7 +318,7 @@ class Store:
         ids = sorted(set(turn_ids))
         if not ids:
             return {}
-        with storage_errors(), Session(self.engine) as db:
+        with storage_errors(), Session(self._one) as db:
             rows = db.exec(
                 select(TurnVector.turn_id, TurnVector.embedding).where(col(TurnVector.turn_id).in_(ids))
             ).all()
@@ -323,7 +326,7 @@ class Store:
 
     def turns(self, session_id: str, *, state: TurnState | None = None) -> list[Turn]:
         """The session's turns in ``seq`` order, optionally only those in ``state``."""
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             query = select(Turn).where(Turn.session_id == session_id)
             if state is not None:
                 query = query.where(Turn.state == state)
@@ -331,7 +334,7 @@ class Store:
 
     def usage_turns(self, session_id: str, *, limit: int) -> list[Turn]:
         """The newest ``limit`` turns that carry the provider's reported usage, newest first."""
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             return list(
                 db.exec(
                     select(Turn)
@@ -343,7 +346,7 @@ class Store:
 
     # -- summary and breaker ------------------------------------------------
     def summary(self, session_id: str) -> Summary | None:
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             return db.get(Summary, session_id)
 
     def user_turn_texts(
@@ -359,7 +362,7 @@ class Store:
             if not seqs:
                 return {}
             query = query.where(col(Turn.seq).in_(sorted(seqs)))
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             return {seq: content for seq, content in db.exec(query).all()}
 
     def rolled_out_count(self, session_id: str, *, excluding: Collection[int] = ()) -> int:
@@ -370,11 +373,11 @@ class Store:
         )
         if excluding:
             query = query.where(col(Turn.seq).not_in(sorted(excluding)))
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             return int(db.exec(query).one())
 
     def compaction_state(self, session_id: str) -> CompactionState:
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             state = db.get(CompactionState, session_id)
             return state if state is not None else CompactionState(session_id=session_id)
 
@@ -598,7 +601,7 @@ class Store:
         """The files carried by the session's turns: turn id -> :class:`TurnFile` rows in attachment
         order, each with the first ``head_chars`` characters of its extract. A read: nothing changes.
         """
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             rows = (
                 db.execute(
                     text(
@@ -623,7 +626,7 @@ class Store:
         ids = list(dict.fromkeys(file_ids))
         if not ids:
             return set()
-        with storage_errors(), Session(self.engine) as db:
+        with storage_errors(), Session(self._one) as db:
             rows = db.execute(
                 text("SELECT id FROM files WHERE user_id = :u AND id = ANY(:ids)").bindparams(u=user_id, ids=ids)
             ).all()
@@ -738,7 +741,7 @@ class Store:
 
     # -- counts ----------------------------------------------------------------
     def archive_count(self, *, user_id: str) -> int:
-        with storage_errors(), Session(self.engine) as db:
+        with storage_errors(), Session(self._one) as db:
             return int(
                 db.exec(
                     select(func.count()).select_from(ArchivedSegment).where(ArchivedSegment.user_id == user_id)
@@ -747,7 +750,7 @@ class Store:
 
     def segments(self, *, session_id: str) -> list[ArchivedSegment]:
         """The session's archived segments in turn order."""
-        with storage_errors(session_id), Session(self.engine) as db:
+        with storage_errors(session_id), Session(self._one) as db:
             return list(
                 db.exec(
                     select(ArchivedSegment)

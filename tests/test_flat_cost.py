@@ -172,7 +172,9 @@ def test_statements_per_turn_are_few_and_do_not_grow(make_engine_for):
     early = _turn_statements(engine, "s1", 3)
     later = _turn_statements(engine, "s1", 3)
     # 19: the 18 of a turn before each turn's text was embedded once, and the INSERT of the
-    # user message's vector (turn_vectors), which spares the archive keys' embeddings later
+    # user message's vector (turn_vectors), which spares the archive keys' embeddings later.
+    # Assembling takes that vector from the turn instead of reading it back, but these short
+    # follow-ups still read the vector of the user turn before them (the enriched query's)
     assert max(early) <= 19, early
     assert later == early, "the statements of a turn do not depend on the history's length"
 
@@ -218,3 +220,40 @@ def test_a_compaction_reads_the_turns_it_rolls_out_not_the_history(store, embedd
     assert summary is not None and any(i.get("role") == "user" for i in summary.items), "user quotes were validated"
     # the recent window (40 turns), the summary, the quoted turns: not the 19,960 rolled-out turns
     assert read.rows < 200, read.rows
+
+
+def _round_trips(trace: str) -> int:
+    """Requests the client sent in a libpq trace: simple queries and extended-protocol syncs."""
+    fields = (line.split("\t") for line in trace.splitlines())
+    return sum(1 for f in fields if len(f) > 2 and f[0] == "F" and f[2].split(" ")[0] in ("Query", "Sync"))
+
+
+def test_a_turn_sends_few_round_trips(make_engine_for, tmp_path):
+    """Each request to the server is a round trip: a turn's statements, plus ``BEGIN`` and
+    ``COMMIT``/``ROLLBACK`` only around work of several statements, and no pings."""
+    from psycopg import pq
+
+    engine = make_engine_for(window=8192)
+    _turn_statements(engine, "s1", 2)
+    path = tmp_path / "libpq.trace"
+    with path.open("w") as sink:
+
+        def traced(dbapi_connection, record) -> None:
+            dbapi_connection.pgconn.trace(sink.fileno())
+            dbapi_connection.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+
+        engine.store.engine.dispose()  # the pool connects again, traced
+        event.listen(engine.store.engine, "connect", traced)
+        try:
+            statements = _turn_statements(engine, "s1", 1)[0]
+            engine.store.engine.dispose()  # closes the traced connections before the file
+        finally:
+            event.remove(engine.store.engine, "connect", traced)
+    trace = path.read_text()
+    trips = _round_trips(trace)
+    begins = trace.count('Query\t "BEGIN')
+    # three transactions: the user turn (seq and activity), the reply likewise, recall's reads;
+    # every other statement runs alone in autocommit
+    assert begins == 3, begins
+    assert trips == statements + 2 * begins, (trips, statements)
+    assert not any('Query\t ";"' in line for line in trace.splitlines()), "no pings"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from memory.archive import build_segments, compose, key_vectors, key_weights
 from memory.embeddings import SentenceTransformerEmbedder
@@ -126,6 +126,27 @@ def test_assembling_a_stored_session_does_not_load_the_embedder(make_engine_for,
     context = inspecting.assemble(user_id="u1", session_id="s1")
     assert "She loves riding the old yellow trams around the city." in context.source_text["recent"]
     assert fresh._model is None  # the stored vector was the query's: no model load, no embedding
+
+
+def test_a_turn_hands_its_messages_vector_to_assembling_and_a_later_assemble_reads_it(make_engine_for, store):
+    engine = make_engine_for(window=4096)
+    engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
+    sent: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        result = engine.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
+        turn_sql, sent[:] = list(sent), []
+        engine.assemble(user_id="u1", session_id="s1")
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    assert any(s.startswith("INSERT INTO turn_vectors") for s in turn_sql)
+    assert not any("FROM turn_vectors" in s for s in turn_sql), "the turn does not read back the vector it stored"
+    assert "She rides the yellow trams." in result.context.source_text["recent"]
+    assert any("FROM turn_vectors" in s for s in sent), "an assemble of its own reads the stored vector"
 
 
 def test_a_follow_up_embeds_only_the_turns_without_a_stored_vector(make_engine_for, store, embedder):

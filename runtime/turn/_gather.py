@@ -110,8 +110,12 @@ class ContextGatherer:
         budgets: Budgets | None = None,
         window: int | None = None,
         idle_to_memory: bool = True,
+        known: Mapping[int, list[float]] | None = None,
     ) -> AssembledContext:
-        """See :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in :func:`runtime.context.assemble_context`."""
+        """See :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in :func:`runtime.context.assemble_context`.
+
+        ``known``: turn id → the stored vector of that turn, already at hand (the turn that
+        just embedded and stored its message passes it): not read again (:meth:`vectors`)."""
         budgets = budgets or self.budgets
         stored = self.store.turns(session_id, state=TurnState.context)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
@@ -146,6 +150,7 @@ class ContextGatherer:
             vector, *context_vectors = self.vectors(
                 [(query_turn, query), *((t, t.content) for t in context_turns)],
                 stored={t.id: t.content for t in stored if t.id is not None},
+                known=known,
             )
             recall_vector = (
                 compose(
@@ -210,12 +215,23 @@ class ContextGatherer:
             context = extension.finish(context, gathered)
         return context
 
-    def vectors(self, wanted: Sequence[tuple[Turn | None, str]], *, stored: Mapping[int, str]) -> list[list[float]]:
+    def vectors(
+        self,
+        wanted: Sequence[tuple[Turn | None, str]],
+        *,
+        stored: Mapping[int, str],
+        known: Mapping[int, list[float]] | None = None,
+    ) -> list[list[float]]:
         """The embedding of each ``(turn, text)``: the turn's stored vector when ``text`` is
         what the turn holds in storage (``stored``: turn id → stored content), else the text
-        embedded; the texts to embed go to the embedder in one call (none, when all are stored)."""
+        embedded; the texts to embed go to the embedder in one call (none, when all are stored).
+
+        ``known``: turn id → that turn's stored vector, already at hand; the store is read
+        only for the stored vectors not in it (not at all when it holds them all)."""
         reusable = [t.id for t, text in wanted if t is not None and t.id is not None and stored.get(t.id) == text]
-        found = self.store.turn_vectors(reusable)
+        known = known or {}
+        found = {i: known[i] for i in reusable if i in known}
+        found.update(self.store.turn_vectors(i for i in reusable if i not in found))
         vectors: list[list[float] | None] = [
             found.get(t.id) if t is not None and t.id is not None and t.id in reusable else None for t, text in wanted
         ]

@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -192,20 +192,22 @@ class TurnRunner:
         )
         for extension in self.extensions:
             extension.stored(attached)
-        # the message's embedding is its recall query's: stored with the turn, assembling reads it
-        # (and compaction composes the turn's archive key from it) instead of embedding it again
+        # the message's embedding is its recall query's: stored with the turn (compaction composes
+        # the turn's archive key from it) and handed to assembling, which neither embeds nor reads it
+        known: dict[int, list[float]] = {}
         if text and user_turn.id is not None:
-            self.store.add_turn_vectors({user_turn.id: self.gatherer.embedder.embed([text])[0]})
+            known[user_turn.id] = self.gatherer.embedder.embed([text])[0]
+            self.store.add_turn_vectors(known)
         compactions: list[CompactionOutcome] = []
         if reply is None:
             for extension in self.extensions:
                 extension.prepare(session_id=session_id)
         if reply is not None:
-            context = self.gatherer.assemble(user_id=user_id, session_id=session_id)
+            context = self.gatherer.assemble(user_id=user_id, session_id=session_id, known=known)
             answer, extra_tokens = Reply(content=reply), 0
         else:
             try:
-                answer, context, extra_tokens, harder = self._model_reply(user_id, session_id, on_delta)
+                answer, context, extra_tokens, harder = self._model_reply(user_id, session_id, on_delta, known)
             except Exception as exc:
                 log.warning(
                     "turn.reply_failed", session_id=session_id, user_seq=user_turn.seq, error=type(exc).__name__
@@ -338,13 +340,26 @@ class TurnRunner:
 
     # -- the reply ---------------------------------------------------------------------------
     def _prepare(
-        self, user_id: str, session_id: str, budgets: Budgets, window: int, *, harder: bool = False
+        self,
+        user_id: str,
+        session_id: str,
+        budgets: Budgets,
+        window: int,
+        known: Mapping[int, list[float]],
+        *,
+        harder: bool = False,
     ) -> tuple[AssembledContext, Tools | None]:
         """One attempt's request: the context within ``budgets`` and ``window`` (tokens), and the
         tools the extensions offer a reply to it. A ``harder`` attempt (after an overflow) keeps
-        idle budget out of ``memory``, so it sends less than the attempt before it."""
+        idle budget out of ``memory``, so it sends less than the attempt before it. ``known``:
+        turn id → stored vector at hand (:meth:`ContextGatherer.assemble`)."""
         context = self.gatherer.assemble(
-            user_id=user_id, session_id=session_id, budgets=budgets, window=window, idle_to_memory=not harder
+            user_id=user_id,
+            session_id=session_id,
+            budgets=budgets,
+            window=window,
+            idle_to_memory=not harder,
+            known=known,
         )
         tools: Tools | None = None
         for extension in self.extensions:
@@ -365,15 +380,19 @@ class TurnRunner:
         return answer, context, sum(e.request_tokens(context) for e in self.extensions)
 
     def _model_reply(
-        self, user_id: str, session_id: str, on_delta: Callable[[str], None] | None
+        self,
+        user_id: str,
+        session_id: str,
+        on_delta: Callable[[str], None] | None,
+        known: Mapping[int, list[float]],
     ) -> tuple[Reply, AssembledContext, int, CompactionOutcome | None]:
         """The replier's answer. On a provider overflow: compact harder, then the same attempt
-        within smaller budgets and a margin, once.
+        within smaller budgets and a margin, once. ``known`` as in :meth:`_prepare`.
 
         Returns the reply, the context it answers, the tool-schema tokens sent, and the harder
         compaction (if one ran).
         """
-        context, tools = self._prepare(user_id, session_id, self.budgets, self.window)
+        context, tools = self._prepare(user_id, session_id, self.budgets, self.window, known)
         try:
             return (*self._ask(session_id, context, tools, on_delta), None)
         except ContextOverflowError as first:
@@ -400,7 +419,7 @@ class TurnRunner:
             retry_cap_memory=budgets.memory,
         )
         compaction = self.compact(session_id, user_id, recent_cap=budgets.recent)
-        harder, tools = self._prepare(user_id, session_id, budgets, window, harder=True)
+        harder, tools = self._prepare(user_id, session_id, budgets, window, known, harder=True)
         try:
             return (*self._ask(session_id, harder, tools, on_delta), compaction)
         except ContextOverflowError as second:
