@@ -87,8 +87,8 @@ class EmbeddingDimensionMismatch(UsageError):
         super().__init__(
             f"The table {table!r} stores vector({table_dim}) embeddings, but the embedding model "
             f"{model_name!r} produces {model_dim} dimensions. Use an embedding model with "
-            f"{table_dim} dimensions (COMPANION_EMBEDDING_MODEL), or start from a new database "
-            f"migrated with the new model."
+            f"{table_dim} dimensions (COMPANION_EMBEDDING_MODEL), or re-embed every stored vector "
+            f"with the new model: `companion db reembed` (with the service stopped)."
         )
         self.table = table
         self.table_dim = table_dim

@@ -50,9 +50,13 @@ def test_first_open_records_the_model_and_another_model_of_the_same_dimension_is
 
 
 def test_a_database_upgraded_with_vectors_but_no_record_gets_the_configured_model(empty_db_url, embedder):
+    from alembic import command
+
+    from memory.database import _alembic_config
+
     engine = make_engine(empty_db_url)
-    upgrade(engine, embedding_dim=384)
-    with engine.begin() as conn:  # as an older version left it: vectors stored, no model recorded
+    with engine.begin() as conn:  # a database of the version before the record (0017), holding a vector
+        command.upgrade(_alembic_config(conn, 384), "0017")
         conn.execute(text("INSERT INTO users (id, created_at) VALUES ('u', now())"))
         conn.execute(
             text(
@@ -70,10 +74,10 @@ def test_a_database_upgraded_with_vectors_but_no_record_gets_the_configured_mode
             text("INSERT INTO turn_vectors (turn_id, embedding) VALUES (:t, CAST(:v AS vector))"),
             {"t": turn_id, "v": str(embedder.embed(["hello"])[0])},
         )
-        conn.execute(text("DELETE FROM embedding_model"))
-    assert recorded_model(engine) is None
+    upgrade(engine, embedding_dim=384)
+    assert recorded_model(engine) is None  # the upgrade cannot know the model
 
-    assert check_model(engine, model_name="all-MiniLM-L6-v2", model_dim=384) == RecordedModel("all-MiniLM-L6-v2", 384)
+    _open(empty_db_url, engine, embedder)  # the first open records the configured one
     assert recorded_model(engine) == RecordedModel("all-MiniLM-L6-v2", 384)
     with pytest.raises(EmbeddingModelMismatch):
         check_model(engine, model_name="other-384", model_dim=384)
