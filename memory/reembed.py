@@ -203,28 +203,27 @@ def _plan_keys(conn: Connection, count_tokens: Callable[[str], int]) -> tuple[li
         for r in rows:
             if r.first_seq != r.last_seq or r.id is None:
                 plans.append(_Plan(r.segment_id, content=r.segment_content))
+        vectors = [_vector(x.vector) if x.vector is not None else None for x in singles]
+        tokens = [count_tokens(x.content) for x in singles]
+        turns = [_turn(x) for x in singles]
         for i, r in enumerate(singles):
-            before = singles[i - 1] if i > 0 and singles[i - 1].seq == r.seq - 1 else None
-            after = singles[i + 1] if i + 1 < len(singles) and singles[i + 1].seq == r.seq + 1 else None
-            full = [x for x in (before, r, after) if x is not None]
-            missing.update(x.id for x in full if x.vector is None)
-            plan = _Plan(r.segment_id, window=tuple(x.id for x in full), centre=int(before is not None))
-            if all(x.vector is not None for x in full):
-                best_cos = -2.0
-                for use_before, use_after in product((True, False), repeat=2):
-                    if (use_before and before is None) or (use_after and after is None):
-                        continue
-                    candidate = [x for x in (before if use_before else None, r, after if use_after else None) if x]
-                    centre = int(use_before)
+            first = i - 1 if i > 0 and singles[i - 1].seq == r.seq - 1 else i
+            last = i + 1 if i + 1 < len(singles) and singles[i + 1].seq == r.seq + 1 else i
+            missing.update(singles[j].id for j in range(first, last + 1) if vectors[j] is None)
+            plan = _Plan(r.segment_id, window=tuple(x.id for x in singles[first : last + 1]), centre=i - first)
+            if all(vectors[j] is not None for j in range(first, last + 1)):
+                old_key = _vector(r.key)
+                # the full window first (a segment inside its compaction); the first that gives the old key wins
+                for lo, hi in dict.fromkeys(product((first, i), (last, i))):
                     key = key_vectors(
-                        [[_turn(x) for x in candidate]],
-                        [_vector(x.vector) for x in candidate],
-                        tokens=[count_tokens(x.content) for x in candidate],
-                    )[centre]
-                    cos = _cosine(key, _vector(r.key))
-                    if cos > best_cos and cos >= SAME_KEY:
-                        best_cos = cos
-                        plan = _Plan(r.segment_id, window=tuple(x.id for x in candidate), centre=centre, matched=True)
+                        [turns[lo : hi + 1]],
+                        [v for v in vectors[lo : hi + 1] if v is not None],
+                        tokens=tokens[lo : hi + 1],
+                    )[i - lo]
+                    if _cosine(key, old_key) >= SAME_KEY:
+                        window = tuple(x.id for x in singles[lo : hi + 1])
+                        plan = _Plan(r.segment_id, window=window, centre=i - lo, matched=True)
+                        break
             plans.append(plan)
     return plans, missing
 
