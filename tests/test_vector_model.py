@@ -3,11 +3,16 @@ runtime refuses to open it with another model, even one of the same dimension.""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
+from alembic import command
 from sqlalchemy import text
 
 from errors import EmbeddingDimensionMismatch, EmbeddingModelMismatch
-from memory.database import make_engine, upgrade
+from memory.database import _alembic_config, make_engine, upgrade
 from memory.vector_model import RecordedModel, check_model, recorded_model
 from runtime.config import Settings
 from runtime.service import Database, open_engine
@@ -50,10 +55,6 @@ def test_first_open_records_the_model_and_another_model_of_the_same_dimension_is
 
 
 def test_a_database_upgraded_with_vectors_but_no_record_gets_the_configured_model(empty_db_url, embedder):
-    from alembic import command
-
-    from memory.database import _alembic_config
-
     engine = make_engine(empty_db_url)
     with engine.begin() as conn:  # a database of the version before the record (0017), holding a vector
         command.upgrade(_alembic_config(conn, 384), "0017")
@@ -82,3 +83,19 @@ def test_a_database_upgraded_with_vectors_but_no_record_gets_the_configured_mode
     with pytest.raises(EmbeddingModelMismatch):
         check_model(engine, model_name="other-384", model_dim=384)
     engine.dispose()
+
+
+def test_a_command_on_a_database_of_another_model_is_a_one_line_error(db_url):
+    engine = make_engine(db_url)
+    check_model(engine, model_name="other-384", model_dim=384)  # the vectors were made by another model
+    engine.dispose()
+    env = {**os.environ, "DATABASE_URL": db_url}
+
+    result = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "inspect", "s1"], env=env, capture_output=True, text=True, timeout=300
+    )
+
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert "'other-384'" in lines[0] and "'all-MiniLM-L6-v2'" in lines[0] and "companion db reembed" in lines[0]
