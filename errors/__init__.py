@@ -15,6 +15,7 @@ place each: litellm in :mod:`runtime.llm`, psycopg/SQLAlchemy in :mod:`memory.da
     │   ├── UnknownModelError       the model name is not known and no override was given
     │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
     │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
+    │   │   └── EmbeddingModelMismatch  the stored vectors were made by another embedding model
     │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
     │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, unreadable, unsupported, binary or not UTF-8
     │   ├── SessionOwnershipError   the session id belongs to another user
@@ -86,13 +87,43 @@ class EmbeddingDimensionMismatch(UsageError):
         super().__init__(
             f"The table {table!r} stores vector({table_dim}) embeddings, but the embedding model "
             f"{model_name!r} produces {model_dim} dimensions. Use an embedding model with "
-            f"{table_dim} dimensions (COMPANION_EMBEDDING_MODEL), or start from a new database "
-            f"migrated with the new model."
+            f"{table_dim} dimensions (COMPANION_EMBEDDING_MODEL), or re-embed every stored vector "
+            f"with the new model: `companion db reembed` (with the service stopped)."
         )
         self.table = table
         self.table_dim = table_dim
         self.model_dim = model_dim
         self.model_name = model_name
+
+
+class EmbeddingModelMismatch(EmbeddingDimensionMismatch):
+    """The stored vectors were made by another embedding model than the configured one.
+
+    Two models of the same dimension fit the same ``vector(N)`` columns, but their vectors
+    live in different spaces: comparing them ranks recall at random. A subclass of
+    :class:`EmbeddingDimensionMismatch`, so a caller that handles that one handles this too.
+
+    Attributes:
+        recorded_name: the model the database records (``embedding_model`` table).
+        recorded_dim: its dimension.
+        model_name: the configured model (``COMPANION_EMBEDDING_MODEL``).
+        model_dim: its dimension.
+    """
+
+    def __init__(self, *, recorded_name: str, recorded_dim: int, model_name: str, model_dim: int) -> None:
+        UsageError.__init__(
+            self,
+            f"The stored vectors were made by the embedding model {recorded_name!r} ({recorded_dim} dimensions), "
+            f"but the configured model is {model_name!r} ({model_dim} dimensions); their vectors cannot be "
+            f"compared. Set COMPANION_EMBEDDING_MODEL back to {recorded_name!r}, or re-embed every stored "
+            f"vector with the new model: `companion db reembed` (with the service stopped).",
+        )
+        self.table = "embedding_model"
+        self.table_dim = recorded_dim
+        self.model_dim = model_dim
+        self.model_name = model_name
+        self.recorded_name = recorded_name
+        self.recorded_dim = recorded_dim
 
 
 class PersonaError(UsageError):

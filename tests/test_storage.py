@@ -50,7 +50,7 @@ def test_engine_refuses_to_start_when_table_dimension_differs_from_model(empty_d
             database=Database(empty_db_url, engine, embedded=False),
         )
     message = str(info.value)
-    assert "768" in message and "384" in message
+    assert "768" in message and "384" in message and "companion db reembed" in message
     assert info.value.table_dim == 768 and info.value.model_dim == 384
     check_dimension(engine, model_dim=768, model_name="other")  # the matching dimension passes
     engine.dispose()

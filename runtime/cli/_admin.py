@@ -1,4 +1,4 @@
-"""``companion db``, ``companion breaker`` and ``companion session``: schema, breaker and session commands."""
+"""``companion db`` (upgrade, reembed), ``companion breaker`` and ``companion session``: schema, breaker and session commands."""
 
 from __future__ import annotations
 
@@ -31,6 +31,48 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
     dim = args.embedding_dim or SentenceTransformerEmbedder(settings.embedding_model).dimension
     revision = upgrade(database.engine, embedding_dim=dim)
     print(f"database at revision {revision} ({'embedded' if database.embedded else 'DATABASE_URL'})")
+    return 0
+
+
+def cmd_db_reembed(args: argparse.Namespace) -> int:
+    """Re-embed every stored vector with ``COMPANION_EMBEDDING_MODEL`` and record it (one transaction)."""
+    from memory.database import current_revision, head_revision, require_schema, upgrade, vector_dimension
+    from memory.embeddings import SentenceTransformerEmbedder
+    from memory.reembed import reembed
+    from memory.vector_model import recorded_model
+    from runtime.accounting import counter_for
+    from runtime.service import connect
+
+    if args.batch < 1:
+        print(f"error: --batch must be at least 1, got {args.batch}", file=sys.stderr)
+        return EXIT_USAGE
+    settings = _settings()
+    database = connect(settings)
+    embedder = SentenceTransformerEmbedder(settings.embedding_model, threads=settings.embed_threads)
+    if database.embedded and current_revision(database.engine) != head_revision():
+        upgrade(database.engine, embedding_dim=embedder.dimension)
+    require_schema(database.engine)
+    previous = recorded_model(database.engine)
+    dim = vector_dimension(database.engine)
+    print(
+        f"re-embedding every stored vector with {embedder.name!r} ({embedder.dimension} dimensions; "
+        f"recorded: {f'{previous.name!r} ({previous.dimension})' if previous else 'none'}"
+        f"{f'; the vector columns go from {dim} to {embedder.dimension} dimensions' if dim != embedder.dimension else ''}"
+        "), in one transaction: an interrupted run changes nothing",
+        flush=True,
+    )
+
+    def progress(stage: str, done: int, total: int) -> None:
+        print(f"  {stage}: {done}/{total}", flush=True)
+
+    counter = counter_for(settings.model)
+    result = reembed(database.engine, embedder, count_tokens=counter.count_text, batch=args.batch, progress=progress)
+    print(
+        f"done: {result.turn_vectors} turn vectors, {result.archive_keys} archive keys "
+        f"({result.keys_matched} in their compaction's window, {result.keys_full_window} in the full window, "
+        f"{result.keys_from_content} from their content), {result.knowledge_chunks} knowledge chunks; "
+        f"model {result.model.name!r} ({result.model.dimension}) recorded"
+    )
     return 0
 
 

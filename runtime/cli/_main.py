@@ -5,7 +5,7 @@
     companion replay PATH [--conversation ID] [--window TOKENS] [--report FILE] [--plot FILE.png|FILE.html]
     companion inspect SESSION
     companion chat --user USER --session SESSION [--persona FILE]
-    companion db upgrade
+    companion db upgrade | db reembed [--batch N]
     companion breaker show SESSION
     companion breaker reset SESSION
     companion files add USER PATH... [--ephemeral --session SESSION] [--no-wait]
@@ -36,7 +36,13 @@ import os
 import sys
 
 from errors import CompanionError
-from runtime.cli._admin import cmd_breaker_reset, cmd_breaker_show, cmd_db_upgrade, cmd_session_delete
+from runtime.cli._admin import (
+    cmd_breaker_reset,
+    cmd_breaker_show,
+    cmd_db_reembed,
+    cmd_db_upgrade,
+    cmd_session_delete,
+)
 from runtime.cli._chat import cmd_chat, cmd_inspect
 from runtime.cli._common import EXIT_USAGE, _id_arg
 from runtime.cli._files import _add_files_parser
@@ -89,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--embedding-dim", type=int, help="vector(N) for a new archive table (default: the embedding model's)"
     )
     up.set_defaults(func=cmd_db_upgrade)
+    reembed = db_sub.add_parser(
+        "reembed",
+        help="re-embed every stored vector (turns, archive keys, knowledge) with COMPANION_EMBEDDING_MODEL "
+        "and record it; one transaction (stop the service first)",
+    )
+    reembed.add_argument("--batch", type=int, default=256, help="texts embedded per step (default 256)")
+    reembed.set_defaults(func=cmd_db_reembed)
 
     breaker = sub.add_parser("breaker", help="compaction circuit breaker")
     b_sub = breaker.add_subparsers(dest="breaker_command", required=True)

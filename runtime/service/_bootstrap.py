@@ -12,6 +12,7 @@ from sqlalchemy import Engine as SAEngine
 from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
 from memory.embeddings import BatchingEmbedder, CachingEmbedder, Embedder, SentenceTransformerEmbedder
 from memory.store import Store
+from memory.vector_model import check_model
 from persona import Persona, load_persona
 from runtime.compaction import Summarizer
 from runtime.config import Settings
@@ -109,6 +110,9 @@ def open_engine(
             ``COMPANION_CONTEXT_WINDOW`` is unset (checked first, before the database).
         SchemaError: the database is not migrated.
         EmbeddingDimensionMismatch: the archive's vector(N) differs from the embedder's.
+        EmbeddingModelMismatch: the stored vectors were made by another model than the embedder's
+            (recorded in the database; the first open records the embedder's,
+            :func:`memory.vector_model.check_model`).
         PersonaError, ConfigurationError: a bad persona file or setting.
     """
     if not structlog.is_configured():  # a library caller who set up structlog keeps their setup
@@ -127,6 +131,7 @@ def open_engine(
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
+    check_model(database.engine, model_name=embedder.name, model_dim=embedder.dimension)  # no model load
     queue = None
     if parsing == "queue":
         from runtime.service._parse_jobs import QueuedParses
