@@ -128,6 +128,24 @@ def test_assembling_a_stored_session_does_not_load_the_embedder(make_engine_for,
     assert fresh._model is None  # the stored vector was the query's: no model load, no embedding
 
 
+def test_a_user_turn_added_without_a_reply_stores_its_vector_too(make_engine_for, store):
+    """A replay or an import adds a user turn with no reply (``add_turn``): its vector is stored
+    with it, so assembling after it (``companion inspect``) loads no model either."""
+    engine = make_engine_for(window=4096)
+    engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
+    added = engine.add_turn(user_id="u1", session_id="s1", role="user", content="Her flat has a view of the river.")
+    reply = engine.add_turn(user_id="u1", session_id="s1", role="assistant", content="Lovely.")
+    assert added.id is not None and reply.id is not None
+    assert list(store.turn_vectors([added.id, reply.id])) == [added.id]  # a reply is embedded when archived
+    fresh = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+    inspecting = make_engine_for(window=4096)
+    inspecting.embedder = fresh
+    inspecting = inspecting.derive(window=4096)
+    context = inspecting.assemble(user_id="u1", session_id="s1")
+    assert "Her flat has a view of the river." in context.source_text["recent"]
+    assert fresh._model is None
+
+
 def test_a_turn_hands_its_messages_vector_to_assembling_and_a_later_assemble_reads_it(make_engine_for, store):
     engine = make_engine_for(window=4096)
     engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")

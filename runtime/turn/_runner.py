@@ -194,10 +194,7 @@ class TurnRunner:
             extension.stored(attached)
         # the message's embedding is its recall query's: stored with the turn (compaction composes
         # the turn's archive key from it) and handed to assembling, which neither embeds nor reads it
-        known: dict[int, list[float]] = {}
-        if text and user_turn.id is not None:
-            known[user_turn.id] = self.gatherer.embedder.embed([text])[0]
-            self.store.add_turn_vectors(known)
+        known = self._store_vector(user_turn)
         compactions: list[CompactionOutcome] = []
         if reply is None:
             for extension in self.extensions:
@@ -285,8 +282,21 @@ class TurnRunner:
                 created_at=at,
                 file_ids=[f.id for f in attached],
             )
+            if role == "user":
+                self._store_vector(turn)
             self.schedule_compaction(session_id, user_id)
         return turn
+
+    def _store_vector(self, turn: Turn) -> dict[int, list[float]]:
+        """Embed a stored user turn's text once and store the vector with it
+        (:class:`~memory.tables.TurnVector`): it is the recall query's when the turn is the newest
+        user message, and compaction composes the turn's archive key from it. Returns turn id →
+        vector (empty for an empty text)."""
+        if not turn.content or turn.id is None:
+            return {}
+        known = {turn.id: self.gatherer.embedder.embed([turn.content])[0]}
+        self.store.add_turn_vectors(known)
+        return known
 
     def edit(
         self,
