@@ -17,7 +17,8 @@ meaningless for quality, which is measured on LoCoMo instead (``--quality``), an
 case for the HNSW index: the turn's query is a real all-MiniLM-L6-v2 embedding, and every random
 vector is about equally far from it, so the graph search visits many more nodes than on real
 data. ``--embeddings real`` stores all-MiniLM-L6-v2 embeddings of each turn's text instead, as
-the runtime would (about 4 minutes for 100,000 turns on 2 cores).
+the runtime would: slow to load (the synthetic words split into many word pieces; about
+30 texts per second on this 2-core machine, so use it for sizes up to about 10,000).
 The secondary indexes of both tables are dropped for the load and built again after it.
 All sizes share one database, as users share one in production.
 
