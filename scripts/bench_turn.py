@@ -48,6 +48,7 @@ per user), and prints evidence recall for both.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -237,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {len(indexes)} indexes built ({time.perf_counter() - started:.0f} s)", flush=True)
             conn.autocommit = True
             conn.execute("VACUUM ANALYZE")
+            with contextlib.suppress(psycopg.Error):  # needs superuser or pg_checkpoint on DATABASE_URL's server
+                # the load's writes are flushed now, not by a checkpoint during the measured rounds
+                conn.execute("CHECKPOINT")
         store = Store(db)
         engine = Engine(
             settings=settings,
