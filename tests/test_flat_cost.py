@@ -90,26 +90,19 @@ def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, lar
     with Statements(store.engine) as seen:
         chosen = recall_segments(store.engine, **args)
     assert any("hnsw.iterative_scan" in s for s in seen.sql), "2,000 of 2,500 rows: the index path is chosen"
-    by_vector = [s.id for s in sorted(chosen, key=lambda s: s.vector_rank or 10**6)[:8]]
-    assert by_vector == planted
-    assert [s.id for s in chosen] == [s.id for s in exact]
-    assert [s.text_rank for s in chosen if s.text_rank] == [1, 2]
-    assert [s.distance for s in chosen] == pytest.approx([s.distance for s in exact])
-
-
-def test_the_index_path_reads_the_hnsw_index(store, large_archive, monkeypatch):
-    """The planner uses the index only when recall orders by the index's own expression
-    (half-precision keys, migration 0017); otherwise it would sort every row of the user."""
-    query, _ = large_archive
-    monkeypatch.setattr(recall, "INDEX_FROM", 1000)
-    with Statements(store.engine) as seen:
-        recall_segments(store.engine, user_id="big", query_embedding=list(query), query_text="zorblax", limit=10)
+    # the planner reads the HNSW index only when recall orders by the index's own expression
+    # (half-precision keys, migration 0017); otherwise it would sort every row of the user
     ranked = next(i for i, s in enumerate(seen.sql) if "ORDER BY score" in s)
     settings = next(i for i, s in enumerate(seen.sql) if "hnsw.iterative_scan" in s)
     with store.engine.raw_connection().driver_connection as conn, conn.transaction():
         conn.execute(seen.sql[settings], seen.params[settings])
         plan = "\n".join(r[0] for r in conn.execute("EXPLAIN " + seen.sql[ranked], seen.params[ranked]).fetchall())
     assert "ix_archived_segments_embedding_hnsw" in plan
+    by_vector = [s.id for s in sorted(chosen, key=lambda s: s.vector_rank or 10**6)[:8]]
+    assert by_vector == planted
+    assert [s.id for s in chosen] == [s.id for s in exact]
+    assert [s.text_rank for s in chosen if s.text_rank] == [1, 2]
+    assert [s.distance for s in chosen] == pytest.approx([s.distance for s in exact])
 
 
 def test_small_archive_recall_stays_exact(store, large_archive):
