@@ -389,6 +389,7 @@ def recall_segments(
         params.update(
             when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight)
         )
+    params["index_pool"] = min(params["pool"], INDEX_POOL)
     with storage_errors(exclude_session_id), engine.connect() as conn:
         use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
         if use_index:
@@ -398,10 +399,9 @@ def recall_segments(
                     "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
                     "set_config('hnsw.ef_search', :ef, true), set_config('hnsw.max_scan_tuples', :scan, true)"
                 ),
-                {"ef": str(max(min(params["pool"], INDEX_POOL), EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
+                {"ef": str(max(params["index_pool"], EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
             )
         params["frequent_rows"] = FREQUENT_ROWS if use_index else 0  # 0: no term is frequent, all matches ranked
-        params["index_pool"] = min(params["pool"], INDEX_POOL)
         vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude, dim=len(params["q"]))
         sql = _RANKED.format(
             vec_cte=vec_cte,

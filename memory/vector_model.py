@@ -23,6 +23,7 @@ from memory.database import storage_errors
 from memory.embeddings import BUNDLED_NAMES
 
 TABLE = "embedding_model"
+_SELECT = text(f"SELECT name, dimension FROM {TABLE} WHERE id = 1")
 BUNDLED_NAME = "all-MiniLM-L6-v2"
 """The name recorded for every name of the bundled model (:data:`memory.embeddings.BUNDLED_NAMES`)."""
 
@@ -50,7 +51,7 @@ def recorded_model(engine: Engine) -> RecordedModel | None:
         StorageError: the database failed (or is not migrated to 0018).
     """
     with storage_errors(), engine.connect() as conn:
-        row = conn.execute(text(f"SELECT name, dimension FROM {TABLE} WHERE id = 1")).fetchone()
+        row = conn.execute(_SELECT).fetchone()
     return RecordedModel(row.name, int(row.dimension)) if row is not None else None
 
 
@@ -94,7 +95,7 @@ def check_model(engine: Engine, *, model_name: str, model_dim: int) -> RecordedM
             text(f"INSERT INTO {TABLE} (id, name, dimension) VALUES (1, :n, :d) ON CONFLICT (id) DO NOTHING"),
             {"n": canonical_name(model_name), "d": int(model_dim)},
         )
-        row = conn.execute(text(f"SELECT name, dimension FROM {TABLE} WHERE id = 1")).one()
+        row = conn.execute(_SELECT).one()  # inserted above when missing
     recorded = RecordedModel(row.name, int(row.dimension))
     if recorded.name != canonical_name(model_name) or recorded.dimension != model_dim:
         raise EmbeddingModelMismatch(
