@@ -351,6 +351,28 @@ class GcTimer:
             self.ms += 1000 * (time.perf_counter() - self._start)
 
 
+def scheduling(database: str) -> dict[str, float]:
+    """Milliseconds on a CPU and waiting for one (in the run queue) so far, from Linux's
+    ``/proc/<pid>/task/<tid>/schedstat``: of this process's threads (``on_cpu``, ``queued``) and
+    of the server's processes whose command line names ``database`` (``db_on_cpu``,
+    ``db_queued``: the backends of this database); zeros where ``/proc`` has no such files."""
+    out = {"on_cpu": 0.0, "queued": 0.0, "db_on_cpu": 0.0, "db_queued": 0.0}
+    proc = Path("/proc")
+    pids = [("", os.getpid())]
+    for entry in proc.iterdir() if proc.exists() else []:
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if database.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(("db_", int(entry.name)))
+    for prefix, pid in pids:
+        for task in (proc / str(pid) / "task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError):
+                on_cpu, queued, _ = task.read_text().split()
+                out[prefix + "on_cpu"] += int(on_cpu) / 1e6
+                out[prefix + "queued"] += int(queued) / 1e6
+    return out
+
+
 def server_activity(conn, user_id: str) -> dict[str, float]:
     """Counters of the server's background work: checkpoints, autovacuums and autoanalyzes done
     (all tables), and autovacuum workers running now; and ``user_id``'s archived segments."""
@@ -374,22 +396,35 @@ def server_activity(conn, user_id: str) -> dict[str, float]:
 def print_trace(trace: list[dict[str, Any]], sizes: list[int], slowest: int) -> None:
     """The ``slowest`` turns of each size with what went on during them, and the median turn with
     and without a compaction (segments archived by the turn)."""
-    print("\nslowest turns (ms): turn = process CPU | model embedding | GC | SQL; archived segments; load; server")
+    print(
+        "\nslowest turns (ms): turn = process CPU | model embedding | GC | SQL; waits for a CPU: this process, its "
+        "database's backends (their CPU); archived segments; load; server"
+    )
     for n in sizes:
         rows = [t for t in trace if t["size"] == n]
         for t in sorted(rows, key=lambda t: -t["turn_ms"])[:slowest]:
             busy = {k: int(v) for k, v in t["server"].items() if v}
+            sched = t["sched_ms"]
             top = ", ".join(f"{ms:.0f} {key[:40]}" for ms, key in t["statements"][:3])
             print(
                 f"  {n:>7,} r{t['round']:<3} {t['turn_ms']:6.0f} = cpu {t['cpu_ms']:4.0f} | emb {t['embed_ms']:4.0f} | "
-                f"gc {t['gc_ms']:3.0f} | sql {t['sql_ms']:4.0f}; +{t['archived']}; {t['load']:.1f}; {busy or ''}  [{top}]"
+                f"gc {t['gc_ms']:3.0f} | sql {t['sql_ms']:4.0f}; queued {sched['queued']:3.0f}, "
+                f"{sched['db_queued']:3.0f} ({sched['db_on_cpu']:3.0f}); +{t['archived']:.0f}; {t['load']:.1f}; "
+                f"{busy or ''}  [{top}]"
+            )
+        queued = [t["sched_ms"]["queued"] + t["sched_ms"]["db_queued"] for t in rows]
+        if rows:
+            print(
+                f"  {n:>7,} waits for a CPU per turn (this process + backends), median {statistics.median(queued):.0f} "
+                f"ms, p95 {_pct(queued, 95):.0f} ms"
             )
         compacting = [t["turn_ms"] for t in rows if t["archived"]]
         plain = [t["turn_ms"] for t in rows if not t["archived"]]
         if compacting and plain:
             print(
                 f"  {n:>7,} median turn with a compaction {statistics.median(compacting):.0f} ms "
-                f"({len(compacting)}), without {statistics.median(plain):.0f} ms ({len(plain)})"
+                f"({len(compacting)}), without {statistics.median(plain):.0f} ms ({len(plain)}, p95 "
+                f"{_pct(plain, 95):.0f} ms)"
             )
 
 
@@ -413,6 +448,12 @@ def main(argv: list[str] | None = None) -> int:
         "--texts",
         choices=["locomo", "synthetic"],
         help="stored texts and messages: LoCoMo turns (the default when --data is there) or synthetic words",
+    )
+    parser.add_argument(
+        "--embed-threads",
+        type=int,
+        help="torch threads of the turns' embedder (default: the runtime's COMPANION_EMBED_THREADS default; "
+        "0: torch's own default, one per core)",
     )
     parser.add_argument("--slowest", type=int, default=4, help="turns shown per size in the slowest-turns trace")
     parser.add_argument(
@@ -442,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         "window": args.window,
         "embeddings": args.embeddings,
         "texts": texts,
+        "embed_threads": args.embed_threads,
         "code": runtime.__file__,
     }
     try:
@@ -449,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         db = make_engine(url)
         upgrade(db, embedding_dim=DIM)
         settings = Settings(context_window=args.window, database_url="unused")
+        if args.embed_threads is not None:
+            settings = settings.model_copy(update={"embed_threads": args.embed_threads or None})
         rng = random.Random(args.seed)
         words, weights = _vocabulary(rng)
         pooled = load_pool(args.data) if texts == "locomo" or args.embeddings == "mixed" else None
@@ -520,6 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         trace: list[dict[str, Any]] = []
         gc_ms = GcTimer()
         side = psycopg.connect(url, autocommit=True)  # server activity around each turn, not counted
+        database = url.partition("?")[0].rsplit("/", 1)[1]
 
         def once(label: str, fn: Callable[[], Any], n: int) -> None:
             t = time.perf_counter()
@@ -538,8 +583,10 @@ def main(argv: list[str] | None = None) -> int:
                 text = msgs.pop()
                 statements.timed = {}
                 server_before = server_activity(side, user)
+                sched_before = scheduling(database)
                 cpu, embed_ms, gc_before = time.process_time(), model.ms, gc_ms.ms
                 once("turn", lambda: engine.turn(user_id=user, session_id=session, message=text, reply="Okay!"), n)  # noqa: B023
+                sched = {k: v - sched_before[k] for k, v in scheduling(database).items()}
                 server_after = server_activity(side, user)
                 timed, statements.timed = statements.timed, None
                 for key, ms in timed.items():
@@ -553,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
                         "cpu_ms": 1000 * (time.process_time() - cpu),
                         "embed_ms": model.ms - embed_ms,
                         "gc_ms": gc_ms.ms - gc_before,
+                        "sched_ms": sched,
                         "sql_ms": sum(sum(v) for v in timed.values()),
                         "archived": server_after["segments"] - server_before["segments"],
                         "load": os.getloadavg()[0],
