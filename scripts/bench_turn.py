@@ -375,7 +375,8 @@ def scheduling(database: str) -> dict[str, float]:
 
 def server_activity(conn, user_id: str) -> dict[str, float]:
     """Counters of the server's background work: checkpoints, autovacuums and autoanalyzes done
-    (all tables), and autovacuum workers running now; and ``user_id``'s archived segments."""
+    (all tables), and autovacuum workers running now; and ``user_id``'s archived segments.
+    Needs PostgreSQL 17 or later (``pg_stat_checkpointer``), as the embedded server is."""
     row = conn.execute(
         "SELECT (SELECT coalesce(sum(segments), 0) FROM archive_counts WHERE user_id = %s), "
         "(SELECT num_timed + num_requested FROM pg_stat_checkpointer), "
@@ -556,11 +557,10 @@ def main(argv: list[str] | None = None) -> int:
         keys = ["turn", "assemble", "recall", "sql"] + (["exact", "index", "overlap"] if paths else [])
         m: dict[int, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in sizes}
         wanted = args.rounds * len(sizes) + 8
-        msgs = (
-            rng.sample(held_out, min(wanted, len(held_out)))
-            if texts == "locomo"
-            else _texts(rng, words, weights, wanted)
-        )
+        if texts == "locomo":  # each held-out turn once, as long as there are enough
+            msgs = rng.sample(held_out, wanted) if wanted <= len(held_out) else rng.choices(held_out, k=wanted)
+        else:
+            msgs = _texts(rng, words, weights, wanted)
         trace: list[dict[str, Any]] = []
         gc_ms = GcTimer()
         side = psycopg.connect(url, autocommit=True)  # server activity around each turn, not counted
