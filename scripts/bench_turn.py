@@ -23,7 +23,7 @@ from a Zipf-like 5,000-word vocabulary of random letters (the default without ``
 
 Segment vectors (``--embeddings``):
 
-- ``mixed`` (the default): each a mix of two real embeddings, the all-MiniLM-L6-v2 vectors of a
+- ``mixed`` (the default when ``--data`` is there): each a mix of two real embeddings, the all-MiniLM-L6-v2 vectors of a
   pool of LoCoMo turns (embedded once, about 70 s, then cached under ``~/.cache/companion-bench``),
   with Dirichlet weights and Gaussian noise (:meth:`Pool.mix`); with LoCoMo texts, a segment's
   text is that of its vector's larger part. ``scripts/bench_vectors.py`` compares them with real
@@ -33,7 +33,8 @@ Segment vectors (``--embeddings``):
   against 3,800 random, and 94 % against 12 % of the exact top 10 found).
 - ``random``: unit vectors uniform on the sphere, the HNSW index's worst case: the query is a
   real embedding and every stored vector about equally far from it, so the search visits about
-  three times the nodes and finds few of the true nearest. Kept to measure that bound.
+  three times the nodes and finds few of the true nearest. Kept to measure that bound; the
+  default without ``--data``.
 - ``real``: each stored text embedded (:func:`embed_texts`: one torch thread, passes of 32
   length-sorted texts; the old loader's default two threads and passes of 8 made about 11 per
   second under a load of 4): about 85 LoCoMo turns or 37 synthetic texts (which split into
@@ -441,9 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--embeddings",
         choices=["mixed", "random", "real"],
-        default="mixed",
-        help="segment vectors: mixes of real embeddings (the default), random unit vectors (the HNSW index's "
-        "worst case), or all-MiniLM-L6-v2 embeddings of each turn's text",
+        help="segment vectors: mixes of real embeddings (the default when --data is there), random unit vectors "
+        "(the HNSW index's worst case; the default without --data), or all-MiniLM-L6-v2 embeddings of each turn's text",
     )
     parser.add_argument(
         "--texts",
@@ -463,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     texts = args.texts or ("locomo" if args.data.exists() else "synthetic")
+    args.embeddings = args.embeddings or ("mixed" if args.data.exists() else "random")
 
     import psycopg
 
