@@ -3,31 +3,52 @@
 Usage::
 
     python scripts/bench_turn.py [--sizes 100,1000,10000,100000] [--rounds 24] [--window 4096]
-        [--embeddings random|real] [--quality] [--statements] [--json out.json]
+        [--embeddings mixed|random|real] [--texts locomo|synthetic] [--quality] [--statements]
+        [--slowest 4] [--json out.json]
 
 Runs against its own embedded PostgreSQL in a temporary directory (deleted at the end), or a
 fresh database on ``DATABASE_URL``'s server. The schema is the runtime's own (all migrations).
 
-For each size N one user with one session is loaded by binary ``COPY``: N turns of synthetic
-chat text (8–30 words from a Zipf-like 5,000-word vocabulary), alternating user and
-assistant, the newest 10 in the recent window (state ``context``) and the rest rolled out
-(``summarized``), each rolled-out turn an archived segment as compaction writes them (one
-turn per segment). Segment embeddings are **random unit vectors** (384 floats) by default,
-meaningless for quality, which is measured on LoCoMo instead (``--quality``), and the hardest
-case for the HNSW index: the turn's query is a real all-MiniLM-L6-v2 embedding, and every random
-vector is about equally far from it, so the graph search visits many more nodes than on real
-data. ``--embeddings real`` stores all-MiniLM-L6-v2 embeddings of each turn's text instead, as
-the runtime would: slow to load (the synthetic words split into many word pieces; about
-30 texts per second on this 2-core machine, so use it for sizes up to about 10,000).
-The secondary indexes of both tables are dropped for the load and built again after it.
-All sizes share one database, as users share one in production.
+For each size N one user with one session is loaded by binary ``COPY``: N turns alternating
+user and assistant, the newest 10 in the recent window (state ``context``) and the rest rolled
+out (``summarized``), each rolled-out turn an archived segment as compaction writes them (one
+turn per segment). The secondary indexes of both tables are dropped for the load and built
+again after it, then ``VACUUM ANALYZE`` and a ``CHECKPOINT``. All sizes share one database, as
+users share one in production.
+
+Texts (``--texts``): by default LoCoMo's turns, read at run time from ``--data`` (never copied
+into the repository): the stored turns come from every conversation but the last, the measured
+turns' messages from the last one, so no message is stored already. ``synthetic``: 8–30 words
+from a Zipf-like 5,000-word vocabulary of random letters (the default without ``--data``).
+
+Segment vectors (``--embeddings``):
+
+- ``mixed`` (the default when ``--data`` is there): each a mix of two real embeddings, the all-MiniLM-L6-v2 vectors of a
+  pool of LoCoMo turns (embedded once, about 70 s, then cached under ``~/.cache/companion-bench``),
+  with Dirichlet weights and Gaussian noise (:meth:`Pool.mix`); with LoCoMo texts, a segment's
+  text is that of its vector's larger part. ``scripts/bench_vectors.py`` compares them with real
+  embeddings: the same spread of query-to-nearest cosines (median 0.52 mixed, 0.59 real, 0.18
+  random, at 3,435 vectors) and of each vector's own nearest neighbour (0.67 / 0.68 / 0.18), the
+  same HNSW work (1,450 / 1,370 / 2,280 buffers per search; at 100,000 vectors 1,270 mixed
+  against 3,800 random, and 94 % against 12 % of the exact top 10 found).
+- ``random``: unit vectors uniform on the sphere, the HNSW index's worst case: the query is a
+  real embedding and every stored vector about equally far from it, so the search visits about
+  three times the nodes and finds few of the true nearest. Kept to measure that bound; the
+  default without ``--data``.
+- ``real``: each stored text embedded (:func:`embed_texts`: one torch thread, passes of 32
+  length-sorted texts; the old loader's default two threads and passes of 8 made about 11 per
+  second under a load of 4): about 85 LoCoMo turns or 37 synthetic texts (which split into
+  about 73 word pieces each) per second on this 2-core machine, so synthetic texts only up to
+  about 10,000; LoCoMo texts repeat (a pool of 3,435), so their vectors are exact duplicates.
 
 Then ``--rounds`` rounds, each visiting every size once in turn (interleaved, so a busy
 moment of this machine hits every size alike), measure in milliseconds:
 
 - **turn**: :meth:`runtime.turn.Engine.turn` with the reply given (replay style: a replier
-  that answers at once), the real all-MiniLM-L6-v2 embedder, the extractive summarizer and
-  compaction when the window is over its cap, as a turn runs in production;
+  that answers at once), the real all-MiniLM-L6-v2 embedder wired as the service wires it
+  (``COMPANION_EMBED_THREADS`` torch threads, micro-batcher, cache), the extractive summarizer,
+  and compaction inline when the window is over its cap (``companion serve`` queues it instead:
+  a turn that compacts here also embeds and archives the rolled-out turns);
 - **assemble**: :meth:`runtime.turn.Engine.assemble` of the same session (a read);
 - **recall**: the :func:`memory.recall.recall_segments` call inside that ``assemble``;
 - **statements per turn**: SQL statements the turn sent (SQLAlchemy ``before_cursor_execute``
@@ -38,6 +59,10 @@ moment of this machine hits every size alike), measure in milliseconds:
 
 ``--statements`` also prints each statement's milliseconds per turn at each size, the
 statements that grow the most first: where a turn's growth with the history comes from.
+Every run prints the ``--slowest`` turns of each size, each with this process's CPU time, the model's
+embedding time, Python's garbage-collection time, the SQL time and its largest statements, the
+segments it archived (a compaction), the load average, and the checkpoints, autovacuums and
+autoanalyzes the server finished meanwhile (``--json`` keeps this trace for every turn).
 
 ``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (``../shared/data``, all 7
 conversations, 1,000 tokens) with the vector ranker exact and over the HNSW index, plus the
@@ -49,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import random
@@ -79,10 +105,142 @@ def _pct(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def load_history(conn, *, user_id: str, turns: int, rng: random.Random, words, weights, embed=None) -> None:
+POOL_MIX = 2
+"""Pool vectors mixed into one ``mixed`` segment vector, with Dirichlet(1, …, 1) weights."""
+POOL_NOISE = 0.5
+"""Norm of the isotropic Gaussian noise added to a ``mixed`` vector before it is normalised again
+(its cosine to the noiseless mix is then about 1 / sqrt(1 + 0.5²) = 0.89)."""
+POOL_BATCH = 32
+"""Texts per forward pass when embedding a pool or ``--embeddings real``'s archive (length-sorted)."""
+
+
+def locomo_turns(path: Path) -> list[tuple[int, str]]:
+    """(conversation index, text) of every turn of the LoCoMo file at ``path``, in order.
+
+    Raises:
+        OSError, ValueError: the file cannot be read or is not LoCoMo's JSON."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for i, sample in enumerate(data):
+        for value in sample["conversation"].values():
+            if isinstance(value, list):
+                out.extend((i, str(turn["text"])) for turn in value if str(turn.get("text", "")).strip())
+    return out
+
+
+@functools.cache
+def _model() -> Any:
+    from memory.embeddings import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder("all-MiniLM-L6-v2", threads=1).load()
+
+
+def embed_texts(texts: list[str], *, cache: bool = False) -> np.ndarray:
+    """all-MiniLM-L6-v2 embeddings of ``texts``, shape (len(texts), 384), float32 unit rows.
+
+    Each distinct text once, on one torch thread (the runtime's ``COMPANION_EMBED_THREADS``
+    default: two threads on a busy 2-core machine were several times slower), in passes of
+    :data:`POOL_BATCH` texts sorted by length (little padding). ``cache``: kept in ``$XDG_CACHE_HOME/companion-bench`` (default
+    ``~/.cache``), keyed by a hash of the texts, and read from there the next time."""
+    import hashlib
+
+    digest = hashlib.sha256("\x00".join(["all-MiniLM-L6-v2", *texts]).encode()).hexdigest()[:16]
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "companion-bench"
+    cached = folder / f"pool-{digest}.npy"
+    if cache and cached.exists():
+        return np.load(cached)
+    distinct = sorted(set(texts), key=len)
+    got = _model().encode(distinct, batch_size=POOL_BATCH, normalize_embeddings=True, show_progress_bar=False)
+    row = {text: i for i, text in enumerate(distinct)}
+    out = np.asarray(got, dtype=np.float32)[[row[t] for t in texts]]
+    if cache:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(cached, out)
+    return out
+
+
+class Pool:
+    """Real texts and their all-MiniLM-L6-v2 embeddings, from which ``mixed`` vectors are drawn.
+
+    Args:
+        texts: the pool's texts.
+        vectors: their embeddings, shape (len(texts), 384), unit rows.
+    """
+
+    def __init__(self, texts: list[str], vectors: np.ndarray) -> None:
+        self.texts = texts
+        self.vectors = vectors
+
+    def mix(self, n: int, nrng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` synthetic segment vectors and, for each, the pool index of its largest part.
+
+        Each is :data:`POOL_MIX` pool vectors drawn at random, weighted by Dirichlet(1, …, 1),
+        normalised, plus Gaussian noise of norm about :data:`POOL_NOISE`, normalised again:
+        vectors (float32, shape (n, 384)) that lie among real conversation embeddings as real
+        ones do, not spread evenly over the sphere as random ones."""
+        idx = nrng.integers(0, len(self.texts), (n, POOL_MIX))
+        weights = nrng.dirichlet(np.ones(POOL_MIX), n)
+        vecs = np.einsum("nk,nkd->nd", weights, self.vectors[idx])
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        vecs += POOL_NOISE / np.sqrt(DIM) * nrng.standard_normal((n, DIM))
+        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        return vecs.astype(np.float32), idx[np.arange(n), weights.argmax(axis=1)]
+
+
+class Source:
+    """Where a loaded history's texts and segment vectors come from (``--texts``, ``--embeddings``).
+
+    Args:
+        texts: ``synthetic`` (``words`` drawn by ``weights``, 8–30 a text) or ``locomo``
+            (the pool's texts, the text of each ``mixed`` vector's largest part).
+        embeddings: ``random`` (unit vectors uniform on the sphere), ``mixed`` (:meth:`Pool.mix`)
+            or ``real`` (each text embedded, :func:`embed_texts`).
+        pool: needed for ``locomo`` texts and ``mixed`` vectors.
+    """
+
+    def __init__(self, texts: str, embeddings: str, words, weights, pool: Pool | None) -> None:
+        if pool is None and (texts == "locomo" or embeddings == "mixed"):
+            raise ValueError(f"texts {texts!r} with embeddings {embeddings!r} need a pool")
+        self.texts, self.embeddings, self.words, self.weights, self.pool = texts, embeddings, words, weights, pool
+
+    def rows(self, n: int, rng: random.Random, nrng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+        """``n`` texts and their segment vectors (float32, shape (n, 384), unit rows)."""
+        if self.texts == "synthetic":
+            texts = [" ".join(rng.choices(self.words, self.weights, k=rng.randint(8, 30))) for _ in range(n)]
+        if self.embeddings == "mixed":
+            assert self.pool is not None
+            vecs, parts = self.pool.mix(n, nrng)
+        else:
+            vecs = nrng.standard_normal((n, DIM), dtype=np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            parts = nrng.integers(0, len(self.pool.texts), n) if self.texts == "locomo" and self.pool else None
+        if self.texts == "locomo":
+            assert self.pool is not None and parts is not None
+            texts = [self.pool.texts[i] for i in parts]
+        if self.embeddings == "real":
+            vecs = embed_texts(texts)
+        return texts, vecs
+
+
+def load_pool(data: Path) -> tuple[Pool, list[str]] | None:
+    """The pool (every turn of LoCoMo's conversations but the last, embedded once and cached) and
+    the last conversation's turns (the messages of the measured turns, never in the pool); ``None``
+    when ``data`` is not there."""
+    if not data.exists():
+        return None
+    turns = locomo_turns(data)
+    last = max(i for i, _ in turns)
+    texts = [t for i, t in turns if i != last]
+    started = time.perf_counter()
+    pool = Pool(texts, embed_texts(texts, cache=True))
+    print(f"  pool: {len(texts):,} LoCoMo turns embedded ({time.perf_counter() - started:.0f} s)", flush=True)
+    return pool, [t for i, t in turns if i == last]
+
+
+def load_history(conn, *, user_id: str, turns: int, rng: random.Random, source: Source) -> None:
     """One user, one session, ``turns`` turns (the newest :data:`RECENT` in context), one archived
-    segment per rolled-out turn, a summary and a compaction state. Binary COPY. Segment vectors
-    are random unit vectors, or ``embed(texts)`` of each turn's text when given."""
+    segment per rolled-out turn, a summary and a compaction state. Binary COPY. Texts and segment
+    vectors from ``source`` (:meth:`Source.rows`)."""
     from pgvector.psycopg import register_vector
 
     register_vector(conn)
@@ -95,11 +253,7 @@ def load_history(conn, *, user_id: str, turns: int, rng: random.Random, words, w
     batch = 20_000
     for start in range(0, turns, batch):
         n = min(batch, turns - start)
-        texts = [" ".join(rng.choices(words, weights, k=rng.randint(8, 30))) for _ in range(n)]
-        vecs = nrng.standard_normal((n, DIM), dtype=np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-        if embed is not None:
-            vecs = np.asarray(embed(texts), dtype=np.float32)
+        texts, vecs = source.rows(n, rng, nrng)
         rows = []
         for i in range(n):
             seq = start + i + 1
@@ -164,6 +318,118 @@ class Counter:
             self.timed.setdefault(key, []).append(1000 * (time.perf_counter() - t))
 
 
+class TimedEmbedder:
+    """An embedder that adds the milliseconds of each call of ``inner`` to :attr:`ms`."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dimension = inner.dimension
+        self.ms = 0.0
+
+    def embed(self, texts: Any) -> list[list[float]]:
+        t = time.perf_counter()
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.ms += 1000 * (time.perf_counter() - t)
+
+
+class GcTimer:
+    """Milliseconds this process spent in Python's cyclic garbage collector since it was made (:attr:`ms`)."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.ms = 0.0
+        self._start = 0.0
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.ms += 1000 * (time.perf_counter() - self._start)
+
+
+def scheduling(database: str) -> dict[str, float]:
+    """Milliseconds on a CPU and waiting for one (in the run queue) so far, from Linux's
+    ``/proc/<pid>/task/<tid>/schedstat``: of this process's threads (``on_cpu``, ``queued``) and
+    of the server's processes whose command line names ``database`` (``db_on_cpu``,
+    ``db_queued``: the backends of this database); zeros where ``/proc`` has no such files."""
+    out = {"on_cpu": 0.0, "queued": 0.0, "db_on_cpu": 0.0, "db_queued": 0.0}
+    proc = Path("/proc")
+    pids = [("", os.getpid())]
+    for entry in proc.iterdir() if proc.exists() else []:
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if database.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(("db_", int(entry.name)))
+    for prefix, pid in pids:
+        for task in (proc / str(pid) / "task").glob("*/schedstat"):
+            with contextlib.suppress(OSError, ValueError):
+                on_cpu, queued, _ = task.read_text().split()
+                out[prefix + "on_cpu"] += int(on_cpu) / 1e6
+                out[prefix + "queued"] += int(queued) / 1e6
+    return out
+
+
+def server_activity(conn, user_id: str) -> dict[str, float]:
+    """Counters of the server's background work: checkpoints, autovacuums and autoanalyzes done
+    (all tables), and autovacuum workers running now; and ``user_id``'s archived segments.
+    Needs PostgreSQL 17 or later (``pg_stat_checkpointer``), as the embedded server is."""
+    row = conn.execute(
+        "SELECT (SELECT coalesce(sum(segments), 0) FROM archive_counts WHERE user_id = %s), "
+        "(SELECT num_timed + num_requested FROM pg_stat_checkpointer), "
+        "(SELECT coalesce(sum(autovacuum_count), 0) FROM pg_stat_all_tables), "
+        "(SELECT coalesce(sum(autoanalyze_count), 0) FROM pg_stat_all_tables), "
+        "(SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker')",
+        (user_id,),
+    ).fetchone()
+    return dict(
+        zip(
+            ("segments", "checkpoints", "autovacuums", "autoanalyzes", "autovacuum_running"),
+            map(float, row),
+            strict=True,
+        )
+    )
+
+
+def print_trace(trace: list[dict[str, Any]], sizes: list[int], slowest: int) -> None:
+    """The ``slowest`` turns of each size with what went on during them, and the median turn with
+    and without a compaction (segments archived by the turn)."""
+    print(
+        "\nslowest turns (ms): turn = process CPU | model embedding | GC | SQL; waits for a CPU: this process, its "
+        "database's backends (their CPU); archived segments; load; server"
+    )
+    for n in sizes:
+        rows = [t for t in trace if t["size"] == n]
+        for t in sorted(rows, key=lambda t: -t["turn_ms"])[:slowest]:
+            busy = {k: int(v) for k, v in t["server"].items() if v}
+            sched = t["sched_ms"]
+            top = ", ".join(f"{ms:.0f} {key[:40]}" for ms, key in t["statements"][:3])
+            print(
+                f"  {n:>7,} r{t['round']:<3} {t['turn_ms']:6.0f} = cpu {t['cpu_ms']:4.0f} | emb {t['embed_ms']:4.0f} | "
+                f"gc {t['gc_ms']:3.0f} | sql {t['sql_ms']:4.0f}; queued {sched['queued']:3.0f}, "
+                f"{sched['db_queued']:3.0f} ({sched['db_on_cpu']:3.0f}); +{t['archived']:.0f}; {t['load']:.1f}; "
+                f"{busy or ''}  [{top}]"
+            )
+        queued = [t["sched_ms"]["queued"] + t["sched_ms"]["db_queued"] for t in rows]
+        if rows:
+            print(
+                f"  {n:>7,} waits for a CPU per turn (this process + backends), median {statistics.median(queued):.0f} "
+                f"ms, p95 {_pct(queued, 95):.0f} ms"
+            )
+        compacting = [t["turn_ms"] for t in rows if t["archived"]]
+        plain = [t["turn_ms"] for t in rows if not t["archived"]]
+        if compacting and plain:
+            print(
+                f"  {n:>7,} median turn with a compaction {statistics.median(compacting):.0f} ms "
+                f"({len(compacting)}), without {statistics.median(plain):.0f} ms ({len(plain)}, p95 "
+                f"{_pct(plain, 95):.0f} ms)"
+            )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000,100000", help="stored turns per user, comma-separated")
@@ -175,22 +441,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--embeddings",
-        choices=["random", "real"],
-        default="random",
-        help="segment vectors: random unit vectors, or all-MiniLM-L6-v2 embeddings of each turn's text",
+        choices=["mixed", "random", "real"],
+        help="segment vectors: mixes of real embeddings (the default when --data is there), random unit vectors "
+        "(the HNSW index's worst case; the default without --data), or all-MiniLM-L6-v2 embeddings of each turn's text",
     )
+    parser.add_argument(
+        "--texts",
+        choices=["locomo", "synthetic"],
+        help="stored texts and messages: LoCoMo turns (the default when --data is there) or synthetic words",
+    )
+    parser.add_argument(
+        "--embed-threads",
+        type=int,
+        help="torch threads of the turns' embedder (default: the runtime's COMPANION_EMBED_THREADS default; "
+        "0: torch's own default, one per core)",
+    )
+    parser.add_argument("--slowest", type=int, default=4, help="turns shown per size in the slowest-turns trace")
     parser.add_argument(
         "--statements", action="store_true", help="also each statement's time per turn, by size (where a turn grows)"
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    texts = args.texts or ("locomo" if args.data.exists() else "synthetic")
+    args.embeddings = args.embeddings or ("mixed" if args.data.exists() else "random")
 
     import psycopg
 
     import runtime  # noqa: F401
     import runtime.turn._gather as gather
     from memory.database import make_engine, upgrade
-    from memory.embeddings import SentenceTransformerEmbedder
+    from memory.embeddings import BatchingEmbedder, CachingEmbedder, SentenceTransformerEmbedder
     from memory.store import Store
     from persona import Persona
     from runtime.config import Settings
@@ -204,6 +484,8 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "window": args.window,
         "embeddings": args.embeddings,
+        "texts": texts,
+        "embed_threads": args.embed_threads,
         "code": runtime.__file__,
     }
     try:
@@ -211,8 +493,15 @@ def main(argv: list[str] | None = None) -> int:
         db = make_engine(url)
         upgrade(db, embedding_dim=DIM)
         settings = Settings(context_window=args.window, database_url="unused")
+        if args.embed_threads is not None:
+            settings = settings.model_copy(update={"embed_threads": args.embed_threads or None})
         rng = random.Random(args.seed)
         words, weights = _vocabulary(rng)
+        pooled = load_pool(args.data) if texts == "locomo" or args.embeddings == "mixed" else None
+        if pooled is None and (texts == "locomo" or args.embeddings == "mixed"):
+            raise SystemExit(f"{args.data} is not there: use --texts synthetic --embeddings random|real")
+        pool, held_out = pooled if pooled is not None else (None, [])
+        source = Source(texts, args.embeddings, words, weights, pool)
         users = {n: f"bench-{n}-{uuid.uuid4().hex[:6]}" for n in sizes}
         started = time.perf_counter()
         with psycopg.connect(url) as conn:
@@ -224,12 +513,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, _ in indexes:
                 conn.execute(f'DROP INDEX "{name}"')
             conn.commit()
-            embed = None
-            if args.embeddings == "real":
-                loader = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
-                embed = loader.embed
             for n, user in users.items():
-                load_history(conn, user_id=user, turns=n, rng=rng, words=words, weights=weights, embed=embed)
+                load_history(conn, user_id=user, turns=n, rng=rng, source=source)
                 print(f"  loaded {n:,} turns ({time.perf_counter() - started:.0f} s)", flush=True)
             conn.execute("SET maintenance_work_mem = '1GB'")
             for _, definition in indexes:
@@ -242,10 +527,13 @@ def main(argv: list[str] | None = None) -> int:
                 # the load's writes are flushed now, not by a checkpoint during the measured rounds
                 conn.execute("CHECKPOINT")
         store = Store(db)
+        # wired as runtime.service.open_embedder wires it (COMPANION_EMBED_THREADS torch threads, batcher,
+        # cache), with the model's own time counted for the trace
+        model = TimedEmbedder(SentenceTransformerEmbedder("all-MiniLM-L6-v2", threads=settings.embed_threads))
         engine = Engine(
             settings=settings,
             store=store,
-            embedder=SentenceTransformerEmbedder("all-MiniLM-L6-v2"),
+            embedder=CachingEmbedder(BatchingEmbedder(model)),
             persona=Persona(name="Mira", system_prompt="You are Mira, a kind companion."),
         )
         statements = Counter(db, store._lock_engine)
@@ -269,7 +557,15 @@ def main(argv: list[str] | None = None) -> int:
         per_statement: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
         keys = ["turn", "assemble", "recall", "sql"] + (["exact", "index", "overlap"] if paths else [])
         m: dict[int, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in sizes}
-        msgs = _texts(rng, words, weights, args.rounds * len(sizes) + 8)
+        wanted = args.rounds * len(sizes) + 8
+        if texts == "locomo":  # each held-out turn once, as long as there are enough
+            msgs = rng.sample(held_out, wanted) if wanted <= len(held_out) else rng.choices(held_out, k=wanted)
+        else:
+            msgs = _texts(rng, words, weights, wanted)
+        trace: list[dict[str, Any]] = []
+        gc_ms = GcTimer()
+        side = psycopg.connect(url, autocommit=True)  # server activity around each turn, not counted
+        database = url.partition("?")[0].rsplit("/", 1)[1]
 
         def once(label: str, fn: Callable[[], Any], n: int) -> None:
             t = time.perf_counter()
@@ -286,10 +582,38 @@ def main(argv: list[str] | None = None) -> int:
                 session = f"{user}:s"
                 before = statements.n
                 text = msgs.pop()
-                statements.timed = per_statement[n] if args.statements else None
+                statements.timed = {}
+                server_before = server_activity(side, user)
+                sched_before = scheduling(database)
+                cpu, embed_ms, gc_before = time.process_time(), model.ms, gc_ms.ms
                 once("turn", lambda: engine.turn(user_id=user, session_id=session, message=text, reply="Okay!"), n)  # noqa: B023
-                statements.timed = None
+                sched = {k: v - sched_before[k] for k, v in scheduling(database).items()}
+                server_after = server_activity(side, user)
+                timed, statements.timed = statements.timed, None
+                for key, ms in timed.items():
+                    per_statement[n].setdefault(key, []).extend(ms)
                 m[n]["sql"].append(statements.n - before)
+                trace.append(
+                    {
+                        "round": r + 1,
+                        "size": n,
+                        "turn_ms": m[n]["turn"][-1],
+                        "cpu_ms": 1000 * (time.process_time() - cpu),
+                        "embed_ms": model.ms - embed_ms,
+                        "gc_ms": gc_ms.ms - gc_before,
+                        "sched_ms": sched,
+                        "sql_ms": sum(sum(v) for v in timed.values()),
+                        "archived": server_after["segments"] - server_before["segments"],
+                        "load": os.getloadavg()[0],
+                        "server": {k: server_after[k] - server_before[k] for k in server_after if k != "segments"}
+                        | {
+                            "autovacuum_running": max(
+                                server_before["autovacuum_running"], server_after["autovacuum_running"]
+                            )
+                        },
+                        "statements": sorted(((sum(v), k) for k, v in timed.items()), reverse=True)[:4],
+                    }
+                )
                 recall_ms.clear()
                 once("assemble", lambda: engine.assemble(user_id=user, session_id=session), n)  # noqa: B023
                 m[n]["recall"].extend(recall_ms)
@@ -327,8 +651,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['recall']['p95']:7.1f} | {row['sql']['p50']:.0f} (max {max(m[n]['sql']):.0f})"
             )
         results["table"] = table
+        results["trace"] = trace
+        side.close()
         if args.statements:
             print_statements(per_statement, args.rounds)
+        print_trace(trace, sizes, args.slowest)
         if len(sizes) > 1 and 1000 in table and sizes[-1] != 1000:
             big = sizes[-1]
             print(

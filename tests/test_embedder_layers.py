@@ -3,13 +3,20 @@ that embeds its turns ahead in batches instead of one call per turn."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Sequence
 
 import pytest
 
-from memory.embeddings import BatchingEmbedder, CachingEmbedder, declared_dimension, model_path
+from memory.embeddings import (
+    BatchingEmbedder,
+    CachingEmbedder,
+    SentenceTransformerEmbedder,
+    declared_dimension,
+    model_path,
+)
 from runtime.service import load_conversations, replay_conversation
 from tests.conftest import SAMPLE
 
@@ -129,6 +136,19 @@ def test_the_cache_embeds_each_distinct_text_once(embedder):
 def test_the_bundled_models_dimension_is_read_from_its_files():
     assert declared_dimension(model_path("all-MiniLM-L6-v2")) == 384
     assert declared_dimension("no/such/model") is None
+
+
+def test_a_loaded_model_is_out_of_the_garbage_collectors_walks():
+    """Loading the model freezes the heap: the model's objects (and everything else alive then)
+    are in the permanent generation, so a full collection in a later turn does not walk them."""
+    embedder = SentenceTransformerEmbedder("all-MiniLM-L6-v2")  # its own model, loaded here
+    frozen = gc.get_freeze_count()
+    model = embedder.load()
+    assert gc.is_tracked(model)
+    assert gc.get_freeze_count() > frozen
+    assert not any(o is model for o in gc.get_objects())  # in no generation a collection walks
+    embedded = embedder.embed(["still works"])
+    assert len(embedded[0]) == 384
 
 
 def test_a_replay_embeds_its_turns_ahead_in_a_few_calls(make_engine_for, store, embedder):
