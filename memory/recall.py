@@ -235,11 +235,30 @@ vec AS (
 """The vector ranker, exact: every row of the user scored (``MATERIALIZED``, so the planner
 cannot swap in the HNSW index)."""
 
+ARCHIVE_HNSW_INDEX = "ix_archived_segments_embedding_hnsw"
+"""The archive's HNSW index (migration 0017; :func:`archive_hnsw_index_ddl`)."""
+
+
+def archive_hnsw_key(dim: int) -> str:
+    """The expression the archive's HNSW index is built on and the index path orders by,
+    for keys of ``dim`` dimensions: the key at half precision (2 bytes a dimension)."""
+    return f"CAST(embedding AS halfvec({int(dim)}))"
+
+
+def archive_hnsw_index_ddl(dim: int) -> str:
+    """``CREATE INDEX`` of the archive's HNSW index for keys of ``dim`` dimensions, as migration
+    0017 builds it (cosine distance on :func:`archive_hnsw_key`); used after a dimension change."""
+    return (
+        f"CREATE INDEX {ARCHIVE_HNSW_INDEX} ON archived_segments "
+        f"USING hnsw (({archive_hnsw_key(dim)}) halfvec_cosine_ops)"
+    )
+
+
 _VEC_INDEX = """near AS MATERIALIZED (
     SELECT id, embedding <=> CAST(:q AS vector) AS distance
     FROM archived_segments
     WHERE user_id = :user_id{exclude}
-    ORDER BY CAST(embedding AS halfvec({dim})) <=> CAST(CAST(:q AS vector) AS halfvec({dim}))
+    ORDER BY {key} <=> CAST(CAST(:q AS vector) AS halfvec({dim}))
     LIMIT :index_pool
 ),
 vec AS (
@@ -402,7 +421,9 @@ def recall_segments(
                 {"ef": str(max(params["index_pool"], EF_SEARCH)), "scan": str(MAX_SCAN_TUPLES)},
             )
         params["frequent_rows"] = FREQUENT_ROWS if use_index else 0  # 0: no term is frequent, all matches ranked
-        vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(exclude=exclude, dim=len(params["q"]))
+        vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(
+            exclude=exclude, dim=len(params["q"]), key=archive_hnsw_key(len(params["q"]))
+        )
         sql = _RANKED.format(
             vec_cte=vec_cte,
             text_from=(_TEXT_FROM_INDEX if use_index else _TEXT_FROM_EXACT).format(exclude=exclude),

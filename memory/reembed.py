@@ -43,6 +43,7 @@ from sqlalchemy import Connection, Engine, bindparam, text
 from memory.archive import key_vectors
 from memory.database import ARCHIVE_TABLE, storage_errors, vector_dimension
 from memory.embeddings import Embedder
+from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl
 from memory.tables import Turn
 from memory.vector_model import RecordedModel, canonical_name, record_model, recorded_model
 
@@ -53,9 +54,6 @@ BATCH = 256
 SAME_KEY = 0.99999
 """Cosine between a stored key and a window's composition of the old turn vectors at or above
 which that window is taken to be the one compaction used (float4 storage costs about 1e-12)."""
-HNSW_INDEX = "ix_archived_segments_embedding_hnsw"
-"""The archive's HNSW index (migration 0017): ``CAST(embedding AS halfvec(N))`` with
-``halfvec_cosine_ops``, N the column's dimension; recall orders by that exact expression."""
 VECTOR_COLUMNS = (("turn_vectors", "embedding"), (ARCHIVE_TABLE, "embedding"), ("knowledge_chunks", "embedding"))
 
 Progress = Callable[[str, int, int], None]
@@ -145,12 +143,7 @@ def reembed(
         _archive_keys(conn, embedder, plans, count_tokens, batch, report_progress, done)
         done.knowledge_chunks = _knowledge(conn, embedder, batch, report_progress)
         if done.dimension_changed:
-            conn.execute(
-                text(
-                    f"CREATE INDEX {HNSW_INDEX} ON {ARCHIVE_TABLE} "
-                    f"USING hnsw ((CAST(embedding AS halfvec({new_dim}))) halfvec_cosine_ops)"
-                )
-            )
+            conn.execute(text(archive_hnsw_index_ddl(new_dim)))
         record_model(conn, name=embedder.name, dimension=new_dim)
     log.info(
         "reembed.completed",
@@ -231,7 +224,7 @@ def _plan_keys(conn: Connection, count_tokens: Callable[[str], int]) -> tuple[li
 def _change_dimension(conn: Connection, dimension: int) -> None:
     """Drop the HNSW index and make the vector columns ``vector(dimension)``, holding zero
     vectors until every row is rewritten (in this transaction)."""
-    conn.execute(text(f"DROP INDEX IF EXISTS {HNSW_INDEX}"))
+    conn.execute(text(f"DROP INDEX IF EXISTS {ARCHIVE_HNSW_INDEX}"))
     for table, column in VECTOR_COLUMNS:
         conn.execute(
             text(
