@@ -16,6 +16,7 @@ place each: litellm in :mod:`runtime.llm`, psycopg/SQLAlchemy in :mod:`memory.da
     │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
     │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
     │   │   └── EmbeddingModelMismatch  the stored vectors were made by another embedding model
+    │   ├── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
     │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
     │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, unreadable, unsupported, binary or not UTF-8
     │   ├── SessionOwnershipError   the session id belongs to another user
@@ -124,6 +125,20 @@ class EmbeddingModelMismatch(EmbeddingDimensionMismatch):
         self.model_name = model_name
         self.recorded_name = recorded_name
         self.recorded_dim = recorded_dim
+
+
+class DatabaseInUseError(UsageError):
+    """An operation that needs the database to itself (``companion db reembed``) found other
+    processes of the runtime connected to it (``companion serve``, ``companion jobs run``).
+    Nothing was changed.
+
+    Attributes:
+        processes: how many other runtime processes hold connections.
+    """
+
+    def __init__(self, message: str, *, processes: int) -> None:
+        super().__init__(message)
+        self.processes = processes
 
 
 class PersonaError(UsageError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -186,6 +187,35 @@ many seconds of its last use fails on its next statement instead: that request g
 opened before the failure (its handling of a disconnect found in use)."""
 
 
+APPLICATION_NAME = "companion:{pid}"
+"""``application_name`` of the runtime's connections (``pg_stat_activity``), with the connecting
+process's id: how ``companion db reembed`` finds other runtime processes on its database. A
+``DATABASE_URL`` that sets ``application_name`` itself keeps its own."""
+
+
+def runtime_processes(conn: Connection) -> list[int]:
+    """Ids of the other processes of the runtime (by :data:`APPLICATION_NAME`) with connections to
+    ``conn``'s database, this process excluded; sorted."""
+    rows = conn.execute(
+        text(
+            "SELECT DISTINCT application_name FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'companion:%'"
+        )
+    ).scalars()
+    pids = {int(name.split(":", 1)[1]) for name in rows if name.split(":", 1)[1].isdigit()}
+    pids.discard(os.getpid())
+    return sorted(pids)
+
+
+def _name_connections(engine: Engine) -> None:
+    """Give each new connection of ``engine`` :data:`APPLICATION_NAME` (a connect parameter, so no
+    round trip; the process id is read at connect time, so a forked worker names its own)."""
+
+    @event.listens_for(engine, "do_connect")
+    def _named(dialect, conn_rec, cargs, cparams) -> None:  # noqa: ARG001 - the event's signature
+        cparams.setdefault("application_name", APPLICATION_NAME.format(pid=os.getpid()))
+
+
 def _ping_if_idle(engine: Engine, idle_seconds: float) -> None:
     """Make ``engine``'s pool ping a connection on checkout only when it has sat idle in the pool
     over ``idle_seconds`` (SQLAlchemy's checkout/checkin pool events, its documented recipe for a
@@ -236,6 +266,7 @@ def make_engine(
     if pool_size < 1:
         raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
     engine = create_engine(url, pool_size=pool_size, max_overflow=0)
+    _name_connections(engine)
     _ping_if_idle(engine, idle_ping_seconds)
     return engine
 
@@ -255,7 +286,9 @@ def lock_engine(engine: Engine) -> Engine:
     closes its own connection), so a held lock never takes a connection from ``engine``'s pool."""
     from sqlalchemy.pool import NullPool
 
-    return create_engine(engine.url, poolclass=NullPool)
+    locks = create_engine(engine.url, poolclass=NullPool)
+    _name_connections(locks)
+    return locks
 
 
 @contextlib.contextmanager

@@ -25,8 +25,13 @@ leaves the database exactly as it was, with the old model recorded; it is rerun 
 start. A half-done run that committed as it went would leave two vector spaces in the same
 columns, the state the guard exists to prevent, and would need a per-row model mark to resume.
 The three tables are locked against writes (``SHARE ROW EXCLUSIVE``) for the duration;
-reads go on. Run it with the service stopped: a process still running on the old model would
-wait for the lock and then write old-model vectors.
+reads go on.
+
+**The service stopped.** A process still running on the old model would wait for those locks
+and then write old-model vectors, so the run refuses to start while other runtime processes
+hold connections to the database (:class:`~errors.DatabaseInUseError`; they are found in
+``pg_stat_activity`` by :data:`memory.database.APPLICATION_NAME`). The model record is locked
+too, so a process that starts meanwhile waits at its model check and then finds the new model.
 """
 
 from __future__ import annotations
@@ -40,11 +45,13 @@ import structlog
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Connection, Engine, bindparam, text
 
+from errors import DatabaseInUseError
 from memory.archive import key_vectors
-from memory.database import ARCHIVE_TABLE, storage_errors, vector_dimension
+from memory.database import ARCHIVE_TABLE, runtime_processes, storage_errors, vector_dimension
 from memory.embeddings import Embedder
 from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl
 from memory.tables import Turn
+from memory.vector_model import TABLE as MODEL_TABLE
 from memory.vector_model import RecordedModel, canonical_name, record_model, recorded_model
 
 log = structlog.get_logger("companion.reembed")
@@ -122,6 +129,8 @@ def reembed(
         The counts of what was rewritten and the models before and after.
 
     Raises:
+        DatabaseInUseError: other runtime processes (a service, a worker) are connected to the
+            database; nothing changed.
         StorageError: the database failed; nothing changed.
         Whatever ``embedder`` raises; nothing changed.
     """
@@ -133,6 +142,8 @@ def reembed(
     new_dim = int(embedder.dimension)
     with storage_errors(), engine.begin() as conn:
         conn.execute(text("LOCK TABLE turn_vectors, archived_segments, knowledge_chunks IN SHARE ROW EXCLUSIVE MODE"))
+        conn.execute(text(f"LOCK TABLE {MODEL_TABLE} IN EXCLUSIVE MODE"))
+        _require_alone(conn)
         plans, missing = _plan_keys(conn, count_tokens)
         if new_dim != old_dim:
             _change_dimension(conn, new_dim)
@@ -173,6 +184,24 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 def _turn(row) -> Turn:
     return Turn(id=row.id, session_id=row.session_id, seq=row.seq, role=row.role, content=row.content, tokens=0)
+
+
+def _require_alone(conn: Connection) -> None:
+    """Raise :class:`DatabaseInUseError` if other runtime processes are connected to the database.
+
+    A running service or worker would go on embedding with its own (old) model and write its
+    vectors next to the new ones once this transaction commits. One that starts while it runs
+    blocks on the model record (locked by the caller) and then finds the new model, which it
+    refuses unless it was started with it."""
+    others = runtime_processes(conn)
+    if others:
+        shown = ", ".join(str(pid) for pid in others[:5]) + (", …" if len(others) > 5 else "")
+        raise DatabaseInUseError(
+            f"{len(others)} other process(es) of the runtime are connected to this database "
+            f"(pid {shown}): stop companion serve and companion jobs run, then run companion db reembed again. "
+            "Nothing was changed.",
+            processes=len(others),
+        )
 
 
 def _plan_keys(conn: Connection, count_tokens: Callable[[str], int]) -> tuple[list[_Plan], set[int]]:

@@ -12,7 +12,7 @@ import sys
 import pytest
 from sqlalchemy import text
 
-from errors import EmbeddingModelMismatch
+from errors import DatabaseInUseError, EmbeddingModelMismatch
 from memory.database import vector_dimension
 from memory.knowledge import NewChunk, replace_sources
 from memory.reembed import reembed
@@ -131,6 +131,37 @@ def test_an_interrupted_reembed_changes_nothing(store, embedder):
     assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
 
 
+HOLDER = """
+import sys
+from memory.database import make_engine
+engine = make_engine(sys.argv[1])
+with engine.connect() as conn:  # a pooled connection, as a running service keeps
+    pass
+print("connected", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_reembed_refuses_while_another_runtime_process_is_connected(store, db_url, embedder):
+    fill(store, embedder)
+    before = snapshot(store)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, db_url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "connected"
+        with pytest.raises(DatabaseInUseError, match=rf"pid {holder.pid}\b") as refused:
+            reembed(store.engine, Transformed(embedder, "negated-minilm", negate), count_tokens=COUNTER.count_text)
+        assert refused.value.processes == 1
+        assert snapshot(store) == before
+        assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
+    finally:
+        holder.communicate("", timeout=60)  # its engine's connections close as it exits
+
+    reembed(store.engine, Transformed(embedder, "negated-minilm", negate), count_tokens=COUNTER.count_text)
+    assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
+
+
 def test_reembed_to_another_dimension_changes_the_columns_and_rebuilds_the_index(store, embedder):
     fill(store, embedder)
     small = Transformed(embedder, "minilm-first-8", first_eight, dimension=8)
@@ -159,14 +190,19 @@ def test_the_cli_reembeds_with_the_configured_model(store, db_url, embedder):
     configured (bundled) model fixes it, printing its progress."""
     fill(store, Transformed(embedder, "negated-minilm", negate))
     env = {**os.environ, "DATABASE_URL": db_url, "COMPANION_EMBEDDING_MODEL": "all-MiniLM-L6-v2"}
+    command = [sys.executable, "-m", "runtime.cli", "db", "reembed", "--batch", "5"]
 
-    result = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "db", "reembed", "--batch", "5"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # this test process's pooled connections are a runtime still running on the database
+    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        f"error: 1 other process(es) of the runtime are connected to this database (pid {os.getpid()}): "
+        "stop companion serve and companion jobs run, then run companion db reembed again. Nothing was changed."
+    ]
+    assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
+    store.engine.dispose()  # the "service" stops
+
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
     assert result.returncode == 0, result.stderr
     assert "recorded: 'negated-minilm' (384)" in result.stdout

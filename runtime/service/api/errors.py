@@ -35,6 +35,7 @@ ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {
     E.SchemaError: (500, "schema_out_of_date"),
     E.EmbeddingDimensionMismatch: (500, "embedding_dimension_mismatch"),
     E.EmbeddingModelMismatch: (500, "embedding_model_mismatch"),
+    E.DatabaseInUseError: (409, "database_in_use"),
     E.PersonaError: (500, "persona_invalid"),
     E.KnowledgeFileError: (422, "knowledge_file_invalid"),
     E.FileError: (400, "file_error"),
