@@ -1,6 +1,6 @@
 """The embedder's layers: micro-batching of concurrent calls, the per-text cache, a replay
 that embeds its turns ahead in batches instead of one call per turn (on a thread of its own,
-while the turns run)."""
+while the turns run), and an embedder that starts loading its model at once."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import pytest
 
+from errors import ConfigurationError
 from memory.embeddings import BatchingEmbedder, CachingEmbedder, declared_dimension, model_path
-from runtime.service import CATEGORIES, load_conversations, replay_conversation
+from runtime.config import Settings
+from runtime.service import CATEGORIES, load_conversations, open_embedder, replay_conversation
 from tests.conftest import SAMPLE
 
 
@@ -239,3 +241,31 @@ def test_a_replays_timeline_reads_the_stored_state_only_after_a_compaction(
         if a.compactions == b.compactions:  # no compaction between them: the same stored figures
             assert (a.archived_segments, a.summary_tokens) == (b.archived_segments, b.summary_tokens)
     assert changes == report.compactions
+
+
+def test_a_preloading_embedder_loads_its_model_before_the_first_embedding(tmp_path):
+    settings = Settings(database_url="unused")
+    embedder = open_embedder(settings, preload=True)
+    model = embedder.inner.inner  # the caching and batching layers, then the model
+    deadline = time.monotonic() + 120
+    while model._model is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert model._model is not None
+    assert len(embedder.embed(["hello"])[0]) == embedder.dimension
+
+
+def test_a_preload_that_fails_raises_at_the_first_embedding(tmp_path):
+    """A model whose dimension its files declare but which cannot load (no transformer weights)."""
+    folder = tmp_path / "broken-model"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "modules.json").write_text(
+        '[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},'
+        ' {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]'
+    )
+    (folder / "1_Pooling" / "config.json").write_text(
+        '{"word_embedding_dimension": 4, "pooling_mode_mean_tokens": true}'
+    )
+    embedder = open_embedder(Settings(database_url="unused", embedding_model=str(folder)), preload=True)
+    assert embedder.dimension == 4
+    with pytest.raises(ConfigurationError, match="Cannot load the embedding model"):
+        embedder.embed(["hello"])

@@ -16,7 +16,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from runtime.service import load_conversations, open_engine, replay_conversation
+    from runtime.service import load_conversations, open_embedder, open_engine, replay_conversation
 
     started = time.perf_counter()
     if args.report:
@@ -35,7 +35,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     console = Console(stderr=False, width=max(Console().width, 160))
     conversations = load_conversations(Path(args.path), args.conversation)
     settings = _settings()
-    engine = open_engine(settings, with_model=False)  # replies come from the file
+    embedder = open_embedder(settings, preload=True)  # the model loads while the database opens
+    engine = open_engine(settings, with_model=False, embedder=embedder)  # replies come from the file
     if args.window is not None:
         engine = engine.derive(window=args.window)
     reports = []
