@@ -3,7 +3,6 @@ embedder, persona."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Literal
 
@@ -11,7 +10,7 @@ import structlog
 from sqlalchemy import Engine as SAEngine
 
 from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
-from memory.embeddings import BatchingEmbedder, CachingEmbedder, Embedder, SentenceTransformerEmbedder
+from memory.embeddings import Embedder, runtime_embedder
 from memory.store import Store
 from memory.vector_model import check_model
 from persona import Persona, load_persona
@@ -51,26 +50,14 @@ def connect(settings: Settings) -> Database:
 def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
     """The runtime's embedder for ``settings``: ``COMPANION_EMBEDDING_MODEL`` on
     ``COMPANION_EMBED_THREADS`` torch threads, behind a micro-batcher (concurrent turns share
-    one forward pass) and a cache of recent texts' vectors. The model loads on first use, or,
-    with ``preload``, starts loading at once on a thread of its own (for a caller that embeds
-    as soon as its database is open: the imports and the weights, seconds, load meanwhile); a
-    preload that fails is retried, and its error raised, by the first embedding.
+    one forward pass) and a cache of recent texts' vectors (:func:`memory.embeddings.runtime_embedder`).
+    The model loads on first use, or, with ``preload``, starts loading at once on a thread of its own.
 
     Raises:
         ConfigurationError: a model whose dimension cannot be read from its files and
             that cannot be loaded either.
     """
-    model = SentenceTransformerEmbedder(settings.embedding_model, threads=settings.embed_threads)
-    if preload:
-        threading.Thread(target=_preload, args=(model,), name="companion-model-load", daemon=True).start()
-    return CachingEmbedder(BatchingEmbedder(model))
-
-
-def _preload(model: SentenceTransformerEmbedder) -> None:
-    try:
-        model.load()
-    except Exception as exc:  # the first embedding loads again and raises it to its caller
-        log.warning("embedder.preload_failed", model=model.name, error=type(exc).__name__)
+    return runtime_embedder(settings.embedding_model, threads=settings.embed_threads, preload=preload)
 
 
 def settings_for_model(settings: Settings) -> Settings:
