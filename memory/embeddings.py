@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import structlog
+
 from errors import ConfigurationError
 
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
@@ -355,6 +357,33 @@ class CachingEmbedder:
             self.misses += len(missing)
             self.hits += len(texts) - len(missing)
         return [found[t] for t in texts]
+
+
+def runtime_embedder(model: str, *, threads: int | None, preload: bool = False) -> CachingEmbedder:
+    """The runtime's embedder: ``model`` (:class:`SentenceTransformerEmbedder` on ``threads`` torch
+    threads) behind a :class:`BatchingEmbedder` and a :class:`CachingEmbedder`. The model loads on
+    first use, or, with ``preload``, starts loading at once on a thread of its own (for a caller
+    that embeds as soon as its database is open: the imports and the weights, seconds, load
+    meanwhile); a preload that fails is logged (``embedder.preload_failed``) and retried, its
+    error raised, by the first embedding.
+
+    Raises:
+        ConfigurationError: a model whose dimension cannot be read from its files and that
+            cannot be loaded either.
+    """
+    inner = SentenceTransformerEmbedder(model, threads=threads)
+    if preload:
+        threading.Thread(target=_preload, args=(inner,), name="companion-model-load", daemon=True).start()
+    return CachingEmbedder(BatchingEmbedder(inner))
+
+
+def _preload(model: SentenceTransformerEmbedder) -> None:
+    try:
+        model.load()
+    except Exception as exc:  # the first embedding loads again and raises it to its caller
+        structlog.get_logger("companion.embeddings").warning(
+            "embedder.preload_failed", model=model.name, error=type(exc).__name__
+        )
 
 
 class UniversalSentenceEncoderEmbedder:

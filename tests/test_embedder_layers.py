@@ -1,15 +1,18 @@
-"""The embedder's layers: micro-batching of concurrent calls, the per-text cache, and a replay
-that embeds its turns ahead in batches instead of one call per turn."""
+"""The embedder's layers: micro-batching of concurrent calls, the per-text cache, a replay
+that embeds its turns ahead in batches instead of one call per turn (on a thread of its own,
+while the turns run), and an embedder that starts loading its model at once."""
 
 from __future__ import annotations
 
 import gc
+import itertools
 import threading
 import time
 from collections.abc import Sequence
 
 import pytest
 
+from errors import ConfigurationError
 from memory.embeddings import (
     BatchingEmbedder,
     CachingEmbedder,
@@ -17,7 +20,8 @@ from memory.embeddings import (
     declared_dimension,
     model_path,
 )
-from runtime.service import load_conversations, replay_conversation
+from runtime.config import Settings
+from runtime.service import CATEGORIES, load_conversations, open_embedder, replay_conversation
 from tests.conftest import SAMPLE
 
 
@@ -162,3 +166,126 @@ def test_a_replay_embeds_its_turns_ahead_in_a_few_calls(make_engine_for, store, 
     assert report.compactions >= 1 and report.archived_segments >= 1
     # one call per turn and one per compaction before; now a few batches, and a few stragglers
     assert len(counting.calls) <= report.compactions + 4 < users
+
+
+def test_a_replay_embeds_each_text_once_shortest_first_within_each_call(make_engine_for, store, embedder):
+    """Each turn's text and each question reach the model once, in the replay's calls ahead
+    (none from a turn), sorted by length within a call so that a forward pass pads little."""
+    counting = Counting(embedder)
+    engine = make_engine_for(window=1024)
+    engine.embedder = CachingEmbedder(counting)
+    engine = engine.derive(window=1024)
+    conv = load_conversations(SAMPLE)[0]
+    replay_conversation(engine, conv, run_id="t")
+    wanted = {t.text for t in conv.turns} | {qa.question for qa in conv.qa if qa.category in CATEGORIES}
+    embedded = [text for batch in counting.batches for text in batch]
+    assert sorted(embedded) == sorted(wanted)
+    assert len(counting.calls) == 2  # the sample's 41 turns are one block; then its questions
+    for batch in counting.batches:
+        assert [len(t) for t in batch] == sorted(len(t) for t in batch)
+
+
+def test_a_replay_embeds_ahead_while_its_turns_run(make_engine_for, store, embedder):
+    """The questions (the last texts a replay embeds) go to the model while the first turns are
+    stored, not after the last turn."""
+    conv = load_conversations(SAMPLE)[0]
+    questions = {qa.question for qa in conv.qa}
+    asked = threading.Event()
+
+    class Watching(Counting):
+        def embed(self, texts: Sequence[str]) -> list[list[float]]:
+            if questions & set(texts):
+                asked.set()
+            return super().embed(texts)
+
+    engine = make_engine_for(window=1024)
+    engine.embedder = CachingEmbedder(Watching(embedder))
+    engine = engine.derive(window=1024)
+    during_turns: list[bool] = []
+
+    def on_turn() -> None:
+        if not during_turns:  # the first turn waits until the questions are being embedded
+            during_turns.append(asked.wait(20))
+
+    report = replay_conversation(engine, conv, on_turn=on_turn, run_id="t")
+    assert during_turns == [True]
+    assert report.turns == len(conv.turns) and report.evidence_total
+
+
+def test_a_replay_whose_embedder_fails_raises_and_stores_no_turn(make_engine_for, store, embedder):
+    class Broken:
+        name, dimension = embedder.name, embedder.dimension
+
+        def embed(self, texts):
+            raise RuntimeError("model broke")
+
+    engine = make_engine_for(window=1024)
+    engine.embedder = CachingEmbedder(Broken())
+    engine = engine.derive(window=1024)
+    conv = load_conversations(SAMPLE)[0]
+    with pytest.raises(RuntimeError, match="model broke"):
+        replay_conversation(engine, conv, run_id="t")
+    assert store.turns(f"replay:{conv.id}:t:session") == []
+
+
+def test_a_replays_timeline_reads_the_stored_state_only_after_a_compaction(
+    make_engine_for, store, embedder, monkeypatch
+):
+    """With compaction inline, a step that compacted nothing leaves the archive, the summary and the
+    breaker as the step before saw them: the timeline reads them again only after a compaction."""
+    reads: list[str] = []
+    count = store.archive_count
+
+    def counted(**kwargs):
+        reads.append(kwargs["user_id"])
+        return count(**kwargs)
+
+    monkeypatch.setattr(store, "archive_count", counted)
+    engine = make_engine_for(window=1024)
+    engine.embedder = CachingEmbedder(embedder)
+    engine = engine.derive(window=1024)
+    conv = load_conversations(SAMPLE)[0]
+    report = replay_conversation(engine, conv, run_id="t")
+    steps = len(report.timeline)
+    changes = sum(1 for a, b in itertools.pairwise(report.timeline) if a.compactions != b.compactions)
+    assert report.compactions >= 1
+    assert len(reads) < steps  # one read per step before
+    assert len(reads) <= report.compactions + (steps - sum(1 for p in report.timeline if p.sources)) + 2
+    last = report.timeline[-1]
+    assert (last.compactions, last.archived_segments, last.summary_tokens) == (
+        report.compactions,
+        report.archived_segments,
+        report.summary_tokens,
+    )
+    for a, b in itertools.pairwise(report.timeline):
+        if a.compactions == b.compactions:  # no compaction between them: the same stored figures
+            assert (a.archived_segments, a.summary_tokens) == (b.archived_segments, b.summary_tokens)
+    assert changes == report.compactions
+
+
+def test_a_preloading_embedder_loads_its_model_before_the_first_embedding(tmp_path):
+    settings = Settings(database_url="unused")
+    embedder = open_embedder(settings, preload=True)
+    model = embedder.inner.inner  # the caching and batching layers, then the model
+    deadline = time.monotonic() + 120
+    while model._model is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert model._model is not None
+    assert len(embedder.embed(["hello"])[0]) == embedder.dimension
+
+
+def test_a_preload_that_fails_raises_at_the_first_embedding(tmp_path):
+    """A model whose dimension its files declare but which cannot load (no transformer weights)."""
+    folder = tmp_path / "broken-model"
+    (folder / "1_Pooling").mkdir(parents=True)
+    (folder / "modules.json").write_text(
+        '[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},'
+        ' {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]'
+    )
+    (folder / "1_Pooling" / "config.json").write_text(
+        '{"word_embedding_dimension": 4, "pooling_mode_mean_tokens": true}'
+    )
+    embedder = open_embedder(Settings(database_url="unused", embedding_model=str(folder)), preload=True)
+    assert embedder.dimension == 4
+    with pytest.raises(ConfigurationError, match="Cannot load the embedding model"):
+        embedder.embed(["hello"])

@@ -25,6 +25,7 @@ from runtime.accounting import (
     openai_image_tokens,
 )
 from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
+from runtime.accounting._tokens import COUNT_CACHE_CHARS, TiktokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -149,6 +150,20 @@ def test_exact_counter_equals_tiktoken(model, encoding, text):
     tiktoken = load_tiktoken()
 
     assert counter_for(model).count_text(text) == len(tiktoken.get_encoding(encoding).encode_ordinary(text))
+
+
+def test_exact_counter_encodes_a_repeated_text_once_and_a_long_text_each_time():
+    """Assembling recounts the same turns on every turn: a text counted again comes from the
+    counter's cache, with the same count; a text over the cached length is encoded each time."""
+    encode = load_tiktoken().get_encoding("cl100k_base").encode_ordinary
+    encoded: list[str] = []
+    counter = TiktokenCounter("cl100k_base")
+    counter._encode = lambda text: encoded.append(text) or encode(text)
+    short = "Hello there! How was your weekend?"
+    long = "word " * (COUNT_CACHE_CHARS // 5 + 1)
+    assert [counter.count_text(short) for _ in range(3)] == [len(encode(short))] * 3
+    assert [counter.count_text(long) for _ in range(2)] == [len(encode(long))] * 2
+    assert encoded == [short, long, long]
 
 
 def test_deepseek_counter_equals_bundled_tokenizer(tokenizers_by_name):

@@ -1218,6 +1218,16 @@ def _hf_tokenizer(filename: str) -> Any:
         raise ConfigurationError(f"Cannot load the tokenizer file {path}: {error}") from error
 
 
+COUNT_CACHE = 8192
+"""Distinct texts whose counts a :class:`TiktokenCounter` keeps, least recently used out first.
+Assembling a context counts the same recent turns, summary and recalled segments again on every
+turn (a LoCoMo replay: about 94,000 counts, most of them repeats)."""
+COUNT_CACHE_CHARS = 2048
+"""Longest text (characters) whose count is kept: the cache holds at most :data:`COUNT_CACHE` ×
+this many characters (16 M; 32 MB as Python strings of Chinese text), and a long text's encoding
+costs far more than the lookup anyway."""
+
+
 class TiktokenCounter(_MessageCounter):
     """Exact text counts with an OpenAI tiktoken encoding (``cl100k_base`` or ``o200k_base``).
 
@@ -1234,11 +1244,16 @@ class TiktokenCounter(_MessageCounter):
         self.encoding = encoding
         self.name = f"tiktoken:{encoding}"
         self._encode: Callable[[str], list[int]] | None = None
+        self._cached = functools.lru_cache(maxsize=COUNT_CACHE)(self._count)
 
     def count_text(self, text: str) -> int:
-        """Exact tokens of ``text`` under the encoding."""
+        """Exact tokens of ``text`` under the encoding (a text of at most
+        :data:`COUNT_CACHE_CHARS` characters counted again is answered from a cache)."""
         if not text:
             return 0
+        return self._cached(text) if len(text) <= COUNT_CACHE_CHARS else self._count(text)
+
+    def _count(self, text: str) -> int:
         encode = self._encode
         if encode is None:
             encode = self._encode = _tiktoken_encoding(self.encoding).encode_ordinary

@@ -16,7 +16,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from runtime.service import load_conversations, open_engine, replay_conversation
+    from memory.embeddings import runtime_embedder
 
     started = time.perf_counter()
     if args.report:
@@ -32,10 +32,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from runtime.accounting import Budgets
 
         Budgets.create().scaled_to(args.window)  # a bad --window fails before the database starts
+    settings = _settings()
+    # the model loads (torch, sentence-transformers, the weights) while the runtime's own modules
+    # import and the database opens; open_engine's open_embedder, without the import wait
+    embedder = runtime_embedder(settings.embedding_model, threads=settings.embed_threads, preload=True)
+    from runtime.service import load_conversations, open_engine, replay_conversation
+
     console = Console(stderr=False, width=max(Console().width, 160))
     conversations = load_conversations(Path(args.path), args.conversation)
-    settings = _settings()
-    engine = open_engine(settings, with_model=False)  # replies come from the file
+    engine = open_engine(settings, with_model=False, embedder=embedder)  # replies come from the file
     if args.window is not None:
         engine = engine.derive(window=args.window)
     reports = []

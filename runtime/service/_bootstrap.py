@@ -10,7 +10,7 @@ import structlog
 from sqlalchemy import Engine as SAEngine
 
 from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
-from memory.embeddings import BatchingEmbedder, CachingEmbedder, Embedder, SentenceTransformerEmbedder
+from memory.embeddings import Embedder, runtime_embedder
 from memory.store import Store
 from memory.vector_model import check_model
 from persona import Persona, load_persona
@@ -47,17 +47,17 @@ def connect(settings: Settings) -> Database:
     return database
 
 
-def open_embedder(settings: Settings) -> Embedder:
+def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
     """The runtime's embedder for ``settings``: ``COMPANION_EMBEDDING_MODEL`` on
     ``COMPANION_EMBED_THREADS`` torch threads, behind a micro-batcher (concurrent turns share
-    one forward pass) and a cache of recent texts' vectors. The model loads on first use.
+    one forward pass) and a cache of recent texts' vectors (:func:`memory.embeddings.runtime_embedder`).
+    The model loads on first use, or, with ``preload``, starts loading at once on a thread of its own.
 
     Raises:
         ConfigurationError: a model whose dimension cannot be read from its files and
             that cannot be loaded either.
     """
-    model = SentenceTransformerEmbedder(settings.embedding_model, threads=settings.embed_threads)
-    return CachingEmbedder(BatchingEmbedder(model))
+    return runtime_embedder(settings.embedding_model, threads=settings.embed_threads, preload=preload)
 
 
 def settings_for_model(settings: Settings) -> Settings:
