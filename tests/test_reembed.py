@@ -213,3 +213,33 @@ def test_the_cli_reembeds_with_the_configured_model(store, db_url, embedder):
         chunks = {r.id: r.content for r in conn.execute(text("SELECT id, content FROM knowledge_chunks"))}
     for chunk_id, vector in after["chunks"].items():
         assert vector == pytest.approx(embedder.embed([chunks[chunk_id]])[0], abs=1e-6)
+
+
+def test_ctrl_c_during_the_cli_reembed_is_one_line_and_changes_nothing(store, db_url, embedder, monkeypatch, capsys):
+    import memory.reembed
+    from runtime.cli import main
+
+    fill(store, Transformed(embedder, "negated-minilm", negate))
+    before = snapshot(store)
+    store.engine.dispose()
+    real = memory.reembed.reembed
+
+    def interrupted(engine, embedder, **kwargs):  # Ctrl-C after the first batch's progress
+        def progress(*args):
+            kwargs["progress"](*args)
+            raise KeyboardInterrupt
+
+        return real(engine, embedder, **{**kwargs, "progress": progress})
+
+    monkeypatch.setattr(memory.reembed, "reembed", interrupted)
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    monkeypatch.setenv("COMPANION_EMBEDDING_MODEL", "all-MiniLM-L6-v2")
+
+    status = main(["db", "reembed", "--batch", "2"])
+
+    assert status == 130
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "interrupted: nothing was changed (one transaction); run it again to re-embed"
+    ]
+    assert snapshot(store) == before
+    assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)

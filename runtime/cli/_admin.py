@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runtime.cli._common import EXIT_USAGE, _settings
+from runtime.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, _settings
 
 
 def cmd_session_delete(args: argparse.Namespace) -> int:
@@ -66,7 +66,13 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
         print(f"  {stage}: {done}/{total}", flush=True)
 
     counter = counter_for(settings.model)
-    result = reembed(database.engine, embedder, count_tokens=counter.count_text, batch=args.batch, progress=progress)
+    try:
+        result = reembed(
+            database.engine, embedder, count_tokens=counter.count_text, batch=args.batch, progress=progress
+        )
+    except KeyboardInterrupt:
+        print("interrupted: nothing was changed (one transaction); run it again to re-embed", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(
         f"done: {result.turn_vectors} turn vectors, {result.archive_keys} archive keys "
         f"({result.keys_matched} in their compaction's window, {result.keys_full_window} in the full window, "

@@ -28,7 +28,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     from runtime.service import open_engine
 
+    if args.window is not None:
+        from runtime.accounting import Budgets
+
+        Budgets.create().scaled_to(args.window)  # a bad --window fails before the database starts
     engine = open_engine(_settings())
+    if args.window is not None:
+        engine = engine.derive(window=args.window)
     session = engine.store.get_session(args.session)
     if session is None:
         print(f"error: no session {args.session!r}", file=sys.stderr)

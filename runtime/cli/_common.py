@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process SIGINT ended."""
 
 
 def _settings():

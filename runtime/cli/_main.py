@@ -44,7 +44,7 @@ from runtime.cli._admin import (
     cmd_session_delete,
 )
 from runtime.cli._chat import cmd_chat, cmd_inspect
-from runtime.cli._common import EXIT_USAGE, _id_arg
+from runtime.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, _id_arg
 from runtime.cli._files import _add_files_parser
 from runtime.cli._persona import _add_persona_commands
 from runtime.cli._replay import cmd_replay
@@ -130,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     except CompanionError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (`companion files read ID | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the Python docs' recipe for SIGPIPE
         return 1
