@@ -631,15 +631,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nwindow {args.window}, {args.rounds} interleaved rounds, replies given (no model); ms")
         print(f"{'stored turns':>12} {'segments':>9} | {'turn p50':>8} {'p95':>7} | {'assemble p50':>12} {'p95':>7} | "
               f"{'recall p50':>10} {'p95':>7} | statements/turn")  # fmt: skip
-        if paths:
-            print(f"{'':>22} | recall exact p50/p95 | recall index p50/p95 | top-20 overlap index/exact")
-            for n in sizes:
-                e, i = m[n]["exact"], m[n]["index"]
-                if e:
-                    print(
-                        f"{n:>12,} {'':>9} | {statistics.median(e):9.1f} {_pct(e, 95):8.1f}  | "
-                        f"{statistics.median(i):9.1f} {_pct(i, 95):8.1f}  | {statistics.fmean(m[n]['overlap']):.3f}"
-                    )
         table = {}
         for n in sizes:
             row = {k: {"p50": statistics.median(v), "p95": _pct(v, 95)} for k, v in m[n].items() if v}
@@ -650,6 +641,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['assemble']['p50']:12.1f} {row['assemble']['p95']:7.1f} | {row['recall']['p50']:10.1f} "
                 f"{row['recall']['p95']:7.1f} | {row['sql']['p50']:.0f} (max {max(m[n]['sql']):.0f})"
             )
+        if paths:
+            print(
+                f"\n{'stored turns':>12} {'':>9} | recall exact p50/p95 | recall index p50/p95 | top-20 overlap index/exact"
+            )
+            for n in sizes:
+                e, i = m[n]["exact"], m[n]["index"]
+                if e:
+                    print(
+                        f"{n:>12,} {'':>9} | {statistics.median(e):9.1f} {_pct(e, 95):8.1f}  | "
+                        f"{statistics.median(i):9.1f} {_pct(i, 95):8.1f}  | {statistics.fmean(m[n]['overlap']):.3f}"
+                    )
         results["table"] = table
         results["trace"] = trace
         side.close()
