@@ -79,6 +79,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -95,6 +96,8 @@ import numpy as np  # noqa: E402
 from bench_recall import _new_database, _server, _texts, _vocabulary  # noqa: E402  (the same server and synthetic text)
 
 DIM = 384
+DATA = REPO.parent / "shared" / "data" / "locomo_dev7.json"
+"""LoCoMo's file, ``--data``'s default: ``../shared/data/locomo_dev7.json`` beside the repository."""
 RECENT = 10
 """Turns of each loaded session left in the recent window."""
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -436,19 +439,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--quality", action="store_true", help="also LoCoMo recall at 1,000 tokens, index vs exact")
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/locomo_dev7.json"), help="LoCoMo file")
+    parser.add_argument(
+        "--quality", action="store_true", help="also LoCoMo recall of the --data file at 1,000 tokens, index vs exact"
+    )
+    parser.add_argument("--data", type=Path, default=DATA, help="LoCoMo file (default: %(default)s)")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--embeddings",
         choices=["mixed", "random", "real"],
-        help="segment vectors: mixes of real embeddings (the default when --data is there), random unit vectors "
-        "(the HNSW index's worst case; the default without --data), or all-MiniLM-L6-v2 embeddings of each turn's text",
+        help="segment vectors: mixes of real embeddings (the default when the --data file exists), random unit vectors "
+        "(the HNSW index's worst case; the fallback when the --data file is missing), or all-MiniLM-L6-v2 embeddings "
+        "of each turn's text",
     )
     parser.add_argument(
         "--texts",
         choices=["locomo", "synthetic"],
-        help="stored texts and messages: LoCoMo turns (the default when --data is there) or synthetic words",
+        help="stored texts and messages: LoCoMo turns (the default when the --data file exists) or synthetic words "
+        "(the fallback when it is missing)",
     )
     parser.add_argument(
         "--embed-threads",
@@ -462,8 +469,33 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    texts = args.texts or ("locomo" if args.data.exists() else "synthetic")
-    args.embeddings = args.embeddings or ("mixed" if args.data.exists() else "random")
+    there = args.data.is_file()
+    defaulted = [what for what, flag in (("LoCoMo texts", args.texts), ("mixed vectors", args.embeddings)) if not flag]
+    texts = args.texts or ("locomo" if there else "synthetic")
+    args.embeddings = args.embeddings or ("mixed" if there else "random")
+    reads = texts == "locomo" or args.embeddings == "mixed" or args.quality
+    if reads and not there:  # before anything runs
+        needs = [
+            flag
+            for flag, on in (
+                ("--texts locomo", texts == "locomo"),
+                ("--embeddings mixed", args.embeddings == "mixed"),
+                ("--quality", args.quality),
+            )
+            if on
+        ]
+        verb = "need" if len(needs) > 1 else "needs"
+        print(
+            f"bench_turn.py: error: {' and '.join(needs)} {verb} the LoCoMo file, and {args.data} is not there "
+            "(pass --data FILE)",
+            file=sys.stderr,
+        )
+        return 2
+    fallback = None if there or not defaulted else f"not {' and '.join(defaulted)}: {args.data} is not there"
+    data_line = f"texts: {texts}, vectors: {args.embeddings}, data: {args.data if reads else 'none'}" + (
+        f" (fallback, {fallback})" if fallback else ""
+    )
+    print(data_line, flush=True)
 
     import psycopg
 
@@ -485,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         "window": args.window,
         "embeddings": args.embeddings,
         "texts": texts,
+        "data": str(args.data) if reads else None,
+        "fallback": fallback,
         "embed_threads": args.embed_threads,
         "code": runtime.__file__,
     }
@@ -498,8 +532,6 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(args.seed)
         words, weights = _vocabulary(rng)
         pooled = load_pool(args.data) if texts == "locomo" or args.embeddings == "mixed" else None
-        if pooled is None and (texts == "locomo" or args.embeddings == "mixed"):
-            raise SystemExit(f"{args.data} is not there: use --texts synthetic --embeddings random|real")
         pool, held_out = pooled if pooled is not None else (None, [])
         source = Source(texts, args.embeddings, words, weights, pool)
         users = {n: f"bench-{n}-{uuid.uuid4().hex[:6]}" for n in sizes}
@@ -628,7 +660,7 @@ def main(argv: list[str] | None = None) -> int:
                     top = {s.id for s in got["exact"][:20]}
                     m[n]["overlap"].append(len(top & {s.id for s in got["index"][:20]}) / max(len(top), 1))
             print(f"  round {r + 1}/{args.rounds}", flush=True)
-        print(f"\nwindow {args.window}, {args.rounds} interleaved rounds, replies given (no model); ms")
+        print(f"\nwindow {args.window}, {args.rounds} interleaved rounds, replies given (no model); {data_line}; ms")
         print(f"{'stored turns':>12} {'segments':>9} | {'turn p50':>8} {'p95':>7} | {'assemble p50':>12} {'p95':>7} | "
               f"{'recall p50':>10} {'p95':>7} | statements/turn")  # fmt: skip
         table = {}
@@ -665,10 +697,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"p95 at {big:,}: {table[big]['turn']['p95']:.0f} ms"
             )
         db.dispose()
-        if args.quality:
-            results["quality"] = quality(args.data)
-        if args.json:
+        if args.json:  # before the quality step, which may fail
             args.json.write_text(json.dumps(results, indent=1, default=str))
+        if args.quality:
+            try:
+                results["quality"] = quality(args.data)
+            except subprocess.CalledProcessError as e:
+                print(f"bench_turn.py: error: the quality step failed: {e}", file=sys.stderr)
+                return 1
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1, default=str))
     finally:
         if server is not None:
             import shutil
@@ -695,7 +733,6 @@ def print_statements(per_statement: dict[int, dict[str, list[float]]], rounds: i
 
 def quality(data: Path) -> dict[str, float]:
     """LoCoMo evidence recall (%, categories 1–4, 1,000 tokens), vector ranker exact vs HNSW index."""
-    import subprocess
     import tempfile
 
     out: dict[str, float] = {}
