@@ -463,6 +463,11 @@ def main(argv: list[str] | None = None) -> int:
         help="torch threads of the turns' embedder (default: the runtime's COMPANION_EMBED_THREADS default; "
         "0: torch's own default, one per core)",
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="with DATABASE_URL: keep the run's bench_<hex> database (dropped at the end otherwise)",
+    )
     parser.add_argument("--slowest", type=int, default=4, help="turns shown per size in the slowest-turns trace")
     parser.add_argument(
         "--statements", action="store_true", help="also each statement's time per turn, by size (where a turn grows)"
@@ -522,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
         "embed_threads": args.embed_threads,
         "code": runtime.__file__,
     }
+    url = None
     try:
         url = _new_database(admin)
         db = make_engine(url)
@@ -708,12 +714,32 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 args.json.write_text(json.dumps(results, indent=1, default=str))
     finally:
+        if server is None and url is not None:  # on DATABASE_URL's server: the embedded one goes as a whole
+            name = url.partition("?")[0].rsplit("/", 1)[1]
+            if args.keep:
+                print(f"  kept database {name}", flush=True)
+            else:
+                drop_database(admin, name)
         if server is not None:
             import shutil
 
             server.cleanup()
             shutil.rmtree(server.root, ignore_errors=True)
     return 0
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop the database ``name`` on ``admin_url``'s server, ending its sessions (``WITH (FORCE)``,
+    PostgreSQL 13 or later). A failure is printed to stderr, not raised (this runs in a
+    ``finally``, where it would hide the error that got there)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        print(f"  dropped database {name}", flush=True)
+    except psycopg.Error as e:
+        print(f"bench_turn.py: could not drop database {name}: {e}", file=sys.stderr)
 
 
 def print_statements(per_statement: dict[int, dict[str, list[float]]], rounds: int) -> None:
