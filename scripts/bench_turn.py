@@ -3,11 +3,13 @@
 Usage::
 
     python scripts/bench_turn.py [--sizes 100,1000,10000,100000] [--rounds 24] [--window 4096]
-        [--embeddings mixed|random|real] [--texts locomo|synthetic] [--quality] [--statements]
-        [--slowest 4] [--json out.json]
+        [--data ../shared/data/locomo_dev7.json] [--embeddings mixed|random|real]
+        [--texts locomo|synthetic] [--quality] [--statements] [--slowest 4] [--embed-threads N]
+        [--keep] [--json out.json]
 
 Runs against its own embedded PostgreSQL in a temporary directory (deleted at the end), or a
-fresh database on ``DATABASE_URL``'s server. The schema is the runtime's own (all migrations).
+fresh ``bench_<hex>`` database on ``DATABASE_URL``'s server (dropped at the end, also after an
+error or Ctrl-C, unless ``--keep``). The schema is the runtime's own (all migrations).
 
 For each size N one user with one session is loaded by binary ``COPY``: N turns alternating
 user and assistant, the newest 10 in the recent window (state ``context``) and the rest rolled
@@ -16,15 +18,24 @@ turn per segment). The secondary indexes of both tables are dropped for the load
 again after it, then ``VACUUM ANALYZE`` and a ``CHECKPOINT``. All sizes share one database, as
 users share one in production.
 
-Texts (``--texts``): by default LoCoMo's turns, read at run time from ``--data`` (never copied
-into the repository): the stored turns come from every conversation but the last, the measured
-turns' messages from the last one, so no message is stored already. ``synthetic``: 8–30 words
-from a Zipf-like 5,000-word vocabulary of random letters (the default without ``--data``).
+The first line printed (and ``texts``, ``embeddings``, ``data`` and ``fallback`` in ``--json``)
+names the texts, the vectors and the data file used. When the ``--data`` file (default
+``../shared/data/locomo_dev7.json`` beside the repository) is missing, the defaults fall back
+to synthetic texts and random vectors, and that line says so and why: the results differ a lot
+(see docs/evaluation.md). ``--texts locomo``, ``--embeddings mixed`` and ``--quality`` without
+the file stop with a one-line error before anything runs (exit status 2).
+
+Texts (``--texts``): by default LoCoMo's turns, read at run time from the ``--data`` file (never
+copied into the repository): the stored turns come from every conversation but the last, the
+measured turns' messages from the last one, so no message is stored already. ``synthetic``:
+8–30 words from a Zipf-like 5,000-word vocabulary of random letters (the fallback when the
+``--data`` file is missing).
 
 Segment vectors (``--embeddings``):
 
-- ``mixed`` (the default when ``--data`` is there): each a mix of two real embeddings, the all-MiniLM-L6-v2 vectors of a
-  pool of LoCoMo turns (embedded once, about 70 s, then cached under ``~/.cache/companion-bench``),
+- ``mixed`` (the default when the ``--data`` file exists): each a mix of two real embeddings, the
+  all-MiniLM-L6-v2 vectors of a pool of LoCoMo turns (embedded once, about 70 s, then cached in
+  ``$XDG_CACHE_HOME/companion-bench``, ``~/.cache/companion-bench`` when that is unset),
   with Dirichlet weights and Gaussian noise (:meth:`Pool.mix`); with LoCoMo texts, a segment's
   text is that of its vector's larger part. ``scripts/bench_vectors.py`` compares them with real
   embeddings: the same spread of query-to-nearest cosines (median 0.52 mixed, 0.59 real, 0.18
@@ -34,7 +45,7 @@ Segment vectors (``--embeddings``):
 - ``random``: unit vectors uniform on the sphere, the HNSW index's worst case: the query is a
   real embedding and every stored vector about equally far from it, so the search visits about
   three times the nodes and finds few of the true nearest. Kept to measure that bound; the
-  default without ``--data``.
+  fallback when the ``--data`` file is missing.
 - ``real``: each stored text embedded (:func:`embed_texts`: one torch thread, passes of 32
   length-sorted texts; the old loader's default two threads and passes of 8 made about 11 per
   second under a load of 4): about 85 LoCoMo turns or 37 synthetic texts (which split into
@@ -64,10 +75,11 @@ embedding time, Python's garbage-collection time, the SQL time and its largest s
 segments it archived (a compaction), the load average, and the checkpoints, autovacuums and
 autoanalyzes the server finished meanwhile (``--json`` keeps this trace for every turn).
 
-``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (``../shared/data``, all 7
+``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (the ``--data`` file, all
 conversations, 1,000 tokens) with the vector ranker exact and over the HNSW index, plus the
 haystack variant (each archive padded with the other conversations: about 4,000 segments
-per user), and prints evidence recall for both.
+per user), and prints evidence recall for both. ``--json`` is written before this step and
+again with its figures after it; if it fails, the run exits with status 1.
 """
 
 from __future__ import annotations
