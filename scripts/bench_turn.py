@@ -3,11 +3,13 @@
 Usage::
 
     python scripts/bench_turn.py [--sizes 100,1000,10000,100000] [--rounds 24] [--window 4096]
-        [--embeddings mixed|random|real] [--texts locomo|synthetic] [--quality] [--statements]
-        [--slowest 4] [--json out.json]
+        [--data ../shared/data/locomo_dev7.json] [--embeddings mixed|random|real]
+        [--texts locomo|synthetic] [--quality] [--statements] [--slowest 4] [--embed-threads N]
+        [--keep] [--json out.json]
 
 Runs against its own embedded PostgreSQL in a temporary directory (deleted at the end), or a
-fresh database on ``DATABASE_URL``'s server. The schema is the runtime's own (all migrations).
+fresh ``bench_<hex>`` database on ``DATABASE_URL``'s server (dropped at the end, also after an
+error or Ctrl-C, unless ``--keep``). The schema is the runtime's own (all migrations).
 
 For each size N one user with one session is loaded by binary ``COPY``: N turns alternating
 user and assistant, the newest 10 in the recent window (state ``context``) and the rest rolled
@@ -16,15 +18,24 @@ turn per segment). The secondary indexes of both tables are dropped for the load
 again after it, then ``VACUUM ANALYZE`` and a ``CHECKPOINT``. All sizes share one database, as
 users share one in production.
 
-Texts (``--texts``): by default LoCoMo's turns, read at run time from ``--data`` (never copied
-into the repository): the stored turns come from every conversation but the last, the measured
-turns' messages from the last one, so no message is stored already. ``synthetic``: 8–30 words
-from a Zipf-like 5,000-word vocabulary of random letters (the default without ``--data``).
+The first line printed (and ``texts``, ``embeddings``, ``data`` and ``fallback`` in ``--json``)
+names the texts, the vectors and the data file used. When the ``--data`` file (default
+``../shared/data/locomo_dev7.json`` beside the repository) is missing, the defaults fall back
+to synthetic texts and random vectors, and that line says so and why: the results differ a lot
+(see docs/evaluation.md). ``--texts locomo``, ``--embeddings mixed`` and ``--quality`` without
+the file stop with a one-line error before anything runs (exit status 2).
+
+Texts (``--texts``): by default LoCoMo's turns, read at run time from the ``--data`` file (never
+copied into the repository): the stored turns come from every conversation but the last, the
+measured turns' messages from the last one, so no message is stored already. ``synthetic``:
+8–30 words from a Zipf-like 5,000-word vocabulary of random letters (the fallback when the
+``--data`` file is missing).
 
 Segment vectors (``--embeddings``):
 
-- ``mixed`` (the default when ``--data`` is there): each a mix of two real embeddings, the all-MiniLM-L6-v2 vectors of a
-  pool of LoCoMo turns (embedded once, about 70 s, then cached under ``~/.cache/companion-bench``),
+- ``mixed`` (the default when the ``--data`` file exists): each a mix of two real embeddings, the
+  all-MiniLM-L6-v2 vectors of a pool of LoCoMo turns (embedded once, about 70 s, then cached in
+  ``$XDG_CACHE_HOME/companion-bench``, ``~/.cache/companion-bench`` when that is unset),
   with Dirichlet weights and Gaussian noise (:meth:`Pool.mix`); with LoCoMo texts, a segment's
   text is that of its vector's larger part. ``scripts/bench_vectors.py`` compares them with real
   embeddings: the same spread of query-to-nearest cosines (median 0.52 mixed, 0.59 real, 0.18
@@ -34,7 +45,7 @@ Segment vectors (``--embeddings``):
 - ``random``: unit vectors uniform on the sphere, the HNSW index's worst case: the query is a
   real embedding and every stored vector about equally far from it, so the search visits about
   three times the nodes and finds few of the true nearest. Kept to measure that bound; the
-  default without ``--data``.
+  fallback when the ``--data`` file is missing.
 - ``real``: each stored text embedded (:func:`embed_texts`: one torch thread, passes of 32
   length-sorted texts; the old loader's default two threads and passes of 8 made about 11 per
   second under a load of 4): about 85 LoCoMo turns or 37 synthetic texts (which split into
@@ -64,10 +75,11 @@ embedding time, Python's garbage-collection time, the SQL time and its largest s
 segments it archived (a compaction), the load average, and the checkpoints, autovacuums and
 autoanalyzes the server finished meanwhile (``--json`` keeps this trace for every turn).
 
-``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (``../shared/data``, all 7
+``--quality`` also runs ``scripts/eval_recall.py`` on LoCoMo (the ``--data`` file, all
 conversations, 1,000 tokens) with the vector ranker exact and over the HNSW index, plus the
 haystack variant (each archive padded with the other conversations: about 4,000 segments
-per user), and prints evidence recall for both.
+per user), and prints evidence recall for both. ``--json`` is written before this step and
+again with its figures after it; if it fails, the run exits with status 1.
 """
 
 from __future__ import annotations
@@ -79,6 +91,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -95,6 +108,8 @@ import numpy as np  # noqa: E402
 from bench_recall import _new_database, _server, _texts, _vocabulary  # noqa: E402  (the same server and synthetic text)
 
 DIM = 384
+DATA = REPO.parent / "shared" / "data" / "locomo_dev7.json"
+"""LoCoMo's file, ``--data``'s default: ``../shared/data/locomo_dev7.json`` beside the repository."""
 RECENT = 10
 """Turns of each loaded session left in the recent window."""
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -436,19 +451,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--window", type=int, default=4096)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--quality", action="store_true", help="also LoCoMo recall at 1,000 tokens, index vs exact")
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/locomo_dev7.json"), help="LoCoMo file")
+    parser.add_argument(
+        "--quality", action="store_true", help="also LoCoMo recall of the --data file at 1,000 tokens, index vs exact"
+    )
+    parser.add_argument("--data", type=Path, default=DATA, help="LoCoMo file (default: %(default)s)")
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--embeddings",
         choices=["mixed", "random", "real"],
-        help="segment vectors: mixes of real embeddings (the default when --data is there), random unit vectors "
-        "(the HNSW index's worst case; the default without --data), or all-MiniLM-L6-v2 embeddings of each turn's text",
+        help="segment vectors: mixes of real embeddings (the default when the --data file exists), random unit vectors "
+        "(the HNSW index's worst case; the fallback when the --data file is missing), or all-MiniLM-L6-v2 embeddings "
+        "of each turn's text",
     )
     parser.add_argument(
         "--texts",
         choices=["locomo", "synthetic"],
-        help="stored texts and messages: LoCoMo turns (the default when --data is there) or synthetic words",
+        help="stored texts and messages: LoCoMo turns (the default when the --data file exists) or synthetic words "
+        "(the fallback when it is missing)",
     )
     parser.add_argument(
         "--embed-threads",
@@ -456,14 +475,44 @@ def main(argv: list[str] | None = None) -> int:
         help="torch threads of the turns' embedder (default: the runtime's COMPANION_EMBED_THREADS default; "
         "0: torch's own default, one per core)",
     )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="with DATABASE_URL: keep the run's bench_<hex> database (dropped at the end otherwise)",
+    )
     parser.add_argument("--slowest", type=int, default=4, help="turns shown per size in the slowest-turns trace")
     parser.add_argument(
         "--statements", action="store_true", help="also each statement's time per turn, by size (where a turn grows)"
     )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-    texts = args.texts or ("locomo" if args.data.exists() else "synthetic")
-    args.embeddings = args.embeddings or ("mixed" if args.data.exists() else "random")
+    there = args.data.is_file()
+    defaulted = [what for what, flag in (("LoCoMo texts", args.texts), ("mixed vectors", args.embeddings)) if not flag]
+    texts = args.texts or ("locomo" if there else "synthetic")
+    args.embeddings = args.embeddings or ("mixed" if there else "random")
+    reads = texts == "locomo" or args.embeddings == "mixed" or args.quality
+    if reads and not there:  # before anything runs
+        needs = [
+            flag
+            for flag, on in (
+                ("--texts locomo", texts == "locomo"),
+                ("--embeddings mixed", args.embeddings == "mixed"),
+                ("--quality", args.quality),
+            )
+            if on
+        ]
+        verb = "need" if len(needs) > 1 else "needs"
+        print(
+            f"bench_turn.py: error: {' and '.join(needs)} {verb} the LoCoMo file, and {args.data} is not there "
+            "(pass --data FILE)",
+            file=sys.stderr,
+        )
+        return 2
+    fallback = None if there or not defaulted else f"not {' and '.join(defaulted)}: {args.data} is not there"
+    data_line = f"texts: {texts}, vectors: {args.embeddings}, data: {args.data if reads else 'none'}" + (
+        f" (fallback, {fallback})" if fallback else ""
+    )
+    print(data_line, flush=True)
 
     import psycopg
 
@@ -485,9 +534,12 @@ def main(argv: list[str] | None = None) -> int:
         "window": args.window,
         "embeddings": args.embeddings,
         "texts": texts,
+        "data": str(args.data) if reads else None,
+        "fallback": fallback,
         "embed_threads": args.embed_threads,
         "code": runtime.__file__,
     }
+    url = None
     try:
         url = _new_database(admin)
         db = make_engine(url)
@@ -498,8 +550,6 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(args.seed)
         words, weights = _vocabulary(rng)
         pooled = load_pool(args.data) if texts == "locomo" or args.embeddings == "mixed" else None
-        if pooled is None and (texts == "locomo" or args.embeddings == "mixed"):
-            raise SystemExit(f"{args.data} is not there: use --texts synthetic --embeddings random|real")
         pool, held_out = pooled if pooled is not None else (None, [])
         source = Source(texts, args.embeddings, words, weights, pool)
         users = {n: f"bench-{n}-{uuid.uuid4().hex[:6]}" for n in sizes}
@@ -628,18 +678,9 @@ def main(argv: list[str] | None = None) -> int:
                     top = {s.id for s in got["exact"][:20]}
                     m[n]["overlap"].append(len(top & {s.id for s in got["index"][:20]}) / max(len(top), 1))
             print(f"  round {r + 1}/{args.rounds}", flush=True)
-        print(f"\nwindow {args.window}, {args.rounds} interleaved rounds, replies given (no model); ms")
+        print(f"\nwindow {args.window}, {args.rounds} interleaved rounds, replies given (no model); {data_line}; ms")
         print(f"{'stored turns':>12} {'segments':>9} | {'turn p50':>8} {'p95':>7} | {'assemble p50':>12} {'p95':>7} | "
               f"{'recall p50':>10} {'p95':>7} | statements/turn")  # fmt: skip
-        if paths:
-            print(f"{'':>22} | recall exact p50/p95 | recall index p50/p95 | top-20 overlap index/exact")
-            for n in sizes:
-                e, i = m[n]["exact"], m[n]["index"]
-                if e:
-                    print(
-                        f"{n:>12,} {'':>9} | {statistics.median(e):9.1f} {_pct(e, 95):8.1f}  | "
-                        f"{statistics.median(i):9.1f} {_pct(i, 95):8.1f}  | {statistics.fmean(m[n]['overlap']):.3f}"
-                    )
         table = {}
         for n in sizes:
             row = {k: {"p50": statistics.median(v), "p95": _pct(v, 95)} for k, v in m[n].items() if v}
@@ -650,6 +691,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['assemble']['p50']:12.1f} {row['assemble']['p95']:7.1f} | {row['recall']['p50']:10.1f} "
                 f"{row['recall']['p95']:7.1f} | {row['sql']['p50']:.0f} (max {max(m[n]['sql']):.0f})"
             )
+        if paths:
+            print(
+                f"\n{'stored turns':>12} {'':>9} | recall exact p50/p95 | recall index p50/p95 | top-20 overlap index/exact"
+            )
+            for n in sizes:
+                e, i = m[n]["exact"], m[n]["index"]
+                if e:
+                    print(
+                        f"{n:>12,} {'':>9} | {statistics.median(e):9.1f} {_pct(e, 95):8.1f}  | "
+                        f"{statistics.median(i):9.1f} {_pct(i, 95):8.1f}  | {statistics.fmean(m[n]['overlap']):.3f}"
+                    )
         results["table"] = table
         results["trace"] = trace
         side.close()
@@ -663,17 +715,43 @@ def main(argv: list[str] | None = None) -> int:
                 f"p95 at {big:,}: {table[big]['turn']['p95']:.0f} ms"
             )
         db.dispose()
-        if args.quality:
-            results["quality"] = quality(args.data)
-        if args.json:
+        if args.json:  # before the quality step, which may fail
             args.json.write_text(json.dumps(results, indent=1, default=str))
+        if args.quality:
+            try:
+                results["quality"] = quality(args.data)
+            except subprocess.CalledProcessError as e:
+                print(f"bench_turn.py: error: the quality step failed: {e}", file=sys.stderr)
+                return 1
+            if args.json:
+                args.json.write_text(json.dumps(results, indent=1, default=str))
     finally:
+        if server is None and url is not None:  # on DATABASE_URL's server: the embedded one goes as a whole
+            name = url.partition("?")[0].rsplit("/", 1)[1]
+            if args.keep:
+                print(f"  kept database {name}", flush=True)
+            else:
+                drop_database(admin, name)
         if server is not None:
             import shutil
 
             server.cleanup()
             shutil.rmtree(server.root, ignore_errors=True)
     return 0
+
+
+def drop_database(admin_url: str, name: str) -> None:
+    """Drop the database ``name`` on ``admin_url``'s server, ending its sessions (``WITH (FORCE)``,
+    PostgreSQL 13 or later). A failure is printed to stderr, not raised (this runs in a
+    ``finally``, where it would hide the error that got there)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        print(f"  dropped database {name}", flush=True)
+    except psycopg.Error as e:
+        print(f"bench_turn.py: could not drop database {name}: {e}", file=sys.stderr)
 
 
 def print_statements(per_statement: dict[int, dict[str, list[float]]], rounds: int) -> None:
@@ -693,7 +771,6 @@ def print_statements(per_statement: dict[int, dict[str, list[float]]], rounds: i
 
 def quality(data: Path) -> dict[str, float]:
     """LoCoMo evidence recall (%, categories 1–4, 1,000 tokens), vector ranker exact vs HNSW index."""
-    import subprocess
     import tempfile
 
     out: dict[str, float] = {}

@@ -43,7 +43,7 @@ if str(REPO) not in sys.path:
 
 import numpy as np  # noqa: E402
 from bench_recall import _new_database, _server  # noqa: E402
-from bench_turn import DIM, Pool, embed_texts, locomo_turns  # noqa: E402
+from bench_turn import DATA, DIM, Pool, embed_texts, locomo_turns  # noqa: E402
 
 
 def _pcts(values: np.ndarray) -> list[float]:
@@ -115,7 +115,7 @@ def hnsw(conn, name: str, archive: np.ndarray, queries: np.ndarray) -> dict[str,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/data/locomo_dev7.json"))
+    parser.add_argument("--data", type=Path, default=DATA, help="LoCoMo file (default: %(default)s)")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--large", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=7)
