@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from errors import EmbeddingDimensionMismatch, SchemaError
+from errors import ConfigurationError, EmbeddingDimensionMismatch, SchemaError
 from memory.database import check_dimension, current_revision, head_revision, make_engine, require_schema, upgrade
 from runtime.config import Settings
-from runtime.service import Database, open_engine
+from runtime.service import Database, connect, open_engine
 
 
 def test_migration_from_empty_database_creates_tables_extension_and_indexes(empty_db_url):
@@ -65,3 +65,11 @@ def test_open_engine_on_unmigrated_database_says_to_run_upgrade(empty_db_url, em
             database=Database(empty_db_url, engine, embedded=False),
         )
     engine.dispose()
+
+
+def test_a_database_url_of_another_database_names_database_url_and_not_the_password():
+    with pytest.raises(ConfigurationError) as info:
+        connect(Settings(database_url="mysql://app:s3cret@db.example/app"))
+    assert info.value.setting == "DATABASE_URL"
+    assert str(info.value).startswith("DATABASE_URL: ") and "'mysql'" in str(info.value)
+    assert "s3cret" not in str(info.value)

@@ -9,6 +9,7 @@ from typing import Literal
 import structlog
 from sqlalchemy import Engine as SAEngine
 
+from errors import ConfigurationError, SchemaError
 from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
 from memory.embeddings import Embedder, runtime_embedder
 from memory.store import Store
@@ -35,11 +36,19 @@ class Database:
 
 
 def connect(settings: Settings) -> Database:
-    """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``."""
+    """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``.
+
+    Raises:
+        ConfigurationError: ``DATABASE_URL`` is not a PostgreSQL URL (the message names the
+            variable and the URL's scheme only: a URL may hold a password).
+        StorageError: the server cannot be reached.
+    """
     if settings.database_url:
-        database = Database(
-            settings.database_url, make_engine(settings.database_url, pool_size=settings.db_pool_size), embedded=False
-        )
+        try:
+            engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+        except SchemaError as exc:
+            raise ConfigurationError(f"DATABASE_URL: {exc}", setting="DATABASE_URL") from exc
+        database = Database(settings.database_url, engine, embedded=False)
     else:
         url = start_embedded(settings.data_dir)
         database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
