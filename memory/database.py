@@ -196,13 +196,15 @@ process's id: how ``companion db reembed`` finds other runtime processes on its 
 def runtime_processes(conn: Connection) -> list[int]:
     """Ids of the other processes of the runtime (by :data:`APPLICATION_NAME`) with connections to
     ``conn``'s database, this process excluded; sorted."""
-    rows = conn.execute(
+    prefix = APPLICATION_NAME.format(pid="")
+    names = conn.execute(
         text(
             "SELECT DISTINCT application_name FROM pg_stat_activity "
-            "WHERE datname = current_database() AND application_name LIKE 'companion:%'"
-        )
+            "WHERE datname = current_database() AND starts_with(application_name, :prefix)"
+        ),
+        {"prefix": prefix},
     ).scalars()
-    pids = {int(name.split(":", 1)[1]) for name in rows if name.split(":", 1)[1].isdigit()}
+    pids = {int(pid) for pid in (name.removeprefix(prefix) for name in names) if pid.isdigit()}
     pids.discard(os.getpid())
     return sorted(pids)
 

@@ -15,7 +15,7 @@ from datetime import datetime
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import Engine, bindparam, text
 
-from memory.database import storage_errors
+from memory.database import autocommit_engine, storage_errors
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,8 +110,7 @@ def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[flo
     """The persona's ``limit`` chunks nearest to the query by cosine distance, nearest first."""
     if limit <= 0:
         return []
-    with storage_errors(), engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT")  # one statement: no BEGIN/ROLLBACK round trips
+    with storage_errors(), autocommit_engine(engine).connect() as conn:  # one statement: no BEGIN/ROLLBACK
         rows = conn.execute(
             text(
                 "SELECT id, source, chunk_index, content, tokens, embedding <=> CAST(:q AS vector) AS distance "

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from runtime.cli._common import EXIT_USAGE, _settings
+from runtime.cli._common import EXIT_USAGE, _check_window, _settings
 
 
 def context_table(context):
@@ -28,10 +28,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     from runtime.service import open_engine
 
-    if args.window is not None:
-        from runtime.accounting import Budgets
-
-        Budgets.create().scaled_to(args.window)  # a bad --window fails before the database starts
+    _check_window(args.window)
     engine = open_engine(_settings())
     if args.window is not None:
         engine = engine.derive(window=args.window)

@@ -18,6 +18,15 @@ def _settings():
     return settings
 
 
+def _check_window(window: int | None) -> None:
+    """Refuse a ``--window`` the budgets cannot scale to (:class:`~errors.ConfigurationError`),
+    before the command starts the database; ``None`` passes."""
+    if window is not None:
+        from runtime.accounting import Budgets
+
+        Budgets.create().scaled_to(window)
+
+
 def _id_arg(value: str) -> str:
     """argparse type for a user, session or persona id: 1-200 printable characters
     (the same rule as the HTTP API, :func:`memory.apps.check_name`)."""

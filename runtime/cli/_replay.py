@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from runtime.cli._common import EXIT_USAGE, _settings
+from runtime.cli._common import EXIT_USAGE, _check_window, _settings
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -28,10 +28,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         from runtime.service.replay_plot import check_plot_path
 
         check_plot_path(args.plot)  # a bad --plot fails before the replay runs
-    if args.window is not None:
-        from runtime.accounting import Budgets
-
-        Budgets.create().scaled_to(args.window)  # a bad --window fails before the database starts
+    _check_window(args.window)
     settings = _settings()
     # the model loads (torch, sentence-transformers, the weights) while the runtime's own modules
     # import and the database opens; open_engine's open_embedder, without the import wait
