@@ -6,7 +6,7 @@ Usage::
         [--haystack] [--components dates,names,diversity] [--embedder minilm|use|e5] [--e5-keys query|passage] [--cjk words|search|bigrams|words+bigrams]
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
-        [--neighbours N] [--expand N] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json]
+        [--neighbours N] [--expand N] [--neighbour-weight W|after] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json]
         [--compose window,sum,centre2,tokens,tokens-centre2] [--turn-text content|line] [--enrich]
 
 ``FILE`` is a LoCoMo-layout JSON file: LoCoMo itself (``locomo_dev7.json``, Maharana et
@@ -95,7 +95,14 @@ import runtime  # noqa: E402,F401  (offline defaults for litellm/tiktoken first)
 from memory import archive  # noqa: E402
 from memory.database import make_engine, upgrade  # noqa: E402
 from memory.fulltext import CJK_METHOD, CJK_METHODS, reindex  # noqa: E402
-from memory.recall import ENRICH_TURNS, EXPAND_HITS, RRF_K, enrich_query, recall_segments  # noqa: E402
+from memory.recall import (  # noqa: E402
+    ENRICH_TURNS,
+    EXPAND_HITS,
+    NEIGHBOUR_WEIGHT,
+    RRF_K,
+    enrich_query,
+    recall_segments,
+)
 from memory.store import NewSegment, Store  # noqa: E402
 from memory.tables import Turn  # noqa: E402
 from runtime.accounting import counter_for  # noqa: E402
@@ -215,6 +222,7 @@ class CachedEmbedder:
 
         if self.path.exists():  # another run may have added texts meanwhile
             self.vectors = {**pickle.loads(self.path.read_bytes()), **self.vectors}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_suffix(f".{os.getpid()}")
         partial.write_bytes(pickle.dumps(self.vectors))
         os.replace(partial, self.path)
@@ -409,6 +417,7 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         session_cap=args.session_cap if "diversity" in args.on else None,
         cjk=args.cjk,
         vector_index={"auto": None, "exact": False, "index": True}[args.vector],
+        neighbour_weight=None if args.neighbour_weight == "after" else float(args.neighbour_weight),
     )
 
 
@@ -477,13 +486,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--compose",
-        default="window",
-        help=f"window-key vectors, comma-separated, each measured in turn: {', '.join(COMPOSITIONS)}",
+        default=archive.WEIGHTING,
+        help=f"window-key vectors, comma-separated, each measured in turn: {', '.join(COMPOSITIONS)} "
+        f"(default the runtime's, {archive.WEIGHTING})",
     )
     parser.add_argument(
         "--turn-text", choices=["content", "line"], default="content", help="what a composed key's turns embed"
     )
     parser.add_argument("--enrich", action="store_true", help="ask after the conversation's last turns (enrichment)")
+    parser.add_argument(
+        "--neighbour-weight",
+        default=str(NEIGHBOUR_WEIGHT),
+        help="a neighbour d turns from its hit ranks at the hit's score times this to the power d "
+        f"(the runtime's: {NEIGHBOUR_WEIGHT}); 'after' puts neighbours straight after their hit",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")
     parser.add_argument("--feedback", type=int, default=0, help="Rocchio feedback from the best N hits (0: off)")
@@ -519,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.data.name}: split {args.split} = {', '.join(c.id for c in convs)}; haystack {args.haystack}; "
             f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {embedder.name}{'' if questions_by is embedder else f', questions {questions_by.name}'}; unit={args.unit} key={args.key} "
             f"compose {','.join(args.compositions)} from turn {args.turn_text}; "
-            f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand}, "
+            f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand} "
+            f"(weight {args.neighbour_weight}), "
             f"session cap {args.session_cap}",
             flush=True,
         )

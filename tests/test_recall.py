@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from memory.archive import build_segments
 from memory.fulltext import cjk_terms
-from memory.recall import RRF_K, recall_segments
+from memory.recall import NEIGHBOUR_WEIGHT, RRF_K, recall_segments
 from memory.tables import Turn
 from tests.archive_fixtures import T0, archive_segments
 
@@ -117,6 +117,30 @@ def test_token_budget_and_neighbours_fill_in_rank_order_and_never_exceed_the_bud
     assert sum(s.tokens for s in wide) <= 80
     assert [s.first_seq for s in wide[:3]] == [11, 10, 12]  # the hit, then the turns around it
     assert wide[1].neighbour_of == wide[0].id and wide[1].score == 0
+
+
+def test_a_neighbour_ranks_at_its_hits_score_decayed_by_its_distance(store, embedder):
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
+    kw = {"limit": 12, "pool": 12}
+    hits = {s.id: s for s in _recall(store, embedder, "ana", "Qwerbol", **kw)}
+
+    def rank_keys(found):
+        """Each segment's score, a neighbour's being its hit's times NEIGHBOUR_WEIGHT per turn away."""
+        keys = []
+        for s in found:
+            hit = hits[s.neighbour_of] if s.neighbour_of is not None else s
+            turns = max(s.first_seq - hit.last_seq, hit.first_seq - s.last_seq, 0)
+            keys.append(hit.score * NEIGHBOUR_WEIGHT**turns)
+        return keys
+
+    found = _recall(store, embedder, "ana", "Qwerbol", neighbours=2, **kw)
+    assert [s.first_seq for s in found[:3]] == [11, 10, 12]  # the best hit, then the turns next to it
+    assert rank_keys(found) == sorted(rank_keys(found), reverse=True)
+
+    grouped = _recall(store, embedder, "ana", "Qwerbol", neighbours=2, neighbour_weight=None, **kw)
+    assert [s.first_seq for s in grouped[:4]] == [11, 9, 10, 12]  # every neighbour straight after its hit
+    assert rank_keys(grouped) != sorted(rank_keys(grouped), reverse=True)  # a weak hit's context before a hit
+    assert sorted(s.id for s in found) == sorted(s.id for s in grouped)  # the same segments, in another order
 
 
 def test_recall_excludes_turns_still_in_the_recent_window(store, embedder):
