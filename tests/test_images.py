@@ -7,6 +7,7 @@ transcription requests by model name (a scripted queue per model) and replies wi
 
 from __future__ import annotations
 
+import shutil
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -394,6 +395,13 @@ def test_chain_direct_bypasses_a_dead_gateway(images_env):
     assert (t.method, t.text) == ("direct", "Direct route.")
 
 
+NEEDS_TESSERACT = pytest.mark.skipif(
+    shutil.which("tesseract") is None, reason="Tesseract is not installed (CI installs it; see README)"
+)
+"""The local OCR step needs the ``tesseract`` binary; a non-root user without it skips these."""
+
+
+@NEEDS_TESSERACT
 def test_chain_local_ocr_then_ocr_only_prompt(images_env):
     settings = _settings(images_env).model_copy(update={"ocr_languages": "eng"})
     images_env.script(VISION, DOWN)  # describing fails ...
@@ -428,6 +436,7 @@ def test_total_failure_is_a_clear_placeholder_never_empty(images_env):
     assert "could not be read" in sent
 
 
+@NEEDS_TESSERACT
 def test_ocr_on_the_screenshot_returns_its_text():
     found = tesseract_text(img.screenshot(), "eng")
     for line in img.SCREENSHOT_TEXT:
