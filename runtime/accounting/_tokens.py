@@ -1223,9 +1223,10 @@ COUNT_CACHE = 8192
 Assembling a context counts the same recent turns, summary and recalled segments again on every
 turn (a LoCoMo replay: about 94,000 counts, most of them repeats)."""
 COUNT_CACHE_CHARS = 2048
-"""Longest text (characters) whose count is kept: the cache holds at most :data:`COUNT_CACHE` ×
-this many characters (16 M; 32 MB as Python strings of Chinese text), and a long text's encoding
-costs far more than the lookup anyway."""
+"""Longest text (characters) whose count is kept. The limit bounds the cache's memory: it holds at
+most :data:`COUNT_CACHE` × this many characters (about 16.8 million; 32 MB as Python strings of
+Chinese text, two bytes a character). Longer texts (a pasted document, a file's text) rarely
+repeat and are counted each time."""
 
 
 class TiktokenCounter(_MessageCounter):
