@@ -68,6 +68,12 @@ def _cron(value: str) -> str:
     return cron
 
 
+def _model_name(value: str) -> str:
+    """A local model folder in one spelling (``os.path.normpath``: no trailing ``/``, no ``./``),
+    so the same folder is always recorded as the same model; any other name unchanged."""
+    return os.path.normpath(value) if os.path.isdir(value) else value
+
+
 def _zero_is_none(value: float | None) -> float | None:
     return value or None
 
@@ -235,8 +241,9 @@ class Settings(_EnvironmentSettings):
     at once, in the turn's thread; ``queue``: as a durable job a queue worker runs (the in-process
     worker of ``companion serve``, or ``companion jobs run``). ``None`` (unset): each entry point's
     default, ``queue`` for ``companion serve`` and ``inline`` everywhere else."""
-    embedding_model: str = BUNDLED_EMBEDDING_MODEL
-    """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local path."""
+    embedding_model: Annotated[str, AfterValidator(_model_name)] = BUNDLED_EMBEDDING_MODEL
+    """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local folder (a folder is
+    normalised: ``models/minilm/`` and ``./models/minilm`` are the same model, ``models/minilm``)."""
     embed_threads: Annotated[int | None, AfterValidator(_zero_is_none)] = Field(1, ge=0, le=256)
     """``COMPANION_EMBED_THREADS``: torch's intra-op threads for the embedder (``torch.set_num_threads``,
     process-wide, set when the model loads); ``None`` (0) leaves torch's default, one per core.

@@ -67,3 +67,13 @@ def test_model_copy_derives_a_changed_frozen_copy():
     assert (settings.window, wider.window) == (4096, 8192)
     with pytest.raises(ValidationError):  # frozen
         settings.model = "other"  # type: ignore[misc]
+
+
+def test_a_local_model_folder_is_one_model_however_it_is_spelled(tmp_path, monkeypatch):
+    (tmp_path / "models" / "minilm").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    spellings = ["models/minilm/", "./models/minilm", "models//minilm", "models/minilm"]
+    names = {Settings.from_env({"COMPANION_EMBEDDING_MODEL": s}).embedding_model for s in spellings}
+    assert names == {"models/minilm"}
+    hub = "sentence-transformers/all-MiniLM-L6-v2"  # not a folder here: a hub name, kept as given
+    assert Settings(embedding_model=hub).embedding_model == hub
