@@ -157,7 +157,8 @@ def check_connection(engine: Engine) -> None:
             ).scalar()
     except sqlalchemy.exc.SQLAlchemyError as exc:
         orig = getattr(exc, "orig", None) or exc
-        first = str(orig).strip().splitlines()[-1] if str(orig).strip() else type(orig).__name__
+        # the first line says what failed ("… port 1 failed: Connection refused"); libpq's next is a generic hint
+        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
         raise StorageError(
             f"Cannot connect to the database ({type(orig).__name__}: {first}). Check DATABASE_URL, "
             "or unset it to use the embedded server."

@@ -64,6 +64,9 @@ def test_unreachable_database_is_a_one_line_error_naming_database_url():
     result = _run(["db", "upgrade", "--embedding-dim", "384"], env)
     assert result.returncode == 2
     assert "DATABASE_URL" in result.stderr and "Traceback" not in result.stderr
+    inspect = _run(["breaker", "show", "s1"], env)
+    assert inspect.returncode == 2 and len(inspect.stderr.strip().splitlines()) == 1
+    assert "Connection refused" in inspect.stderr and "DATABASE_URL" in inspect.stderr  # what failed, not the hint
 
 
 def test_report_into_a_missing_directory_is_refused_before_the_run(empty_db_url, tmp_path):
