@@ -156,8 +156,9 @@ class SentenceTransformerEmbedder:
         try:
             model = SentenceTransformer(self._path, device="cpu")
         except Exception as exc:  # OSError, ValueError, HF hub errors: all mean "cannot load"
+            said = " ".join(str(exc).split()) or "no message"  # one line: Hugging Face's messages span several
             raise ConfigurationError(
-                f"Cannot load the embedding model {self.name!r} ({type(exc).__name__}: {exc}). "
+                f"Cannot load the embedding model {self.name!r} ({type(exc).__name__}: {said}). "
                 "Set COMPANION_EMBEDDING_MODEL to a local sentence-transformers path, or use "
                 "the bundled 'all-MiniLM-L6-v2'.",
                 setting="COMPANION_EMBEDDING_MODEL",
