@@ -95,3 +95,12 @@ def test_bad_ids_and_numbers_are_refused_before_anything_runs(argv, says, capsys
         main(argv)
     assert exit_.value.code == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_model_that_cannot_be_loaded_is_a_one_line_error(db_url):
+    # Hugging Face's own message for a name it cannot find offline spans several lines
+    env = {**os.environ, "DATABASE_URL": db_url, "COMPANION_EMBEDDING_MODEL": "nobody/no-such-model"}
+    result = _run(["replay", str(SAMPLE), "--window", "1024"], {**env, "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Cannot load the embedding model 'nobody/no-such-model'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
