@@ -33,7 +33,9 @@ def configure_logging(level: str = "warning", fmt: str = "console") -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         # sys.stderr is looked up per logger, not once here: a stream replaced since (a test's
-        # capture, a daemon's redirect) is written to, never one that has been closed
-        logger_factory=lambda *_: structlog.PrintLogger(file=sys.stderr),
+        # capture, a daemon's redirect) is written to, never one that has been closed.
+        # WriteLogger writes a line and its newline in one write: PrintLogger's print() writes
+        # them apart, so the processes of `serve --workers N` glued each other's lines together.
+        logger_factory=lambda *_: structlog.WriteLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
