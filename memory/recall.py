@@ -226,7 +226,7 @@ df AS MATERIALIZED (
     GROUP BY terms.t, terms.tq, terms.frequent, terms.share
 ),
 fts_score AS (
-    SELECT hits.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(hits.search, df.tq)) AS s
+    SELECT hits.id, sum(ln(1.0 + (df.n - df.df + 0.5) / (df.df + 0.5)) * ts_rank(hits.search, df.tq) ORDER BY df.t) AS s
     FROM hits JOIN df ON hits.search @@ df.tq
     GROUP BY hits.id
 ),
@@ -248,14 +248,16 @@ LIMIT :limit
 """
 """The fused ranking. ``common`` (the table's most common lexemes, from ``pg_stats``) is
 ``MATERIALIZED`` so that it is read once: inlined, the view was read again for each query
-term and each use of its share, about 0.5 ms per term on the index path. ``df`` (one row a
+term and each use of its share, about 0.5 ms per term on the index path. ``df`` (one row per
 query term) is ``MATERIALIZED`` too: inlined, the planner recomputed it for every matching
 row. ``found`` pairs the rankers' lists by a hash ``FULL JOIN`` on ``id``; joining each list
 to the rows separately, the planner (which expects one row from a ``LIMIT``ed CTE) chose a
 nested loop that compared every row with every full-text hit. On a 381-segment archive
 (a conv-26 replay) the two took the statement from 11.3 to 1.7 ms (``EXPLAIN ANALYZE``), and
-``scripts/eval_recall.py --split tune`` from a p50 of 17.4 to 6.4 ms per question, with the
-same results."""
+``scripts/eval_recall.py --split tune`` from a p50 of 17.4 to 6.4 ms per question. A row's
+full-text score is summed over the query terms in term order (``ORDER BY df.t``): floating-point
+addition depends on the order, so without it two rows of equal score could differ in the last
+bit, and swap places, with the plan."""
 
 _VEC_EXACT = """mine AS MATERIALIZED (
     SELECT id, embedding <=> CAST(:q AS vector) AS distance
@@ -402,10 +404,11 @@ def recall_segments(
             (``seq``) before and after each of the best hits, budget permitting, with
             ``score`` 0 and ``neighbour_of`` set. 0 disables.
         expand: only the best ``expand`` hits get neighbours.
-        neighbour_weight: a neighbour ``d`` turns from its hit is placed among the hits as
-            if its score were the hit's times ``neighbour_weight ** d`` (ties: the earlier
-            hit and its neighbours first); default :data:`NEIGHBOUR_WEIGHT`. ``None``
-            puts each hit's neighbours straight after it.
+        neighbour_weight: from 0 to 1; a neighbour ``d`` turns from its hit
+            (:func:`turns_apart`) is placed among the hits as if its score were the hit's
+            times ``neighbour_weight ** d`` (ties: the earlier hit and its neighbours first;
+            0 puts every neighbour after every hit); default :data:`NEIGHBOUR_WEIGHT`.
+            ``None`` puts each hit's neighbours straight after it.
         rrf_k: the fusion constant k (default :data:`RRF_K`).
         exclude_session_id, exclude_from_seq: leave out segments of that session whose
             last turn is at or after that seq (turns still in the recent window).
@@ -422,8 +425,11 @@ def recall_segments(
             it must be the method the segments were stored with (:data:`~memory.fulltext.CJK_METHOD`).
 
     Raises:
+        ValueError: ``neighbour_weight`` outside 0 to 1 (or NaN).
         StorageError: the database failed (``memory.database.storage_errors``).
     """
+    if neighbour_weight is not None and not 0.0 <= neighbour_weight <= 1.0:
+        raise ValueError(f"neighbour_weight must be None or from 0 to 1, got {neighbour_weight!r}")
     exclude = ""
     params: dict[str, Any] = {"user_id": user_id, "q": list(query_embedding), "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
@@ -509,20 +515,33 @@ def recall_segments(
 def _interleave(
     hits: list[RecalledSegment], by_hit: dict[int, list[RecalledSegment]], weight: float | None
 ) -> list[RecalledSegment]:
-    """``hits`` with their neighbours (``by_hit``, by hit id) placed as :func:`recall_segments`'
-    ``neighbour_weight`` says; a segment may appear twice (as a hit and as a neighbour)."""
+    """``hits`` (in their given order) with their neighbours (``by_hit``, by hit id) placed as
+    :func:`recall_segments`' ``neighbour_weight`` says; a segment may appear twice (as a hit and
+    as a neighbour).
+
+    Hits keep their order: each ranks at the lowest score of the hits up to it, which is its own
+    score when the hits are in score order, and after a ``session_cap`` has moved a hit back,
+    no more than the hits now before it."""
     grouped = [(hit, seg) for hit in hits for seg in [hit, *by_hit.get(hit.id, [])]]
     if weight is None:
         return [seg for _, seg in grouped]
+    level: dict[int, float] = {}
+    lowest = float("inf")
+    for hit in hits:
+        lowest = min(lowest, hit.score)
+        level[hit.id] = lowest
 
     def key(item: tuple[int, tuple[RecalledSegment, RecalledSegment]]) -> tuple[float, int]:
         position, (hit, seg) = item
-        if seg is hit:
-            return -hit.score, position
-        turns = max(seg.first_seq - hit.last_seq, hit.first_seq - seg.last_seq, 1)
-        return -hit.score * weight**turns, position
+        return -level[hit.id] * (1.0 if seg is hit else weight ** turns_apart(seg, hit)), position
 
     return [seg for _, (_, seg) in sorted(enumerate(grouped), key=key)]
+
+
+def turns_apart(segment: RecalledSegment, hit: RecalledSegment) -> int:
+    """How many turns (``seq``) ``segment`` lies before or after ``hit``, at least 1: the ``d`` of
+    :data:`NEIGHBOUR_WEIGHT` (one session's segments never overlap)."""
+    return max(segment.first_seq - hit.last_seq, hit.first_seq - segment.last_seq, 1)
 
 
 def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:

@@ -417,7 +417,7 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         session_cap=args.session_cap if "diversity" in args.on else None,
         cjk=args.cjk,
         vector_index={"auto": None, "exact": False, "index": True}[args.vector],
-        neighbour_weight=None if args.neighbour_weight == "after" else float(args.neighbour_weight),
+        neighbour_weight=args.neighbour_weight,
     )
 
 
@@ -434,6 +434,19 @@ def print_table(title: str, tally: Tally) -> None:
         )
         print(row)
     print("  evidence turns per category: " + ", ".join(f"{c} {tally.total[c]}" for c in tally.categories))
+
+
+def _neighbour_weight(value: str) -> float | None:
+    """``--neighbour-weight``: ``after`` (``None``: neighbours straight after their hit) or 0 to 1."""
+    if value == "after":
+        return None
+    try:
+        weight = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'after' or a number from 0 to 1, got {value!r}") from None
+    if not 0.0 <= weight <= 1.0:
+        raise argparse.ArgumentTypeError(f"'after' or a number from 0 to 1, got {value!r}")
+    return weight
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -496,7 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--enrich", action="store_true", help="ask after the conversation's last turns (enrichment)")
     parser.add_argument(
         "--neighbour-weight",
-        default=str(NEIGHBOUR_WEIGHT),
+        type=_neighbour_weight,
+        default=NEIGHBOUR_WEIGHT,
         help="a neighbour d turns from its hit ranks at the hit's score times this to the power d "
         f"(the runtime's: {NEIGHBOUR_WEIGHT}); 'after' puts neighbours straight after their hit",
     )
@@ -536,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             f"components on: {', '.join(sorted(args.on)) or 'none'}; embedder {embedder.name}{'' if questions_by is embedder else f', questions {questions_by.name}'}; unit={args.unit} key={args.key} "
             f"compose {','.join(args.compositions)} from turn {args.turn_text}; "
             f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand} "
-            f"(weight {args.neighbour_weight}), "
+            f"(weight {'after' if args.neighbour_weight is None else args.neighbour_weight}), "
             f"session cap {args.session_cap}",
             flush=True,
         )

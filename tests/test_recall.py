@@ -121,7 +121,7 @@ def test_token_budget_and_neighbours_fill_in_rank_order_and_never_exceed_the_bud
 
 def test_a_neighbour_ranks_at_its_hits_score_decayed_by_its_distance(store, embedder):
     _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
-    kw = {"limit": 12, "pool": 12}
+    kw = {"limit": 3, "pool": 12}
     hits = {s.id: s for s in _recall(store, embedder, "ana", "Qwerbol", **kw)}
 
     def rank_keys(found):
@@ -129,18 +129,42 @@ def test_a_neighbour_ranks_at_its_hits_score_decayed_by_its_distance(store, embe
         keys = []
         for s in found:
             hit = hits[s.neighbour_of] if s.neighbour_of is not None else s
-            turns = max(s.first_seq - hit.last_seq, hit.first_seq - s.last_seq, 0)
+            turns = abs(s.first_seq - hit.first_seq)  # one-turn segments
             keys.append(hit.score * NEIGHBOUR_WEIGHT**turns)
         return keys
 
     found = _recall(store, embedder, "ana", "Qwerbol", neighbours=2, **kw)
     assert [s.first_seq for s in found[:3]] == [11, 10, 12]  # the best hit, then the turns next to it
+    assert any(s.neighbour_of is not None and s.id not in hits for s in found)  # context no hit found
     assert rank_keys(found) == sorted(rank_keys(found), reverse=True)
 
     grouped = _recall(store, embedder, "ana", "Qwerbol", neighbours=2, neighbour_weight=None, **kw)
     assert [s.first_seq for s in grouped[:4]] == [11, 9, 10, 12]  # every neighbour straight after its hit
     assert rank_keys(grouped) != sorted(rank_keys(grouped), reverse=True)  # a weak hit's context before a hit
     assert sorted(s.id for s in found) == sorted(s.id for s in grouped)  # the same segments, in another order
+
+    with pytest.raises(ValueError, match="neighbour_weight"):
+        _recall(store, embedder, "ana", "Qwerbol", neighbours=2, neighbour_weight=1.5, **kw)
+    with pytest.raises(ValueError, match="neighbour_weight"):
+        _recall(store, embedder, "ana", "Qwerbol", neighbours=2, neighbour_weight=float("nan"), **kw)
+
+
+def test_a_session_cap_keeps_its_order_when_neighbours_are_ranked_among_the_hits(store, embedder):
+    # a turn every ten hours: two or three a day, so the cap moves a day's second hit back
+    archive_segments(
+        store,
+        user_id="ana",
+        session_id="ana-1",
+        contents=ENGLISH,
+        vectors=embedder.embed(ENGLISH),
+        tokens=lambda c: len(c) // 4 + 1,
+        step=timedelta(hours=10),
+    )
+    kw = {"limit": 6, "pool": 12, "neighbours": 0}
+    plain = [s.first_seq for s in _recall(store, embedder, "ana", QUERY, **kw)]
+    capped = [s.first_seq for s in _recall(store, embedder, "ana", QUERY, session_cap=1, neighbour_weight=None, **kw)]
+    assert capped != plain and sorted(capped) == sorted(plain)
+    assert [s.first_seq for s in _recall(store, embedder, "ana", QUERY, session_cap=1, **kw)] == capped
 
 
 def test_recall_excludes_turns_still_in_the_recent_window(store, embedder):
