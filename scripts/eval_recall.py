@@ -76,7 +76,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -440,11 +442,8 @@ def _neighbour_weight(value: str) -> float | None:
     """``--neighbour-weight``: ``after`` (``None``: neighbours straight after their hit) or 0 to 1."""
     if value == "after":
         return None
-    try:
-        weight = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'after' or a number from 0 to 1, got {value!r}") from None
-    if not 0.0 <= weight <= 1.0:
+    weight = float(value) if re.fullmatch(r"\s*(\d+(\.\d*)?|\.\d+)\s*", value) else math.nan
+    if not 0.0 <= weight <= 1.0:  # NaN too
         raise argparse.ArgumentTypeError(f"'after' or a number from 0 to 1, got {value!r}")
     return weight
 
