@@ -118,8 +118,9 @@ after         49.3 / 61.1 / 71.6 / 81.2  72.2 / 92.6 / 100 / 100     64.8 / 79.6
 0.9           52.7 / 63.8 / 72.4 / 81.2  77.8 / 98.1 / 100 / 100     66.7 / 79.6 / 96.3 / 98.1
 ============  =========================  ==========================  ==========================
 
-One weight for every neighbour whatever its distance (0.5), or the neighbours of the best
-10 or 20 hits instead of :data:`EXPAND_HITS`, lost 1–1.5 points of LoCoMo at 2,000 tokens."""
+A weight of 0.5 for every neighbour, not raised to the power of its distance, and the
+neighbours of the best 10 or 20 hits instead of :data:`EXPAND_HITS` each lost 1–1.5 points of
+LoCoMo at 2,000 tokens."""
 
 DATE_WEIGHT = 1.0
 """Weight of the date ranker in the fusion (``when``): its ``1 / (k + rank)`` is multiplied
@@ -130,7 +131,8 @@ SESSION_CAP: int | None = None
 """Hits of one conversation day taken before other days' (``session_cap``); ``None`` off.
 Off because it did not pay: with 2, LoCoMo evidence recall at 1,000 tokens fell on the
 tuning conversations (conv-26 74.4 → 71.9 %, conv-41 75.2 → 74.3 %, conv-44 52.2 → 49.3 %;
-``scripts/eval_recall.py --components diversity --session-cap 2``)."""
+``scripts/eval_recall.py --components diversity --session-cap 2``; measured before
+:data:`NEIGHBOUR_WEIGHT`, with the neighbours straight after their hit)."""
 
 INDEX_FROM = 5_000
 """Segments of one user from which the vector ranker uses the HNSW index (if the user's
