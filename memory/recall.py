@@ -255,7 +255,8 @@ query term) is ``MATERIALIZED`` too: inlined, the planner recomputed it for ever
 row. ``found`` pairs the rankers' lists by a hash ``FULL JOIN`` on ``id``; joining each list
 to the rows separately, the planner (which expects one row from a ``LIMIT``ed CTE) chose a
 nested loop that compared every row with every full-text hit. On a 381-segment archive
-(a conv-26 replay) the two took the statement from 11.3 to 1.7 ms (``EXPLAIN ANALYZE``), and
+(a conv-26 replay) the two took the statement from 11.3 to 1.7 ms (``EXPLAIN ANALYZE``; 1.9 ms
+with the ordered sum below, on a machine twice as loaded), and
 ``scripts/eval_recall.py --split tune`` from a p50 of 17.4 to 6.4 ms per question. A row's
 full-text score is summed over the query terms in term order (``ORDER BY df.t``): floating-point
 addition depends on the order, so without it two rows of equal score could differ in the last
