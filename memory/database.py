@@ -158,7 +158,7 @@ def check_connection(engine: Engine) -> None:
     except sqlalchemy.exc.SQLAlchemyError as exc:
         orig = getattr(exc, "orig", None) or exc
         # the first line says what failed ("… port 1 failed: Connection refused"); libpq's next is a generic hint
-        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
         raise StorageError(
             f"Cannot connect to the database ({type(orig).__name__}: {first}). Check DATABASE_URL, "
             "or unset it to use the embedded server."
