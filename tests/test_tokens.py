@@ -495,6 +495,12 @@ UNSEEN_CLASSES = {
     "random-printable-ascii": "".join(random.Random(19).choices(string.printable[:94], k=1000)),
     "base64": base64.b64encode(random.Random(20).randbytes(750)).decode("ascii"),
     "punctuation-soup": "".join(random.Random(21).choices(string.punctuation, k=1000)),
+    # digits after spaces: the space is a token of its own (0.81 of the largest count before)
+    "spaced-digits": " ".join(random.Random(23).choices(string.digits, k=500))[:1000],
+    "aligned-number-columns": "\n".join(
+        "".join(str(random.Random(24 + row).randint(0, 999)).rjust(2 + (row + col) % 7) for col in range(10))
+        for row in range(40)
+    )[:1000],
 }
 
 
@@ -571,6 +577,17 @@ def test_table_characters_cost_at_most_their_table_count_in_every_tokenizer(toke
     assert not wrong[:10]
 
 
+def test_spaces_before_digits_are_one_token_or_two_in_every_tokenizer(tokenizers_by_name):
+    """The premise of ``space_digit`` and ``spaces_digit``: no pre-tokenizer joins a space to a
+    digit; one space is one token, a run of 2-16 spaces at most two."""
+    groups = ["0", "7", "42", "999"]
+    for name in THREE:
+        count = tokenizers_by_name[name]
+        assert all(count(" " + group) == 2 for group in groups)
+        assert all(count(" " * k + group) <= 3 for k in range(2, 17) for group in groups)
+    assert tokenizers_by_name["cl100k_base"]("  5") == 3  # the run ends one space early
+
+
 def test_digit_groups_and_common_punctuation_pairs_are_one_token_in_every_tokenizer(tokenizers_by_name):
     groups = [str(i) for i in range(10)] + [f"{i:02d}" for i in range(100)] + [f"{i:03d}" for i in range(1000)]
     pairs = sorted(tokens_module.COMMON_PUNCTUATION_PAIRS)
@@ -582,28 +599,38 @@ def _pair_counts_by_definition(text: str) -> tuple[int, ...]:
     marks = set(string.punctuation)
     rare = {a + b for group in tokens_module.RARE_LETTER_PAIRS.split("|") for a in group[0] for b in group[2:-1]}
     pairs = list(zip(text, text[1:], strict=False))
-    triples = zip(text, text[1:], text[2:], strict=False)
+    triples = list(zip(text, text[1:], text[2:], strict=False))
     return (
         sum((a + b).lower() in rare and (a + b).isascii() and (a + b).isalpha() for a, b in pairs),
         sum(a in marks and b in marks and a + b not in tokens_module.COMMON_PUNCTUATION_PAIRS for a, b in pairs),
         sum(a == b == c and a.isascii() and a.isalpha() for a, b, c in triples),
         sum(a == b and a in marks for a, b in pairs),
+        sum(a == " " and b in string.digits for a, b in pairs),
+        sum(a == b == " " and c in string.digits for a, b, c in triples),
     )
 
 
 def test_pair_features_count_every_overlapping_pair():
-    """Property: rare letter pairs, rare mark pairs, letter triples and mark repeats, counted from
-    bigram strings, equal a pair-by-pair count, next to any non-ASCII or control character too."""
+    """Property: rare letter pairs, rare mark pairs, letter triples, mark repeats and spaces before a
+    digit, counted from bigram strings, equal a pair-by-pair count, next to any non-ASCII or control
+    character too."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    names = ("rare_letter_pairs", "rare_punctuation_pairs", "letter_triples", "punctuation_repeats")
+    names = (
+        "rare_letter_pairs",
+        "rare_punctuation_pairs",
+        "letter_triples",
+        "punctuation_repeats",
+        "space_digit",
+        "spaces_digit",
+    )
     where = [tokens_module.FEATURES.index(name) for name in names]
 
     @settings(max_examples=400, deadline=None, database=None)
     @given(
         st.text(
-            alphabet=st.sampled_from("zZqQjJxXkKaa" + "]]}}@@;;=<.\"'" + " \n\x00\x7f\x80é哈😀\ud7ff\ue000"),
+            alphabet=st.sampled_from("zZqQjJxXkKaa" + "]]}}@@;;=<.\"'" + "  05\t" + " \n\x00\x7f\x80é哈😀\ud7ff\ue000"),
             max_size=60,
         )
     )
