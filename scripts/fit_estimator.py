@@ -20,20 +20,23 @@ What it does:
    minimise the mean estimate / actual ratio (messages, code and JSON weighted 1 per corpus, the
    generated texts 0.05), subject to ``p . features + non_ascii_bound > actual - 1`` (the estimate
    is rounded up) for every training text, and ``> actual`` for the generated ones (a token of
-   headroom, :data:`GENERATED_HEADROOM`). ``digit`` and ``digit_runs`` are held at their proven
-   bounds, ``control`` and ``ascii_next_to_non_ascii`` at one token per byte, and
-   the spaces before a digit at one token, two after two or more spaces (see ``ESTIMATOR_PRICES``). With ``--raise-only``
-   no price may fall below its current value, so no text's estimate can fall.
+   headroom, :data:`GENERATED_HEADROOM`). ``digit`` is held at its proven bound and
+   ``digit_runs`` at or above its bound, ``control`` and ``ascii_next_to_non_ascii`` at one
+   token per byte, and the sums of :data:`AT_LEAST` at or above their bounds (a space before a digit is
+   one token, a run of spaces before a digit two; see ``ESTIMATOR_PRICES``). With
+   ``--raise-only`` no price may fall below its current value, so no text's estimate can fall.
 4. Multiplies the fitted prices (with ``--raise-only``, their rises) by 1.05, adds 0.5 to a
    raised ``text``, rounds each up to 0.001, and prints them as a Python dict to paste into
    ``runtime/accounting/_tokens.py``.
 5. Checks the rounded prices on texts it was not fitted on, from ``--check-seed``: soup, repeated
-   short soup (:func:`repeated_soup`, a known limit), mixtures, space-separated digits and aligned number columns, chunks of the training packages'
-   sources and of packages never fitted (sqlalchemy, pydantic, networkx, sympy), and prints the
-   undercount share and the estimate / actual ratio of each, for the new and the current prices.
+   short soup (:func:`repeated_soup`, a known limit), mixtures, space-separated digits and aligned
+   number columns, chunks of the standard library's and the training packages' sources (other
+   chunks than the fit's), and of packages never fitted (sqlalchemy, pydantic, networkx, sympy),
+   and prints the undercount share and the estimate / actual ratio of each, for the new and the
+   current prices.
 
-The exit status is 1 if the training texts are not all covered (the LP failed). It runs for
-about 5 minutes on 2 cores.
+The exit status is 1 if the rounded prices still undercount a training text; the script stops
+with a message if the LP has no solution. It runs for about 5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ LOWER = {"digit_runs": 0.667}
 AT_LEAST = ((("space_runs", "space_digit"), 1.0), (("space_runs", "space_digit", "spaces_digit"), 2.0))
 """Groups of prices and the least their sum may be: a space before a digit is a token of its own in
 all three tokenizers (their pre-tokenizers join a space to a following letter or mark, never to a
-digit), and two or more spaces before a digit are two tokens in cl100k_base and o200k_base."""
+digit), and a run of 2 to about 80 spaces before a digit is two tokens in cl100k_base and o200k_base."""
 UNPRICED = frozenset(tokens.FEATURES[tokens.FEATURES.index("latin2") : tokens.FEATURES.index("astral") + 1])
 """Non-ASCII class counts: priced by ``non_ascii_bound``, never by the fit."""
 GENERATED = ("soup-", "mixtures")
