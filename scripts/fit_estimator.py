@@ -57,7 +57,7 @@ for folder in (REPO, REPO / "scripts"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from bench_tokens import DEFAULT_SEED, load_corpora, reference_counters  # noqa: E402
+from bench_tokens import DEFAULT_SEED, load_corpora, reference_counters, score  # noqa: E402
 
 from runtime.accounting import _tokens as tokens  # noqa: E402
 
@@ -206,12 +206,19 @@ def spaced_numbers(rng: random.Random, n: int) -> dict[str, list[str]]:
     }
 
 
-def largest_counts(texts: Sequence[str]) -> list[int]:
-    counts = [count(texts) for count in reference_counters().values()]
-    return [max(column) for column in zip(*counts, strict=True)]
+def largest_counts(corpora: dict[str, list[str]]) -> dict[str, list[int]]:
+    """Per corpus, each text's largest count of the three reference tokenizers (counted once, read by
+    :func:`fit` and :func:`check`)."""
+    counters = reference_counters().values()
+    return {
+        name: [max(column) for column in zip(*(count(texts) for count in counters), strict=True)]
+        for name, texts in corpora.items()
+    }
 
 
-def fit(corpora: dict[str, list[str]], floor: dict[str, float] | None = None) -> dict[str, float]:
+def fit(
+    corpora: dict[str, list[str]], largest: dict[str, list[int]], floor: dict[str, float] | None = None
+) -> dict[str, float]:
     """The LP's prices (before the margin), by feature name; none below ``floor`` (a price table) if given."""
     import numpy as np
     from scipy.optimize import linprog
@@ -222,8 +229,7 @@ def fit(corpora: dict[str, list[str]], floor: dict[str, float] | None = None) ->
     weight: dict[tuple[int, ...], float] = defaultdict(float)  # objective weight of each row
     for name, texts in corpora.items():
         share = GENERATED_WEIGHT if name.startswith(GENERATED) else 1.0
-        actual = largest_counts(texts)
-        for text, tokens_used in zip(texts, actual, strict=True):
+        for text, tokens_used in zip(texts, largest[name], strict=True):
             features = tokens.text_features(text)
             row = tuple(features[i] for i in where)
             # ceil(estimate) >= actual  <=>  estimate > actual - 1
@@ -265,21 +271,19 @@ def rounded(prices: dict[str, float], floor: dict[str, float] | None = None) -> 
     return out
 
 
-def check(prices: dict[str, float], corpora: dict[str, list[str]]) -> bool:
+def check(prices: dict[str, float], corpora: dict[str, list[str]], largest: dict[str, list[int]]) -> bool:
     """Print, per corpus, the undercount share and the sum ratio of ``prices``; True if none undercounted."""
     estimator = tokens.ConservativeEstimator(prices)
     clean = True
     for name, texts in corpora.items():
-        actual = largest_counts(texts)
+        if not texts:
+            continue
+        actual = largest[name]
         estimates = [estimator.count_text(t) for t in texts]
         under = [(t, e, a) for t, e, a in zip(texts, estimates, actual, strict=True) if e < a]
         clean = clean and not under
-        ratio = sum(estimates) / max(1, sum(actual))
-        if not texts:
-            continue
-        print(
-            f"  {name:20s} {len(texts):6d} texts  undercount {100 * len(under) / len(texts):6.3f}%  ratio {ratio:.3f}"
-        )
+        share, ratio = score(estimates, actual)
+        print(f"  {name:20s} {len(texts):6d} texts  undercount {share:6.3f}%  ratio {ratio:.3f}")
         for text, estimate, largest in under[:3]:
             print(f"      {text!r}: {estimate} < {largest}")
     return clean
@@ -301,11 +305,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--check-seed must differ from --seed: the check is on texts the fit did not see")
     corpora = training_corpora(args.data, args.seed, sources=not args.raise_only)
     print("training texts:", {name: len(texts) for name, texts in corpora.items()})
+    largest = largest_counts(corpora)
     floor = dict(tokens.ESTIMATOR_PRICES) if args.raise_only else None
-    prices = rounded(fit(corpora, floor), floor)
+    prices = rounded(fit(corpora, largest, floor), floor)
     print("ESTIMATOR_PRICES =", json.dumps(prices, indent=4))
     print("training texts, rounded prices:")
-    covered = check(prices, corpora)
+    covered = check(prices, corpora, largest)
     rng = random.Random(args.check_seed)
     held_out = {f"soup-{name}": soup(rng, alphabet, 20000) for name, alphabet in SOUP_ALPHABETS.items()}
     held_out["soup-repeated"] = repeated_soup(rng, 20000)
@@ -313,10 +318,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     held_out.update(spaced_numbers(rng, 300))
     held_out["sources"] = source_chunks(rng, TRAINING_PACKAGES)
     held_out["other-packages"] = source_chunks(rng, HELD_OUT_PACKAGES, stdlib=False)
+    held_out_largest = largest_counts(held_out)
     print(f"held-out texts (seed {args.check_seed}), rounded prices:")
-    check(prices, held_out)
+    check(prices, held_out, held_out_largest)
     print("held-out texts, current ESTIMATOR_PRICES:")
-    check(dict(tokens.ESTIMATOR_PRICES), held_out)
+    check(dict(tokens.ESTIMATOR_PRICES), held_out, held_out_largest)
     return 0 if covered else 1
 
 
