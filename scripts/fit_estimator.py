@@ -284,8 +284,8 @@ def check(prices: dict[str, float], corpora: dict[str, list[str]], largest: dict
         clean = clean and not under
         share, ratio = score(estimates, actual)
         print(f"  {name:20s} {len(texts):6d} texts  undercount {share:6.3f}%  ratio {ratio:.3f}")
-        for text, estimate, largest in under[:3]:
-            print(f"      {text!r}: {estimate} < {largest}")
+        for text, estimate, most in under[:3]:
+            print(f"      {text!r}: {estimate} < {most}")
     return clean
 
 
