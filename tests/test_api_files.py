@@ -37,7 +37,7 @@ def upload(http: httpx.Client, user: str, name: str, data: bytes, **form: str) -
 
 def parsed(http: httpx.Client, file_id: str) -> dict:
     """The file's metadata once its background parse has ended (polled, bounded)."""
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while True:
         body = http.get(f"/v1/files/{file_id}").json()
         if body["parse_state"] in FINAL or time.monotonic() > deadline:
