@@ -12,9 +12,11 @@ Three layers, each an :class:`Embedder`, stacked by the runtime (outermost first
   embedded together in its next call (micro-batching), so concurrent turns share one
   forward pass instead of queueing one by one; small requests (a turn's query) go before
   the rest of a large one (a compaction's archive keys), which is embedded in slices.
-- :class:`SentenceTransformerEmbedder`: the model. torch and sentence-transformers are
-  imported on its first :meth:`~SentenceTransformerEmbedder.embed`, not at construction,
-  when the model's dimension can be read from its files.
+- the model (:func:`model_embedder` chooses): :class:`memory.onnx_embedder.OnnxEmbedder`, the
+  model's weights on ONNX Runtime, for the bundled model and any folder of the same layout;
+  :class:`SentenceTransformerEmbedder`, sentence-transformers on torch, for every other model.
+  Both give the same vectors for one model. Neither imports its runtime before the first
+  :meth:`~Embedder.embed` (or ``load``) when the model's dimension can be read from its files.
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import structlog
 
 from errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from memory.onnx_embedder import OnnxEmbedder
 
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 ENCODE_BATCH = 8
@@ -133,6 +138,11 @@ class SentenceTransformerEmbedder:
         """One encode at a time on this model: its fast tokenizer refuses concurrent use ("Already borrowed")."""
         declared = declared_dimension(self._path)
         self.dimension = declared if declared is not None else self._model_dimension(self.load())
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is loaded (by :meth:`load` or a first :meth:`embed`)."""
+        return self._model is not None
 
     def load(self) -> Any:
         """The loaded ``SentenceTransformer`` (loading it on the first call, once)."""
@@ -360,25 +370,71 @@ class CachingEmbedder:
         return [found[t] for t in texts]
 
 
-def runtime_embedder(model: str, *, threads: int | None, preload: bool = False) -> CachingEmbedder:
-    """The runtime's embedder: ``model`` (:class:`SentenceTransformerEmbedder` on ``threads`` torch
-    threads) behind a :class:`BatchingEmbedder` and a :class:`CachingEmbedder`. The model loads on
-    first use, or, with ``preload``, starts loading at once on a thread of its own (for a caller
-    that embeds as soon as its database is open: the imports and the weights, seconds, load
-    meanwhile); a preload that fails is logged (``embedder.preload_failed``) and retried, its
-    error raised, by the first embedding.
+Backend = Literal["auto", "onnx", "torch"]
+
+
+def model_embedder(
+    model: str, *, threads: int | None, backend: Backend = "auto", cache_dir: str | Path | None = None
+) -> OnnxEmbedder | SentenceTransformerEmbedder:
+    """The embedder that runs ``model``, unwrapped (no batching, no cache).
+
+    ``backend`` ``onnx`` is :class:`memory.onnx_embedder.OnnxEmbedder` (its graph kept in
+    ``cache_dir``), ``torch`` :class:`SentenceTransformerEmbedder`, ``auto`` the first for a model
+    folder it runs (:func:`memory.onnx_embedder.supported`: the bundled model is one) and the
+    second otherwise. Both give the same vectors for the same model (within 1e-6), so the
+    choice never changes what the archive holds.
 
     Raises:
-        ConfigurationError: a model whose dimension cannot be read from its files and that
-            cannot be loaded either.
+        ValueError: ``backend`` is not one of the three, or ``onnx`` without ``cache_dir``.
+        ConfigurationError: ``onnx`` for a model it cannot run, or a model that cannot be loaded.
     """
-    inner = SentenceTransformerEmbedder(model, threads=threads)
+    from memory import onnx_embedder
+
+    if backend not in ("auto", "onnx", "torch"):
+        raise ValueError(f"backend must be 'auto', 'onnx' or 'torch', got {backend!r}")
+    path = model_path(model)
+    use_onnx = backend == "onnx" or (backend == "auto" and cache_dir is not None and onnx_embedder.supported(path))
+    if not use_onnx:
+        return SentenceTransformerEmbedder(model, threads=threads)
+    if cache_dir is None:
+        raise ValueError("the onnx backend needs a cache_dir for its exported graph")
+    dimension = declared_dimension(path)
+    if dimension is None:
+        raise ConfigurationError(
+            f"The embedding model {model!r} is not a model folder whose dimension can be read, which the "
+            "ONNX backend runs. Set COMPANION_EMBED_BACKEND=torch.",
+            setting="COMPANION_EMBED_BACKEND",
+        )
+    return onnx_embedder.OnnxEmbedder(
+        model, path, dimension=dimension, cache_dir=cache_dir, threads=threads, batch=ENCODE_BATCH
+    )
+
+
+def runtime_embedder(
+    model: str,
+    *,
+    threads: int | None,
+    preload: bool = False,
+    backend: Backend = "auto",
+    cache_dir: str | Path | None = None,
+) -> CachingEmbedder:
+    """The runtime's embedder: ``model`` (:func:`model_embedder` with ``threads``, ``backend`` and
+    ``cache_dir``) behind a :class:`BatchingEmbedder` and a :class:`CachingEmbedder`. The model
+    loads on first use, or, with ``preload``, starts loading at once on a thread of its own (for
+    a caller that embeds as soon as its database is open: imports, an ONNX export on a machine's
+    first run, the weights; seconds); a preload that fails is logged (``embedder.preload_failed``)
+    and retried, its error raised, by the first embedding.
+
+    Raises:
+        ConfigurationError: see :func:`model_embedder`.
+    """
+    inner = model_embedder(model, threads=threads, backend=backend, cache_dir=cache_dir)
     if preload:
         threading.Thread(target=_preload, args=(inner,), name="companion-model-load", daemon=True).start()
     return CachingEmbedder(BatchingEmbedder(inner))
 
 
-def _preload(model: SentenceTransformerEmbedder) -> None:
+def _preload(model: OnnxEmbedder | SentenceTransformerEmbedder) -> None:
     try:
         model.load()
     except Exception as exc:  # the first embedding loads again and raises it to its caller

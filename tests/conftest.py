@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import make_url
 
 from memory.database import make_engine, upgrade
-from memory.embeddings import SentenceTransformerEmbedder
+from memory.embeddings import Embedder, model_embedder
 from memory.store import Store
 from persona import Persona
 from runtime._offline import load_litellm
@@ -31,6 +31,8 @@ load_litellm()  # offline defaults before any test module imports litellm itself
 SAMPLE = REPO / "scripts" / "data" / "sample_conversation.json"
 
 
+MODEL_CACHE = Settings.model_fields["model_cache_dir"].default_factory()  # type: ignore[misc,call-arg]
+"""The runtime's default ``COMPANION_MODEL_CACHE_DIR``: CLI subprocesses of the tests find the graph there too."""
 SHM_NEEDED = 4 * 2**30
 """Free bytes /dev/shm must have for the test server to live there."""
 
@@ -121,8 +123,10 @@ def store(db_url) -> Store:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder("all-MiniLM-L6-v2")
+def embedder() -> Embedder:
+    """The runtime's default embedder (all-MiniLM-L6-v2 on ONNX Runtime), its graph in the
+    default model cache, exported by the first test process that needs it."""
+    return model_embedder("all-MiniLM-L6-v2", threads=1, cache_dir=MODEL_CACHE)
 
 
 @pytest.fixture(scope="session")

@@ -268,9 +268,9 @@ def test_a_preloading_embedder_loads_its_model_before_the_first_embedding(tmp_pa
     embedder = open_embedder(settings, preload=True)
     model = embedder.inner.inner  # the caching and batching layers, then the model
     deadline = time.monotonic() + 120
-    while model._model is None and time.monotonic() < deadline:
+    while not model.loaded and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert model._model is not None
+    assert model.loaded
     assert len(embedder.embed(["hello"])[0]) == embedder.dimension
 
 

@@ -59,13 +59,30 @@ import json, sys
 from runtime.config import Settings
 from runtime.service import open_engine
 engine = open_engine(Settings.from_env(), with_model=False)
-opened = "sentence_transformers" in sys.modules or "torch" in sys.modules
+opened = [m for m in ("onnxruntime", "torch", "sentence_transformers") if m in sys.modules]
 vector = engine.embedder.embed(["I adopted a puppy called Biscuit."])[0]
-print(json.dumps({"opened": opened, "dimension": engine.embedder.dimension, "length": len(vector),
-                  "after": "sentence_transformers" in sys.modules, "threads": __import__("torch").get_num_threads()}))
+after = [m for m in ("onnxruntime", "torch", "sentence_transformers") if m in sys.modules]
+print(json.dumps({"opened": opened, "dimension": engine.embedder.dimension, "length": len(vector), "after": after}))
 """
 
 
-def test_the_engine_opens_without_the_embedding_model_and_loads_it_on_first_use(db_url, tmp_path):
+def test_the_engine_opens_without_the_embedding_model_and_loads_it_on_first_use(db_url, tmp_path, embedder):
+    embedder.embed(["the model's graph is in the default cache from here on"])
     result = _run(_ENGINE_PROBE, db_url=db_url, tmp_path=tmp_path)
-    assert result == {"opened": False, "dimension": 384, "length": 384, "after": True, "threads": 1}
+    # the default backend runs the bundled model without importing torch at all
+    assert result == {"opened": [], "dimension": 384, "length": 384, "after": ["onnxruntime"]}
+
+
+_TORCH_PROBE = """
+import json, sys
+from runtime.config import Settings
+from runtime.service import open_engine
+engine = open_engine(Settings.from_env(), with_model=False)
+engine.embedder.embed(["I adopted a puppy called Biscuit."])
+print(json.dumps({"torch": "sentence_transformers" in sys.modules, "threads": __import__("torch").get_num_threads()}))
+"""
+
+
+def test_the_torch_backend_loads_sentence_transformers_on_one_thread(db_url, tmp_path, monkeypatch):
+    monkeypatch.setenv("COMPANION_EMBED_BACKEND", "torch")
+    assert _run(_TORCH_PROBE, db_url=db_url, tmp_path=tmp_path) == {"torch": True, "threads": 1}

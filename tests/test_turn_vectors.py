@@ -125,7 +125,7 @@ def test_assembling_a_stored_session_does_not_load_the_embedder(make_engine_for,
     inspecting = inspecting.derive(window=4096)
     context = inspecting.assemble(user_id="u1", session_id="s1")
     assert "She loves riding the old yellow trams around the city." in context.source_text["recent"]
-    assert fresh._model is None  # the stored vector was the query's: no model load, no embedding
+    assert not fresh.loaded  # the stored vector was the query's: no model load, no embedding
 
 
 def test_a_user_turn_added_without_a_reply_stores_its_vector_too(make_engine_for, store):
@@ -143,7 +143,7 @@ def test_a_user_turn_added_without_a_reply_stores_its_vector_too(make_engine_for
     inspecting = inspecting.derive(window=4096)
     context = inspecting.assemble(user_id="u1", session_id="s1")
     assert "Her flat has a view of the river." in context.source_text["recent"]
-    assert fresh._model is None
+    assert not fresh.loaded
 
 
 def test_a_turn_hands_its_messages_vector_to_assembling_and_a_later_assemble_reads_it(make_engine_for, store):

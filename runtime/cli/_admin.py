@@ -37,7 +37,7 @@ def cmd_db_upgrade(args: argparse.Namespace) -> int:
 def cmd_db_reembed(args: argparse.Namespace) -> int:
     """Re-embed every stored vector with ``COMPANION_EMBEDDING_MODEL`` and record it (one transaction)."""
     from memory.database import current_revision, head_revision, require_schema, upgrade, vector_dimension
-    from memory.embeddings import SentenceTransformerEmbedder
+    from memory.embeddings import model_embedder
     from memory.reembed import reembed
     from memory.vector_model import recorded_model
     from runtime.accounting import counter_for
@@ -48,7 +48,12 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     settings = _settings()
     database = connect(settings)
-    embedder = SentenceTransformerEmbedder(settings.embedding_model, threads=settings.embed_threads)
+    embedder = model_embedder(
+        settings.embedding_model,
+        threads=settings.embed_threads,
+        backend=settings.embed_backend,
+        cache_dir=settings.model_cache_dir,
+    )
     if database.embedded and current_revision(database.engine) != head_revision():
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)

@@ -30,9 +30,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         check_plot_path(args.plot)  # a bad --plot fails before the replay runs
     _check_window(args.window)
     settings = _settings()
-    # the model loads (torch, sentence-transformers, the weights) while the runtime's own modules
-    # import and the database opens; open_engine's open_embedder, without the import wait
-    embedder = runtime_embedder(settings.embedding_model, threads=settings.embed_threads, preload=True)
+    # the model loads (its runtime, the weights) while the runtime's own modules import and the
+    # database opens; open_engine's open_embedder, without the import wait
+    embedder = runtime_embedder(
+        settings.embedding_model,
+        threads=settings.embed_threads,
+        preload=True,
+        backend=settings.embed_backend,
+        cache_dir=settings.model_cache_dir,
+    )
     from runtime.service import load_conversations, open_engine, replay_conversation
 
     console = Console(stderr=False, width=max(Console().width, 160))

@@ -57,8 +57,8 @@ def connect(settings: Settings) -> Database:
 
 
 def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
-    """The runtime's embedder for ``settings``: ``COMPANION_EMBEDDING_MODEL`` on
-    ``COMPANION_EMBED_THREADS`` torch threads, behind a micro-batcher (concurrent turns share
+    """The runtime's embedder for ``settings``: ``COMPANION_EMBEDDING_MODEL`` run by
+    ``COMPANION_EMBED_BACKEND`` on ``COMPANION_EMBED_THREADS`` threads, behind a micro-batcher (concurrent turns share
     one forward pass) and a cache of recent texts' vectors (:func:`memory.embeddings.runtime_embedder`).
     The model loads on first use, or, with ``preload``, starts loading at once on a thread of its own.
 
@@ -66,7 +66,13 @@ def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
         ConfigurationError: a model whose dimension cannot be read from its files and
             that cannot be loaded either.
     """
-    return runtime_embedder(settings.embedding_model, threads=settings.embed_threads, preload=preload)
+    return runtime_embedder(
+        settings.embedding_model,
+        threads=settings.embed_threads,
+        preload=preload,
+        backend=settings.embed_backend,
+        cache_dir=settings.model_cache_dir,
+    )
 
 
 def settings_for_model(settings: Settings) -> Settings:

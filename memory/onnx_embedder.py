@@ -1,0 +1,318 @@
+"""A sentence-transformers model run through ONNX Runtime instead of torch.
+
+The runtime's default model, all-MiniLM-L6-v2, is a BERT encoder, mean pooling and L2
+normalisation. :class:`OnnxEmbedder` runs that same stack with the model's own weights and
+tokenizer: the encoder as an ONNX graph on ONNX Runtime, the tokenizer with Hugging Face
+``tokenizers``, pooling and normalisation in numpy. Its vectors equal
+sentence-transformers' to within 1e-6 per component (a test checks English, Chinese,
+emoji, the empty text and a text cut at the model's ``max_seq_length``), so an archive
+embedded by either is searched by the other without a re-embed.
+
+What it saves (measured on a shared 2-core machine, one thread each,
+``scripts/bench_embedder_models.py --models minilm,minilm-onnx``): importing torch and sentence-transformers, 3-8 s
+of every process that embeds; and about a third of a one-text query's CPU time.
+
+The ONNX graph is exported from the model folder's weights with torch (``torch.onnx``) the
+first time a model is used on a machine, under a file lock so that concurrent processes
+export it once, and kept in ``cache_dir`` under a name derived from the folder and its
+files' sizes and modification times, so changed weights are exported again.
+
+:func:`supported` says which folders this runs: a ``Transformer`` module, one ``Pooling``
+module with mean or CLS pooling, and optionally ``Normalize``. Anything else (a ``Dense``
+layer, several pooling modes, a hub name) runs on torch
+(:class:`memory.embeddings.SentenceTransformerEmbedder`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from errors import ConfigurationError
+
+log = structlog.get_logger("companion.embeddings")
+
+EXPORT_OPSET = 17
+"""ONNX opset of exported graphs (ONNX Runtime 1.20+ runs up to 21; 17 has every op a BERT encoder needs)."""
+
+Exporter = Callable[[Path, Path], None]
+"""``(model folder, output .onnx path)``: writes the encoder's graph to that path."""
+
+
+def _modules(folder: Path) -> list[dict[str, Any]] | None:
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return modules if isinstance(modules, list) else None
+
+
+def _pooling(folder: Path) -> str | None:
+    """``"mean"`` or ``"cls"`` for a folder :func:`supported` accepts, else ``None``."""
+    modules = _modules(folder)
+    if not modules:
+        return None
+    kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
+    if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        return None
+    if str(modules[0].get("path", "")) not in ("", "."):
+        return None  # the encoder in a subfolder: not the layout this reads
+    try:
+        config = json.loads((folder / str(modules[1].get("path", "")) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    modes = {k for k, v in config.items() if k.startswith("pooling_mode_") and v}
+    if modes == {"pooling_mode_mean_tokens"}:
+        return "mean"
+    if modes == {"pooling_mode_cls_token"}:
+        return "cls"
+    return None
+
+
+def supported(folder: str | Path) -> bool:
+    """Whether :class:`OnnxEmbedder` can run the sentence-transformers model saved in ``folder``
+    (see the module docstring); ``False`` for anything that is not such a folder."""
+    path = Path(folder)
+    return path.is_dir() and (path / "tokenizer.json").is_file() and _pooling(path) is not None
+
+
+def _max_seq_length(folder: Path) -> int:
+    """Tokens the model reads per text: ``sentence_bert_config.json``'s ``max_seq_length``, as
+    sentence-transformers reads it, capped by the encoder's position embeddings."""
+    limit: int | None = None
+    try:
+        limit = int(json.loads((folder / "sentence_bert_config.json").read_text(encoding="utf-8"))["max_seq_length"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    positions = int(
+        json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings", 512)
+    )
+    return min(limit, positions) if limit else positions
+
+
+def cache_file(folder: str | Path, cache_dir: str | Path, *, label: str | None = None) -> Path:
+    """Where the exported graph of the model in ``folder`` is kept: ``cache_dir`` /
+    ``<label>-<16 hex digits>.onnx``, the label (default: the folder's name) with every run of
+    characters other than letters, digits, ``.``, ``_`` and ``-`` made one ``-``, the digits a
+    SHA-256 of the folder's absolute path and of each file's name, size (bytes) and
+    modification time (ns)."""
+    source = Path(folder).resolve()
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label or source.name).strip("-.") or "model"
+    digest = hashlib.sha256(str(source).encode())
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        stat = path.stat()
+        digest.update(f"\0{path.relative_to(source)}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+    return Path(cache_dir) / f"{slug}-{digest.hexdigest()[:16]}.onnx"
+
+
+def export_with_torch(folder: Path, out: Path) -> None:
+    """Export the encoder in ``folder`` to ``out``: ``transformers.AutoModel`` with eager attention,
+    traced by ``torch.onnx.export`` (TorchScript exporter, opset :data:`EXPORT_OPSET`), inputs
+    ``input_ids``, ``attention_mask`` and (when the encoder takes it) ``token_type_ids``, output
+    ``last_hidden_state``, batch and sequence axes dynamic. Imports torch (seconds)."""
+    import inspect
+    import warnings
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # unannotated in transformers
+    model = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    names = ["input_ids", "attention_mask"]
+    if "token_type_ids" in inspect.signature(model.forward).parameters:
+        names.append("token_type_ids")
+    sample = tokenizer(["a short text", "and a somewhat longer text to pad against"], padding=True, return_tensors="pt")
+    inputs = tuple(sample[n] if n in sample else torch.zeros_like(sample["input_ids"]) for n in names)
+
+    class Encoder(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, *args: Any) -> Any:
+            return self.model(**dict(zip(names, args, strict=True))).last_hidden_state
+
+    axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer warnings about Python branches on shapes, fixed for BERT
+        torch.onnx.export(
+            Encoder(),
+            inputs,
+            str(out),
+            input_names=names,
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=EXPORT_OPSET,
+            dynamo=False,
+        )
+
+
+def ensure_exported(
+    folder: str | Path, cache_dir: str | Path, *, label: str | None = None, exporter: Exporter = export_with_torch
+) -> Path:
+    """The cached graph of the model in ``folder`` (:func:`cache_file` with ``label``), exported first if missing.
+
+    Processes and threads that need the same graph at once export it once: the export runs
+    under a lock file next to it (``filelock``), into a temporary file that is renamed into
+    place only when complete, so no reader ever sees half a graph.
+
+    Raises:
+        ConfigurationError: the export failed (the message names the model and the error).
+    """
+    from filelock import FileLock
+
+    target = cache_file(folder, cache_dir, label=label)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if target.is_file():  # another process exported it while this one waited
+            return target
+        partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")
+        log.info("embedder.onnx_export", model=label or Path(folder).name, file=target.name)
+        try:
+            exporter(Path(folder), partial)
+            os.replace(partial, target)
+        except Exception as exc:
+            said = " ".join(str(exc).split()) or "no message"
+            raise ConfigurationError(
+                f"Cannot export the embedding model in {Path(folder).name!r} to ONNX ({type(exc).__name__}: {said}). "
+                "Set COMPANION_EMBED_BACKEND=torch to run it on torch.",
+                setting="COMPANION_EMBED_BACKEND",
+            ) from exc
+        finally:
+            partial.unlink(missing_ok=True)
+    return target
+
+
+class OnnxEmbedder:
+    """An :class:`memory.embeddings.Embedder` running a sentence-transformers model folder on
+    ONNX Runtime (CPU), with the vectors sentence-transformers would give.
+
+    Texts are tokenized with the folder's ``tokenizer.json`` (cut at its ``max_seq_length``
+    tokens), run in passes of ``batch`` texts, longest first (as sentence-transformers
+    batches), pooled (mean over the attention mask, or the first token) and L2-normalised.
+    The graph is exported on the first :meth:`load` or :meth:`embed` if ``cache_dir`` lacks it
+    (:func:`ensure_exported`). Safe to call from several threads (ONNX Runtime sessions and
+    ``tokenizers`` encoders are).
+
+    Args:
+        name: the model's name as the archive records it (``all-MiniLM-L6-v2``).
+        folder: the model folder (:func:`supported` must hold).
+        dimension: the model's output size (the folder's declared dimension).
+        cache_dir: where exported graphs are kept.
+        threads: ONNX Runtime intra-op threads; ``None``: its default (one per core).
+        batch: texts per forward pass.
+        exporter: writes the graph when it is missing (:func:`export_with_torch`).
+
+    Raises:
+        ConfigurationError: ``folder`` is not a model this class runs (from the constructor),
+            or the graph cannot be exported or loaded (from :meth:`load`, :meth:`embed`).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        folder: str | Path,
+        *,
+        dimension: int,
+        cache_dir: str | Path,
+        threads: int | None = 1,
+        batch: int = 8,
+        exporter: Exporter = export_with_torch,
+    ) -> None:
+        self.name = name
+        self.dimension = dimension
+        self.folder = Path(folder)
+        pooling = _pooling(self.folder)
+        if pooling is None or not (self.folder / "tokenizer.json").is_file():
+            raise ConfigurationError(
+                f"The embedding model {name!r} is not a Transformer + mean or CLS pooling model folder "
+                "with a tokenizer.json, which the ONNX backend runs. Set COMPANION_EMBED_BACKEND=torch.",
+                setting="COMPANION_EMBED_BACKEND",
+            )
+        self.pooling = pooling
+        self.cache_dir = Path(cache_dir)
+        self.threads = threads
+        self.batch = batch
+        self.exporter = exporter
+        self._loaded: tuple[Any, Any, list[str]] | None = None
+        self._load_lock = threading.Lock()
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the graph and tokenizer are loaded (by :meth:`load` or a first :meth:`embed`)."""
+        return self._loaded is not None
+
+    def load(self) -> tuple[Any, Any, list[str]]:
+        """``(tokenizer, session, input names)``, loaded (and exported if need be) on the first call."""
+        if self._loaded is not None:
+            return self._loaded
+        with self._load_lock:
+            if self._loaded is None:
+                self._loaded = self._load()
+        return self._loaded
+
+    def _load(self) -> tuple[Any, Any, list[str]]:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        graph = ensure_exported(self.folder, self.cache_dir, label=self.name, exporter=self.exporter)
+        tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(_max_seq_length(self.folder))
+        options = onnxruntime.SessionOptions()
+        if self.threads is not None:
+            options.intra_op_num_threads = self.threads
+            options.inter_op_num_threads = 1
+        try:
+            session = onnxruntime.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph classes for a bad file
+            raise ConfigurationError(
+                f"Cannot load the ONNX graph of the embedding model {self.name!r} ({type(exc).__name__}); "
+                f"delete {graph.name} from the model cache to export it again.",
+                setting="COMPANION_EMBED_BACKEND",
+            ) from exc
+        from memory.embeddings import freeze_heap
+
+        freeze_heap()  # as the torch backend does: later full collections skip what is alive now
+        return tokenizer, session, [i.name for i in session.get_inputs()]
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        import numpy as np
+
+        tokenizer, session, inputs = self.load()
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.batch):
+            picked = order[start : start + self.batch]
+            encodings = tokenizer.encode_batch([texts[i] for i in picked])
+            width = max(len(e.ids) for e in encodings)
+            ids = np.zeros((len(picked), width), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for row, encoding in enumerate(encodings):
+                ids[row, : len(encoding.ids)] = encoding.ids
+                mask[row, : len(encoding.ids)] = 1
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            hidden = session.run(None, {n: feed[n] for n in inputs})[0]
+            if self.pooling == "cls":
+                pooled = hidden[:, 0]
+            else:
+                weights = mask[..., None].astype(hidden.dtype)
+                pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            for row, index in enumerate(picked):
+                out[index] = pooled[row].tolist()
+        return out

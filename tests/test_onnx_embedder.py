@@ -1,0 +1,146 @@
+"""The ONNX Runtime embedder: the same vectors as sentence-transformers, a graph exported once
+per machine (and again when the weights change), and a clear error when it cannot run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from errors import ConfigurationError
+from memory.embeddings import SentenceTransformerEmbedder, model_embedder, model_path
+from memory.onnx_embedder import OnnxEmbedder, cache_file, ensure_exported, supported
+
+BUNDLED = Path(model_path("all-MiniLM-L6-v2"))
+
+TEXTS = [
+    "My sister Ana moved to Lisbon last spring.",
+    "我上周六去了杭州，看了西湖。",
+    "🎉🎉 we did it!!! 🐶",
+    "",
+    "   ",
+    "I " + "really " * 400 + "love hiking.",  # over the model's 256-token cut
+]
+
+
+def test_onnx_vectors_equal_sentence_transformers_vectors(embedder):
+    assert isinstance(embedder, OnnxEmbedder)
+    torch_vectors = SentenceTransformerEmbedder("all-MiniLM-L6-v2", threads=1).embed(TEXTS)
+    onnx_vectors = embedder.embed(TEXTS)
+    assert len(onnx_vectors) == len(TEXTS)
+    for text, ours, theirs in zip(TEXTS, onnx_vectors, torch_vectors, strict=True):
+        assert len(ours) == 384
+        assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) < 1e-5, text[:30]
+    # the order of the input, whatever the batching by length inside
+    again = embedder.embed(list(reversed(TEXTS)))
+    flat = [x for v in again for x in v]
+    assert flat == pytest.approx([x for v in reversed(onnx_vectors) for x in v], abs=1e-6)
+
+
+def _copy_of_bundled(tmp_path: Path) -> Path:
+    """A model folder to edit: the bundled model's small files, its weights linked."""
+    folder = tmp_path / "minilm"
+    shutil.copytree(BUNDLED, folder, ignore=shutil.ignore_patterns("model.safetensors"))
+    (folder / "model.safetensors").symlink_to(BUNDLED / "model.safetensors")
+    return folder
+
+
+def _slow_exporter(calls: list[Path]):
+    def export(folder: Path, out: Path) -> None:
+        calls.append(out)
+        time.sleep(0.3)  # long enough for every other loader to arrive while this one exports
+        out.write_bytes(b"graph")
+
+    return export
+
+
+def test_concurrent_loaders_export_the_graph_once(tmp_path):
+    calls: list[Path] = []
+    found: list[Path] = []
+    exporter = _slow_exporter(calls)
+
+    def load() -> None:
+        found.append(ensure_exported(BUNDLED, tmp_path, label="all-MiniLM-L6-v2", exporter=exporter))
+
+    threads = [threading.Thread(target=load) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1
+    assert len(set(found)) == 1 and found[0].read_bytes() == b"graph"
+    assert found[0].name.startswith("all-MiniLM-L6-v2-") and found[0].suffix == ".onnx"
+    assert [p.name for p in tmp_path.glob("*.part")] == []
+
+
+def test_changed_weights_are_exported_again(tmp_path):
+    folder = _copy_of_bundled(tmp_path)
+    before = cache_file(folder, tmp_path / "cache")
+    assert cache_file(folder, tmp_path / "cache") == before  # stable while nothing changes
+    config = json.loads((folder / "config.json").read_text())
+    config["note"] = "fine-tuned"
+    (folder / "config.json").write_text(json.dumps(config))
+    assert cache_file(folder, tmp_path / "cache") != before
+
+
+def test_a_failed_export_is_a_configuration_error_and_leaves_no_file(tmp_path):
+    def broken(folder: Path, out: Path) -> None:
+        out.write_bytes(b"half a gra")
+        raise RuntimeError("Unsupported operator aten::something")
+
+    with pytest.raises(ConfigurationError) as caught:
+        ensure_exported(BUNDLED, tmp_path, exporter=broken)
+    assert caught.value.setting == "COMPANION_EMBED_BACKEND"
+    assert "aten::something" in str(caught.value) and "COMPANION_EMBED_BACKEND=torch" in str(caught.value)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".lock"]  # no graph, no partial file
+
+
+def test_a_damaged_graph_in_the_cache_is_a_configuration_error(tmp_path):
+    embedder = OnnxEmbedder(
+        "all-MiniLM-L6-v2", BUNDLED, dimension=384, cache_dir=tmp_path, exporter=lambda f, o: o.write_bytes(b"junk")
+    )
+    with pytest.raises(ConfigurationError, match="delete all-MiniLM-L6-v2-[0-9a-f]{16}.onnx"):
+        embedder.embed(["hello"])
+
+
+def test_auto_runs_a_model_with_a_dense_layer_on_torch_and_onnx_refuses_it(tmp_path):
+    folder = _copy_of_bundled(tmp_path)
+    modules = json.loads((folder / "modules.json").read_text())
+    modules.insert(2, {"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
+    (folder / "modules.json").write_text(json.dumps(modules))
+    (folder / "2_Dense").mkdir()
+    (folder / "2_Dense" / "config.json").write_text(json.dumps({"in_features": 384, "out_features": 128}))
+    assert supported(BUNDLED) and not supported(folder)
+    chosen = model_embedder(str(folder), threads=1, cache_dir=tmp_path / "cache")
+    assert isinstance(chosen, SentenceTransformerEmbedder) and chosen.dimension == 128
+    with pytest.raises(ConfigurationError) as caught:
+        model_embedder(str(folder), threads=1, backend="onnx", cache_dir=tmp_path / "cache")
+    assert caught.value.setting == "COMPANION_EMBED_BACKEND"
+    assert not (tmp_path / "cache").exists()  # nothing exported for a model it refuses
+
+
+@pytest.mark.parametrize(
+    "backend, expected",
+    [
+        pytest.param("auto", OnnxEmbedder, id="auto"),
+        pytest.param("onnx", OnnxEmbedder, id="onnx"),
+        pytest.param("torch", SentenceTransformerEmbedder, id="torch"),
+    ],
+)
+def test_the_backend_setting_chooses_the_embedder_of_the_bundled_model(tmp_path, backend, expected):
+    chosen = model_embedder("all-MiniLM-L6-v2", threads=1, backend=backend, cache_dir=tmp_path)
+    assert type(chosen) is expected and chosen.name == "all-MiniLM-L6-v2" and chosen.dimension == 384
+    assert list(tmp_path.iterdir()) == []  # nothing loaded or exported before the first embedding
+
+
+def test_a_bad_backend_setting_names_the_variable():
+    from runtime.config import Settings
+
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({"COMPANION_EMBED_BACKEND": "tensorflow"})
+    assert caught.value.setting == "COMPANION_EMBED_BACKEND"
+    assert Settings.from_env({"COMPANION_EMBED_BACKEND": "TORCH"}).embed_backend == "torch"
