@@ -167,15 +167,27 @@ def ensure_exported(
     place only when complete, so no reader ever sees half a graph.
 
     Raises:
-        ConfigurationError: the export failed (the message names the model and the error).
+        ConfigurationError: the export failed (the message names the model and the error's class;
+            ``setting`` ``COMPANION_EMBED_BACKEND``), or ``cache_dir`` cannot be written
+            (``setting`` ``COMPANION_MODEL_CACHE_DIR``).
     """
     from filelock import FileLock
 
     target = cache_file(folder, cache_dir, label=label)
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target) + ".lock"):
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(target) + ".lock")
+        lock.acquire()
+    except OSError as exc:
+        raise ConfigurationError(
+            f"Cannot write the model cache for the embedding model's ONNX graph ({type(exc).__name__}: "
+            f"{exc.strerror or 'no message'}). Set COMPANION_MODEL_CACHE_DIR to a writable directory, "
+            "or COMPANION_EMBED_BACKEND=torch.",
+            setting="COMPANION_MODEL_CACHE_DIR",
+        ) from exc
+    try:
         if target.is_file():  # another process exported it while this one waited
             return target
         partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")
@@ -183,15 +195,20 @@ def ensure_exported(
         try:
             exporter(Path(folder), partial)
             os.replace(partial, target)
-        except Exception as exc:
-            said = " ".join(str(exc).split()) or "no message"
+        except Exception as exc:  # the error's text (it may hold paths) goes to the log, not the message
+            log.warning(
+                "embedder.onnx_export_failed", model=label or Path(folder).name, error=" ".join(str(exc).split())
+            )
             raise ConfigurationError(
-                f"Cannot export the embedding model in {Path(folder).name!r} to ONNX ({type(exc).__name__}: {said}). "
+                f"Cannot export the embedding model in {Path(folder).name!r} to ONNX ({type(exc).__name__}; "
+                "the log's embedder.onnx_export_failed event has its message). "
                 "Set COMPANION_EMBED_BACKEND=torch to run it on torch.",
                 setting="COMPANION_EMBED_BACKEND",
             ) from exc
         finally:
             partial.unlink(missing_ok=True)
+    finally:
+        lock.release()
     return target
 
 

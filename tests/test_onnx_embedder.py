@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from errors import ConfigurationError
 from memory.embeddings import SentenceTransformerEmbedder, model_embedder, model_path
@@ -92,11 +93,25 @@ def test_a_failed_export_is_a_configuration_error_and_leaves_no_file(tmp_path):
         out.write_bytes(b"half a gra")
         raise RuntimeError("Unsupported operator aten::something")
 
-    with pytest.raises(ConfigurationError) as caught:
+    with capture_logs() as logs, pytest.raises(ConfigurationError) as caught:
         ensure_exported(BUNDLED, tmp_path, exporter=broken)
     assert caught.value.setting == "COMPANION_EMBED_BACKEND"
-    assert "aten::something" in str(caught.value) and "COMPANION_EMBED_BACKEND=torch" in str(caught.value)
+    assert "RuntimeError" in str(caught.value) and "COMPANION_EMBED_BACKEND=torch" in str(caught.value)
+    assert [e["error"] for e in logs if e["event"] == "embedder.onnx_export_failed"] == [
+        "Unsupported operator aten::something"
+    ]
     assert sorted(p.suffix for p in tmp_path.iterdir()) == [".lock"]  # no graph, no partial file
+    # the lock was let go: the next attempt exports
+    assert ensure_exported(BUNDLED, tmp_path, exporter=lambda f, o: o.write_bytes(b"graph")).read_bytes() == b"graph"
+
+
+def test_a_model_cache_that_cannot_be_written_names_its_setting(tmp_path):
+    blocked = tmp_path / "file-not-dir"
+    blocked.write_text("")
+    with pytest.raises(ConfigurationError) as caught:
+        ensure_exported(BUNDLED, blocked / "models", exporter=lambda f, o: o.write_bytes(b"graph"))
+    assert caught.value.setting == "COMPANION_MODEL_CACHE_DIR"
+    assert str(tmp_path) not in str(caught.value)
 
 
 def test_a_damaged_graph_in_the_cache_is_a_configuration_error(tmp_path):
