@@ -15,7 +15,6 @@ and the calibration baseline, then calls :func:`runtime.context.assemble_context
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 from memory.archive import compose, key_weights
@@ -178,7 +177,7 @@ class ContextGatherer:
                 exclude_session_id=session_id if first_recent is not None else None,
                 exclude_from_seq=first_recent,
             )
-            recalled = [RecalledItem(**asdict(s)) for s in segments]
+            recalled = [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
         profile = self.profiles.get(user_id)
         usage = self.store.usage_turns(session_id, limit=CALIBRATION_WINDOW)
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
