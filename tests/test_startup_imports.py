@@ -1,5 +1,6 @@
-"""Commands that need no embedding and no model do not import torch, sentence-transformers or
-litellm; the embedder loads its model when it first embeds."""
+"""Commands that need no embedding and no model do not import torch, sentence-transformers,
+ONNX Runtime or litellm, nor the job queue's procrastinate unless they queue; the embedder loads
+its model when it first embeds."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ _CLI_PROBE = """
 import json, sys
 from runtime.cli import main
 code = main(sys.argv[1:])
-heavy = ("torch", "sentence_transformers", "transformers", "litellm")
+heavy = ("torch", "sentence_transformers", "transformers", "onnxruntime", "litellm", "procrastinate")
 print(json.dumps({"code": code, "heavy": [m for m in heavy if m in sys.modules]}))
 """
 

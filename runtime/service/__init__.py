@@ -4,17 +4,44 @@ jobs and their workers), the close job and replay.
 The HTTP API is the subpackage :mod:`runtime.service.api`.
 """
 
-from runtime.service._bootstrap import Database, connect, open_embedder, open_engine, settings_for_model
-from runtime.service._jobs import close_idle_sessions, run_scheduler
-from runtime.service._parse_jobs import QueuedParses
-from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
-from runtime.service._replay import (
-    CATEGORIES,
-    Conversation,
-    load_conversations,
-    replay_conversation,
-    user_turn_coverage,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runtime.service._bootstrap import Database, connect, open_embedder, open_engine, settings_for_model
+    from runtime.service._jobs import close_idle_sessions, run_scheduler
+    from runtime.service._parse_jobs import QueuedParses
+    from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
+    from runtime.service._replay import (
+        CATEGORIES,
+        Conversation,
+        load_conversations,
+        replay_conversation,
+        user_turn_coverage,
+    )
+
+_HOMES = {
+    "_bootstrap": ("Database", "connect", "open_embedder", "open_engine", "settings_for_model"),
+    "_jobs": ("close_idle_sessions", "run_scheduler"),
+    "_parse_jobs": ("QueuedParses",),
+    "_queue": ("BLUEPRINTS", "QueuedCompaction", "QueueWorker", "build_app", "drain"),
+    "_replay": ("CATEGORIES", "Conversation", "load_conversations", "replay_conversation", "user_turn_coverage"),
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    """Each public name is imported from its module on first use (PEP 562), so a command that
+    only connects (``breaker show``) does not import the job queue, procrastinate or replay."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "BLUEPRINTS",
