@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from memory.onnx_embedder import OnnxEmbedder
 
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
+BUNDLED_LABEL = "all-MiniLM-L6-v2"
 ENCODE_BATCH = 8
 """Texts per forward pass inside one :meth:`SentenceTransformerEmbedder.embed` call. Measured with
 all-MiniLM-L6-v2 on one torch thread, 128 conversation texts (queries and three-turn keys), CPU
@@ -406,7 +407,13 @@ def model_embedder(
             setting="COMPANION_EMBED_BACKEND",
         )
     return onnx_embedder.OnnxEmbedder(
-        model, path, dimension=dimension, cache_dir=cache_dir, threads=threads, batch=ENCODE_BATCH
+        model,
+        path,
+        dimension=dimension,
+        cache_dir=cache_dir,
+        threads=threads,
+        batch=ENCODE_BATCH,
+        label=BUNDLED_LABEL if model in BUNDLED_NAMES else model,  # one graph for the bundled model's names
     )
 
 

@@ -14,8 +14,9 @@ of every process that embeds; and about a third of a one-text query's CPU time.
 
 The ONNX graph is exported from the model folder's weights with torch (``torch.onnx``) the
 first time a model is used on a machine, under a file lock so that concurrent processes
-export it once, and kept in ``cache_dir`` under a name derived from the folder and its
-files' sizes and modification times, so changed weights are exported again.
+export it once, and kept in ``cache_dir`` under a name derived from the folder's files'
+contents (:func:`cache_file`), so every install of the same model shares it and changed
+weights are exported again. Graphs of older weights are not deleted.
 
 :func:`supported` says which folders this runs: a ``Transformer`` module, one ``Pooling``
 module with mean or CLS pooling, and optionally ``Normalize``. Anything else (a ``Dense``
@@ -42,6 +43,10 @@ log = structlog.get_logger("companion.embeddings")
 
 EXPORT_OPSET = 17
 """ONNX opset of exported graphs (ONNX Runtime 1.20+ runs up to 21; 17 has every op a BERT encoder needs)."""
+
+EXPORT_WAIT = 600.0
+"""Seconds a process waits for another's export of the same graph (one takes seconds) before it
+gives up with a :class:`~errors.ConfigurationError`."""
 
 Exporter = Callable[[Path, Path], None]
 """``(model folder, output .onnx path)``: writes the encoder's graph to that path."""
@@ -77,11 +82,41 @@ def _pooling(folder: Path) -> str | None:
     return None
 
 
+def _json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when the file is missing."""
+    if not path.is_file():
+        return {}
+    value = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(value, dict):
+        raise ValueError(f"{path.name} does not hold a JSON object")
+    return value
+
+
+def _changes_the_text(folder: Path) -> bool:
+    """Whether sentence-transformers would change a text before its tokenizer sees it, which
+    :class:`OnnxEmbedder` does not: a default prompt (``config_sentence_transformers.json``'s
+    ``default_prompt_name``, put before every text) or ``do_lower_case`` (``sentence_bert_config.json``).
+    ``True`` for a file that cannot be read, too."""
+    try:
+        prompts = _json(folder / "config_sentence_transformers.json")
+        reading = _json(folder / "sentence_bert_config.json")
+    except (OSError, ValueError):
+        return True
+    return bool(prompts.get("default_prompt_name")) or bool(reading.get("do_lower_case"))
+
+
 def supported(folder: str | Path) -> bool:
-    """Whether :class:`OnnxEmbedder` can run the sentence-transformers model saved in ``folder``
-    (see the module docstring); ``False`` for anything that is not such a folder."""
+    """Whether :class:`OnnxEmbedder` gives the vectors sentence-transformers gives for the model
+    saved in ``folder``: a ``Transformer``, one ``Pooling`` module (mean or CLS) and optionally
+    ``Normalize``, a ``tokenizer.json``, no default prompt and no ``do_lower_case``. ``False``
+    for anything else, a folder that does not exist included."""
     path = Path(folder)
-    return path.is_dir() and (path / "tokenizer.json").is_file() and _pooling(path) is not None
+    return (
+        path.is_dir()
+        and (path / "tokenizer.json").is_file()
+        and _pooling(path) is not None
+        and not _changes_the_text(path)
+    )
 
 
 def _max_seq_length(folder: Path) -> int:
@@ -89,27 +124,30 @@ def _max_seq_length(folder: Path) -> int:
     sentence-transformers reads it, capped by the encoder's position embeddings."""
     limit: int | None = None
     try:
-        limit = int(json.loads((folder / "sentence_bert_config.json").read_text(encoding="utf-8"))["max_seq_length"])
+        limit = int(_json(folder / "sentence_bert_config.json")["max_seq_length"])
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    positions = int(
-        json.loads((folder / "config.json").read_text(encoding="utf-8")).get("max_position_embeddings", 512)
-    )
+    try:
+        positions = int(_json(folder / "config.json").get("max_position_embeddings", 512))
+    except (OSError, ValueError, TypeError):
+        positions = 512  # BERT's; an unreadable config.json fails the export anyway
     return min(limit, positions) if limit else positions
 
 
 def cache_file(folder: str | Path, cache_dir: str | Path, *, label: str | None = None) -> Path:
     """Where the exported graph of the model in ``folder`` is kept: ``cache_dir`` /
-    ``<label>-<16 hex digits>.onnx``, the label (default: the folder's name) with every run of
-    characters other than letters, digits, ``.``, ``_`` and ``-`` made one ``-``, the digits a
-    SHA-256 of the folder's absolute path and of each file's name, size (bytes) and
-    modification time (ns)."""
+    ``<label>-<16 hex digits>.onnx``. The label (default: the folder's name) has every run of
+    characters other than letters, digits, ``.``, ``_`` and ``-`` made one ``-``; the digits
+    are a SHA-256 of each file's path inside the folder and contents, so the same model
+    installed twice (another virtualenv, a reinstalled wheel) shares one graph, and changed
+    weights get a new one. Reads every file of the folder (0.1 s for the bundled model's 90 MB)."""
     source = Path(folder).resolve()
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label or source.name).strip("-.") or "model"
-    digest = hashlib.sha256(str(source).encode())
+    digest = hashlib.sha256()
     for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        stat = path.stat()
-        digest.update(f"\0{path.relative_to(source)}\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+        with path.open("rb") as f:
+            digest.update(f"\0{path.relative_to(source).as_posix()}\0".encode())
+            digest.update(hashlib.file_digest(f, "sha256").digest())
     return Path(cache_dir) / f"{slug}-{digest.hexdigest()[:16]}.onnx"
 
 
@@ -144,7 +182,11 @@ def export_with_torch(folder: Path, out: Path) -> None:
 
     axes = {n: {0: "batch", 1: "sequence"} for n in [*names, "last_hidden_state"]}
     with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")  # tracer warnings about Python branches on shapes, fixed for BERT
+        # the tracer's warnings about Python branches on shapes (fixed for a BERT encoder) and the
+        # exporter's notes on how it lowers indexing; other warnings pass
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")  # its old exporter
         torch.onnx.export(
             Encoder(),
             inputs,
@@ -168,10 +210,11 @@ def ensure_exported(
 
     Raises:
         ConfigurationError: the export failed (the message names the model and the error's class;
-            ``setting`` ``COMPANION_EMBED_BACKEND``), or ``cache_dir`` cannot be written
+            ``setting`` ``COMPANION_EMBED_BACKEND``); ``cache_dir`` cannot be written, or another
+            process's export of the graph held its lock for :data:`EXPORT_WAIT` seconds
             (``setting`` ``COMPANION_MODEL_CACHE_DIR``).
     """
-    from filelock import FileLock
+    from filelock import FileLock, Timeout
 
     target = cache_file(folder, cache_dir, label=label)
     if target.is_file():
@@ -179,7 +222,13 @@ def ensure_exported(
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(target) + ".lock")
-        lock.acquire()
+        lock.acquire(timeout=EXPORT_WAIT)
+    except Timeout as exc:
+        raise ConfigurationError(
+            f"Waited {EXPORT_WAIT:.0f} s for another process's export of the embedding model's ONNX graph; "
+            "if none is running, delete the .lock file next to it in COMPANION_MODEL_CACHE_DIR.",
+            setting="COMPANION_MODEL_CACHE_DIR",
+        ) from exc
     except OSError as exc:
         raise ConfigurationError(
             f"Cannot write the model cache for the embedding model's ONNX graph ({type(exc).__name__}: "
@@ -190,17 +239,18 @@ def ensure_exported(
     try:
         if target.is_file():  # another process exported it while this one waited
             return target
+        for orphan in target.parent.glob(f"{target.name}.*.part"):  # left by an export that was killed
+            orphan.unlink(missing_ok=True)
         partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.part")
         log.info("embedder.onnx_export", model=label or Path(folder).name, file=target.name)
         try:
             exporter(Path(folder), partial)
             os.replace(partial, target)
         except Exception as exc:  # the error's text (it may hold paths) goes to the log, not the message
-            log.warning(
-                "embedder.onnx_export_failed", model=label or Path(folder).name, error=" ".join(str(exc).split())
-            )
+            name = label or Path(folder).name
+            log.warning("embedder.onnx_export_failed", model=name, error=" ".join(str(exc).split()))
             raise ConfigurationError(
-                f"Cannot export the embedding model in {Path(folder).name!r} to ONNX ({type(exc).__name__}; "
+                f"Cannot export the embedding model {name!r} to ONNX ({type(exc).__name__}; "
                 "the log's embedder.onnx_export_failed event has its message). "
                 "Set COMPANION_EMBED_BACKEND=torch to run it on torch.",
                 setting="COMPANION_EMBED_BACKEND",
@@ -230,6 +280,7 @@ class OnnxEmbedder:
         cache_dir: where exported graphs are kept.
         threads: ONNX Runtime intra-op threads; ``None``: its default (one per core).
         batch: texts per forward pass.
+        label: the graph's name in the cache (:func:`cache_file`); default ``name``.
         exporter: writes the graph when it is missing (:func:`export_with_torch`).
 
     Raises:
@@ -246,16 +297,19 @@ class OnnxEmbedder:
         cache_dir: str | Path,
         threads: int | None = 1,
         batch: int = 8,
+        label: str | None = None,
         exporter: Exporter = export_with_torch,
     ) -> None:
         self.name = name
+        self.label = label or name
         self.dimension = dimension
         self.folder = Path(folder)
         pooling = _pooling(self.folder)
-        if pooling is None or not (self.folder / "tokenizer.json").is_file():
+        if pooling is None or not supported(self.folder):
             raise ConfigurationError(
-                f"The embedding model {name!r} is not a Transformer + mean or CLS pooling model folder "
-                "with a tokenizer.json, which the ONNX backend runs. Set COMPANION_EMBED_BACKEND=torch.",
+                f"The embedding model {name!r} is not a model folder the ONNX backend runs (a Transformer, "
+                "mean or CLS pooling, a tokenizer.json, no default prompt, no do_lower_case). "
+                "Set COMPANION_EMBED_BACKEND=torch.",
                 setting="COMPANION_EMBED_BACKEND",
             )
         self.pooling = pooling
@@ -284,7 +338,9 @@ class OnnxEmbedder:
         import onnxruntime
         from tokenizers import Tokenizer
 
-        graph = ensure_exported(self.folder, self.cache_dir, label=self.name, exporter=self.exporter)
+        onnxruntime.disable_telemetry_events()  # its usage events (sent only on Windows builds)
+
+        graph = ensure_exported(self.folder, self.cache_dir, label=self.label, exporter=self.exporter)
         tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
         tokenizer.no_padding()
         tokenizer.enable_truncation(_max_seq_length(self.folder))
@@ -298,7 +354,7 @@ class OnnxEmbedder:
             raise ConfigurationError(
                 f"Cannot load the ONNX graph of the embedding model {self.name!r} ({type(exc).__name__}); "
                 f"delete {graph.name} from the model cache to export it again.",
-                setting="COMPANION_EMBED_BACKEND",
+                setting="COMPANION_MODEL_CACHE_DIR",
             ) from exc
         from memory.embeddings import freeze_heap
 

@@ -254,8 +254,9 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_EMBED_BACKEND``: what runs the embedding model. ``onnx``: ONNX Runtime, the graph
     exported from the model's weights once per machine into ``model_cache_dir``, vectors equal to
     torch's within 1e-6 (``memory.onnx_embedder``), without importing torch (3-8 s per process);
-    ``torch``: sentence-transformers on torch; ``auto``: ``onnx`` for a model folder it can run
-    (the bundled model among them), ``torch`` for anything else (a hub name, a ``Dense`` layer)."""
+    ``torch``: sentence-transformers on torch; ``auto``: ``onnx`` for a model folder it gives the
+    same vectors for (``memory.onnx_embedder.supported``; the bundled model is one), ``torch`` for
+    anything else (a hub name, a ``Dense`` layer, a default prompt, ``do_lower_case``)."""
     model_cache_dir: _UserPath = Field(
         default_factory=lambda: Path(platformdirs.user_cache_dir("companion-runtime")) / "models"
     )

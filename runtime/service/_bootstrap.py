@@ -64,7 +64,10 @@ def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
 
     Raises:
         ConfigurationError: a model whose dimension cannot be read from its files and
-            that cannot be loaded either.
+            that cannot be loaded either, or ``COMPANION_EMBED_BACKEND=onnx`` for a model that
+            backend does not run. Errors of loading the model (an export that fails, an
+            unwritable ``COMPANION_MODEL_CACHE_DIR``, a damaged cached graph) are raised by the
+            first embedding (:func:`memory.embeddings.runtime_embedder`).
     """
     return runtime_embedder(
         settings.embedding_model,
