@@ -31,8 +31,9 @@ load_litellm()  # offline defaults before any test module imports litellm itself
 SAMPLE = REPO / "scripts" / "data" / "sample_conversation.json"
 
 
-MODEL_CACHE = Settings.model_fields["model_cache_dir"].default_factory()  # type: ignore[misc,call-arg]
-"""The runtime's default ``COMPANION_MODEL_CACHE_DIR``: CLI subprocesses of the tests find the graph there too."""
+MODEL_CACHE = Settings.from_env().model_cache_dir
+"""The runtime's ``COMPANION_MODEL_CACHE_DIR`` (its default unless set): CLI subprocesses of the
+tests, which inherit the environment, find the exported graph there too."""
 SHM_NEEDED = 4 * 2**30
 """Free bytes /dev/shm must have for the test server to live there."""
 
