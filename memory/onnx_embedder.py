@@ -188,7 +188,9 @@ def export_with_torch(folder: Path, out: Path) -> None:
         # exporter's notes on how it lowers indexing; other warnings pass
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")  # its old exporter
+        # the TorchScript exporter is deprecated (its warning is attributed to this module)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, message="You are using the legacy TorchScript")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
         torch.onnx.export(
             Encoder(),
             inputs,
