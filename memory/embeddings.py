@@ -382,8 +382,9 @@ def model_embedder(
     ``backend`` ``onnx`` is :class:`memory.onnx_embedder.OnnxEmbedder` (its graph kept in
     ``cache_dir``), ``torch`` :class:`SentenceTransformerEmbedder`, ``auto`` the first for a model
     folder it runs (:func:`memory.onnx_embedder.supported`: the bundled model is one) and the
-    second otherwise. Both give the same vectors for the same model (within 1e-6), so the
-    choice never changes what the archive holds.
+    second otherwise. For the bundled model both give the same vectors (within 1e-6, tested),
+    so the choice does not change what the archive holds; for another folder ``auto`` takes ONNX
+    only where none of the known differences applies (see ``supported``).
 
     Raises:
         ValueError: ``backend`` is not one of the three, or ``onnx`` without ``cache_dir``.
@@ -413,7 +414,7 @@ def model_embedder(
         cache_dir=cache_dir,
         threads=threads,
         batch=ENCODE_BATCH,
-        label=BUNDLED_LABEL if model in BUNDLED_NAMES else model,  # one graph for the bundled model's names
+        label=BUNDLED_LABEL if model in BUNDLED_NAMES else Path(path).name,  # one graph per model's files
     )
 
 

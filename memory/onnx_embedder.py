@@ -104,14 +104,43 @@ def _changes_the_text(folder: Path) -> bool:
         reading = _json(folder / "sentence_bert_config.json")
     except (OSError, ValueError):
         return True
-    return bool(prompts.get("default_prompt_name")) or bool(reading.get("do_lower_case"))
+    if prompts.get("default_prompt_name") or reading.get("do_lower_case"):
+        return True
+    return not _tokenizer_settings_agree(folder)
+
+
+def _tokenizer_settings_agree(folder: Path) -> bool:
+    """Whether ``tokenizer_config.json``'s ``do_lower_case`` and ``strip_accents`` (which
+    transformers applies when it builds the tokenizer sentence-transformers uses) say what
+    ``tokenizer.json``'s normalizer (which :class:`OnnxEmbedder` uses as it is) does. Either
+    setting with a normalizer other than BERT's counts as a disagreement."""
+    try:
+        settings = _json(folder / "tokenizer_config.json")
+        normalizer = _json(folder / "tokenizer.json").get("normalizer") or {}
+    except (OSError, ValueError):
+        return False
+    given = {"do_lower_case", "strip_accents"} & settings.keys()
+    if not given:
+        return True
+    if not isinstance(normalizer, dict) or normalizer.get("type") != "BertNormalizer":
+        return False
+    lowercase = bool(normalizer.get("lowercase"))
+    if "do_lower_case" in given and bool(settings["do_lower_case"]) != lowercase:
+        return False
+
+    def strips(value: object) -> bool:  # None: accents go with lower-casing, in both libraries
+        return lowercase if value is None else bool(value)
+
+    return "strip_accents" not in given or strips(settings["strip_accents"]) == strips(normalizer.get("strip_accents"))
 
 
 def supported(folder: str | Path) -> bool:
     """Whether :class:`OnnxEmbedder` gives the vectors sentence-transformers gives for the model
     saved in ``folder``: a ``Transformer``, one ``Pooling`` module (mean or CLS) and optionally
-    ``Normalize``, a ``tokenizer.json``, no default prompt and no ``do_lower_case``. ``False``
-    for anything else, a folder that does not exist included."""
+    ``Normalize``, a ``tokenizer.json`` whose normalizer agrees with ``tokenizer_config.json``,
+    no default prompt and no ``do_lower_case`` in ``sentence_bert_config.json``. ``False`` for
+    anything else, a folder that does not exist included. These are the differences known to
+    change vectors; the export checks the tokenization itself too (:func:`export_with_torch`)."""
     path = Path(folder)
     return (
         path.is_dir()
@@ -122,8 +151,9 @@ def supported(folder: str | Path) -> bool:
 
 
 def _max_seq_length(folder: Path) -> int:
-    """Tokens the model reads per text: ``sentence_bert_config.json``'s ``max_seq_length``, as
-    sentence-transformers reads it, capped by the encoder's position embeddings."""
+    """Tokens the model reads per text, as sentence-transformers sets it: ``sentence_bert_config.json``'s
+    ``max_seq_length`` (capped by the encoder's position embeddings), or without it the smaller of
+    the position embeddings and ``tokenizer_config.json``'s ``model_max_length``."""
     limit: int | None = None
     try:
         limit = int(_json(folder / "sentence_bert_config.json")["max_seq_length"])
@@ -133,20 +163,32 @@ def _max_seq_length(folder: Path) -> int:
         positions = int(_json(folder / "config.json").get("max_position_embeddings", 512))
     except (OSError, ValueError, TypeError):
         positions = 512  # BERT's; an unreadable config.json fails the export anyway
-    return min(limit, positions) if limit else positions
+    if limit:
+        return min(limit, positions)
+    try:  # no max_seq_length: sentence-transformers takes the smaller of these two
+        tokenizer_limit = int(_json(folder / "tokenizer_config.json").get("model_max_length", positions))
+    except (OSError, ValueError, TypeError, OverflowError):
+        tokenizer_limit = positions
+    return min(positions, tokenizer_limit)
 
 
 def cache_file(folder: str | Path, cache_dir: str | Path, *, label: str | None = None) -> Path:
     """Where the exported graph of the model in ``folder`` is kept: ``cache_dir`` /
     ``<label>-<16 hex digits>.onnx``. The label (default: the folder's name) has every run of
     characters other than letters, digits, ``.``, ``_`` and ``-`` made one ``-``; the digits
-    are a SHA-256 of each file's path inside the folder and contents, so the same model
-    installed twice (another virtualenv, a reinstalled wheel) shares one graph, and changed
-    weights get a new one. Reads every file of the folder (0.1 s for the bundled model's 90 MB)."""
+    are a SHA-256 of each file's path inside the folder and contents (hidden files and folders
+    such as ``.git`` left out), so the same model installed twice under one label (another
+    virtualenv, a reinstalled wheel) shares one graph, and changed weights get a new one. Reads
+    every file of the folder (0.1 s for the bundled model's 90 MB)."""
     source = Path(folder).resolve()
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", label or source.name).strip("-.") or "model"
     digest = hashlib.sha256()
-    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+    files = (
+        p
+        for p in source.rglob("*")
+        if p.is_file() and not any(part.startswith(".") for part in p.relative_to(source).parts)
+    )
+    for path in sorted(files):
         with path.open("rb") as f:
             digest.update(f"\0{path.relative_to(source).as_posix()}\0".encode())
             digest.update(hashlib.file_digest(f, "sha256").digest())
@@ -171,6 +213,7 @@ def export_with_torch(folder: Path, out: Path) -> None:
     names = ["input_ids", "attention_mask"]
     if "token_type_ids" in inspect.signature(model.forward).parameters:
         names.append("token_type_ids")
+    _check_tokenization(folder, tokenizer)
     sample = tokenizer(["a short text", "and a somewhat longer text to pad against"], padding=True, return_tensors="pt")
     inputs = tuple(sample[n] if n in sample else torch.zeros_like(sample["input_ids"]) for n in names)
 
@@ -203,6 +246,32 @@ def export_with_torch(folder: Path, out: Path) -> None:
         )
 
 
+TOKENIZATION_PROBES = (
+    "Hello World, how ARE you? Café naïve résumé",
+    "我上周六去了杭州，看了西湖。東京の夏",
+    "🎉 mixed   spaces\tand\nlines ﬁ ｆｕｌｌ",
+    "word " * 600,
+)
+"""Texts on which the export compares the ONNX path's tokenizer with the model's own: case,
+accents, CJK, emoji, compatibility forms, and one past every model's length limit."""
+
+
+def _check_tokenization(folder: Path, reference: Any) -> None:
+    """Raise ``ValueError`` unless ``tokenizer.json`` as :class:`OnnxEmbedder` runs it gives the
+    token ids of ``reference`` (the transformers tokenizer sentence-transformers builds) on
+    :data:`TOKENIZATION_PROBES`, cut at :func:`_max_seq_length`."""
+    from tokenizers import Tokenizer
+
+    limit = _max_seq_length(folder)
+    ours = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    ours.no_padding()
+    ours.enable_truncation(limit)
+    theirs = reference(list(TOKENIZATION_PROBES), truncation=True, max_length=limit)["input_ids"]
+    for text, mine, want in zip(TOKENIZATION_PROBES, ours.encode_batch(list(TOKENIZATION_PROBES)), theirs, strict=True):
+        if list(mine.ids) != list(want):
+            raise ValueError(f"tokenizer.json tokenizes {text[:20]!r}… unlike the model's tokenizer settings")
+
+
 def ensure_exported(
     folder: str | Path, cache_dir: str | Path, *, label: str | None = None, exporter: Exporter = export_with_torch
 ) -> Path:
@@ -229,8 +298,9 @@ def ensure_exported(
         lock.acquire(timeout=EXPORT_WAIT)
     except Timeout as exc:
         raise ConfigurationError(
-            f"Waited {EXPORT_WAIT:.0f} s for another process's export of the embedding model's ONNX graph; "
-            "if none is running, delete the .lock file next to it in COMPANION_MODEL_CACHE_DIR.",
+            f"Waited {EXPORT_WAIT:.0f} s for another process's export of the embedding model's ONNX graph "
+            "(a live process holds its lock: the lock of one that died is released with it); "
+            "wait for that process or stop it, or set COMPANION_MODEL_CACHE_DIR to another directory.",
             setting="COMPANION_MODEL_CACHE_DIR",
         ) from exc
     except OSError as exc:

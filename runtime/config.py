@@ -248,15 +248,19 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_EMBED_THREADS``: the embedder's intra-op threads (ONNX Runtime's session option,
     or torch's process-wide ``torch.set_num_threads``, set when the model loads); ``None`` (0) leaves
     the backend's default, one per core.
-    1 by measurement: on a shared 2-core machine one query embedding took 34-67 ms with one
-    thread against 0.6-1.2 s with the default, and concurrent turns are batched anyway."""
+    1 by measurement (``docs/settings.md``): with torch on a shared 2-core machine one query
+    embedding took 34-67 ms with one thread against 0.6-1.2 s with the default; with ONNX
+    Runtime a replay was faster with one (its turns use the other core); concurrent turns are
+    batched anyway."""
     embed_backend: Annotated[Literal["auto", "onnx", "torch"], BeforeValidator(_lower)] = "auto"
     """``COMPANION_EMBED_BACKEND``: what runs the embedding model. ``onnx``: ONNX Runtime, the graph
-    exported from the model's weights once per machine into ``model_cache_dir``, vectors equal to
-    torch's within 1e-6 (``memory.onnx_embedder``), without importing torch (3-8 s per process);
-    ``torch``: sentence-transformers on torch; ``auto``: ``onnx`` for a model folder it gives the
-    same vectors for (``memory.onnx_embedder.supported``; the bundled model is one), ``torch`` for
-    anything else (a hub name, a ``Dense`` layer, a default prompt, ``do_lower_case``)."""
+    exported from the model's weights once per machine into ``model_cache_dir``, the bundled
+    model's vectors equal to torch's within 1e-6 (``memory.onnx_embedder``), without importing
+    torch (3-8 s per process);
+    ``torch``: sentence-transformers on torch; ``auto``: ``onnx`` for a model folder none of the
+    known differences applies to (``memory.onnx_embedder.supported``; the bundled model is one),
+    ``torch`` for anything else (a hub name, a ``Dense`` layer, a default prompt, lower-casing or
+    tokenizer settings that disagree with ``tokenizer.json``)."""
     model_cache_dir: _UserPath = Field(
         default_factory=lambda: Path(platformdirs.user_cache_dir("companion-runtime")) / "models"
     )

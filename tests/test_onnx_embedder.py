@@ -14,7 +14,14 @@ from structlog.testing import capture_logs
 
 from errors import ConfigurationError
 from memory.embeddings import SentenceTransformerEmbedder, model_embedder, model_path
-from memory.onnx_embedder import OnnxEmbedder, cache_file, ensure_exported, supported
+from memory.onnx_embedder import (
+    OnnxEmbedder,
+    _check_tokenization,
+    _max_seq_length,
+    cache_file,
+    ensure_exported,
+    supported,
+)
 
 BUNDLED = Path(model_path("all-MiniLM-L6-v2"))
 
@@ -142,20 +149,34 @@ def _dense_layer(folder: Path) -> int:
     return 128
 
 
+def _update_json(folder: Path, name: str, **values: object) -> int:
+    """Set ``values`` in the folder's JSON file ``name``; the model's dimension stays 384."""
+    config = json.loads((folder / name).read_text())
+    config.update(values)
+    (folder / name).write_text(json.dumps(config))
+    return 384
+
+
 def _default_prompt(folder: Path) -> int:
     """sentence-transformers puts ``query: `` before every text; the ONNX path would not."""
-    config = json.loads((folder / "config_sentence_transformers.json").read_text())
-    config.update(prompts={"query": "query: "}, default_prompt_name="query")
-    (folder / "config_sentence_transformers.json").write_text(json.dumps(config))
-    return 384
+    return _update_json(
+        folder, "config_sentence_transformers.json", prompts={"query": "query: "}, default_prompt_name="query"
+    )
 
 
 def _lower_case(folder: Path) -> int:
     """sentence-transformers lower-cases every text first; the ONNX path would not."""
-    config = json.loads((folder / "sentence_bert_config.json").read_text())
-    config["do_lower_case"] = True
-    (folder / "sentence_bert_config.json").write_text(json.dumps(config))
-    return 384
+    return _update_json(folder, "sentence_bert_config.json", do_lower_case=True)
+
+
+def _cased_tokenizer_settings(folder: Path) -> int:
+    """transformers builds a cased tokenizer from tokenizer_config.json; tokenizer.json still lower-cases."""
+    return _update_json(folder, "tokenizer_config.json", do_lower_case=False)
+
+
+def _accents_kept(folder: Path) -> int:
+    """transformers keeps accents; tokenizer.json's normalizer strips them with lower-casing."""
+    return _update_json(folder, "tokenizer_config.json", strip_accents=False)
 
 
 @pytest.mark.parametrize(
@@ -164,6 +185,8 @@ def _lower_case(folder: Path) -> int:
         pytest.param(_dense_layer, id="dense-layer"),
         pytest.param(_default_prompt, id="default-prompt"),
         pytest.param(_lower_case, id="do-lower-case"),
+        pytest.param(_cased_tokenizer_settings, id="tokenizer-config-cased"),
+        pytest.param(_accents_kept, id="tokenizer-config-keeps-accents"),
     ],
 )
 def test_auto_runs_a_model_the_onnx_path_would_embed_differently_on_torch_and_onnx_refuses_it(tmp_path, change):
@@ -199,3 +222,22 @@ def test_a_bad_backend_setting_names_the_variable():
         Settings.from_env({"COMPANION_EMBED_BACKEND": "tensorflow"})
     assert caught.value.setting == "COMPANION_EMBED_BACKEND"
     assert Settings.from_env({"COMPANION_EMBED_BACKEND": "TORCH"}).embed_backend == "torch"
+
+
+def test_without_max_seq_length_texts_are_cut_where_sentence_transformers_cuts_them(tmp_path):
+    folder = _copy_of_bundled(tmp_path)
+    assert _max_seq_length(folder) == 256  # sentence_bert_config.json's
+    _update_json(folder, "sentence_bert_config.json", max_seq_length=None)
+    assert _max_seq_length(folder) == 512  # the position embeddings, as tokenizer_config.json allows 512
+    _update_json(folder, "tokenizer_config.json", model_max_length=64)
+    assert _max_seq_length(folder) == 64  # the smaller of the two, as sentence-transformers takes
+
+
+def test_the_export_refuses_a_tokenizer_json_that_tokenizes_unlike_the_models_settings(tmp_path):
+    from transformers import AutoTokenizer
+
+    _check_tokenization(BUNDLED, AutoTokenizer.from_pretrained(str(BUNDLED)))  # the bundled model agrees
+    folder = _copy_of_bundled(tmp_path)
+    _cased_tokenizer_settings(folder)
+    with pytest.raises(ValueError, match="unlike the model's tokenizer settings"):
+        _check_tokenization(folder, AutoTokenizer.from_pretrained(str(folder)))
