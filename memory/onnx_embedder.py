@@ -73,7 +73,7 @@ def _pooling(folder: Path) -> str | None:
     if str(modules[0].get("path", "")) not in ("", "."):
         return None  # the encoder in a subfolder: not the layout this reads
     try:
-        config = json.loads((folder / str(modules[1].get("path", "")) / "config.json").read_text(encoding="utf-8"))
+        config = _json(folder / str(modules[1].get("path", "")) / "config.json")
     except (OSError, ValueError):
         return None
     modes = {k for k, v in config.items() if k.startswith("pooling_mode_") and v}
@@ -256,17 +256,22 @@ TOKENIZATION_PROBES = (
 accents, CJK, emoji, compatibility forms, and one past every model's length limit."""
 
 
+def _tokenizer(folder: Path) -> Any:
+    """``tokenizer.json`` as :class:`OnnxEmbedder` runs it: no padding, cut at :func:`_max_seq_length`."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.enable_truncation(_max_seq_length(folder))
+    return tokenizer
+
+
 def _check_tokenization(folder: Path, reference: Any) -> None:
     """Raise ``ValueError`` unless ``tokenizer.json`` as :class:`OnnxEmbedder` runs it gives the
     token ids of ``reference`` (the transformers tokenizer sentence-transformers builds) on
     :data:`TOKENIZATION_PROBES`, cut at :func:`_max_seq_length`."""
-    from tokenizers import Tokenizer
-
-    limit = _max_seq_length(folder)
-    ours = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    ours.no_padding()
-    ours.enable_truncation(limit)
-    theirs = reference(list(TOKENIZATION_PROBES), truncation=True, max_length=limit)["input_ids"]
+    ours = _tokenizer(folder)
+    theirs = reference(list(TOKENIZATION_PROBES), truncation=True, max_length=_max_seq_length(folder))["input_ids"]
     for text, mine, want in zip(TOKENIZATION_PROBES, ours.encode_batch(list(TOKENIZATION_PROBES)), theirs, strict=True):
         if list(mine.ids) != list(want):
             raise ValueError(f"tokenizer.json tokenizes {text[:20]!r}… unlike the model's tokenizer settings")
@@ -410,14 +415,11 @@ class OnnxEmbedder:
 
     def _load(self) -> tuple[Any, Any, list[str]]:
         import onnxruntime
-        from tokenizers import Tokenizer
 
         onnxruntime.disable_telemetry_events()  # its usage events (sent only on Windows builds)
 
         graph = ensure_exported(self.folder, self.cache_dir, label=self.label, exporter=self.exporter)
-        tokenizer = Tokenizer.from_file(str(self.folder / "tokenizer.json"))
-        tokenizer.no_padding()
-        tokenizer.enable_truncation(_max_seq_length(self.folder))
+        tokenizer = _tokenizer(self.folder)
         options = onnxruntime.SessionOptions()
         if self.threads is not None:
             options.intra_op_num_threads = self.threads
