@@ -43,6 +43,10 @@ from memory.tables import (
     utcnow,
 )
 
+SEGMENT_ROWS = 500
+"""Archived segments one ``INSERT`` writes: 11 bind parameters each, well under PostgreSQL's
+65,535 per statement."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class TurnFile:
@@ -544,18 +548,26 @@ class Store:
 
     @staticmethod
     def _add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequence[NewSegment]) -> None:
-        for seg in segments:
-            db.add(
-                ArchivedSegment(
-                    user_id=user_id,
-                    session_id=session_id,
-                    first_seq=seg.first_seq,
-                    last_seq=seg.last_seq,
-                    content=seg.content,
-                    tokens=seg.tokens,
-                    session_date=seg.session_date,
-                    embedding=seg.embedding,
-                    search=search_vector(seg.content),
+        """Insert the segments: one multi-row ``INSERT`` per :data:`SEGMENT_ROWS` segments."""
+        created_at = utcnow()
+        for start in range(0, len(segments), SEGMENT_ROWS):
+            db.execute(
+                pg_insert(ArchivedSegment).values(
+                    [
+                        {
+                            "user_id": user_id,
+                            "session_id": session_id,
+                            "first_seq": seg.first_seq,
+                            "last_seq": seg.last_seq,
+                            "content": seg.content,
+                            "tokens": seg.tokens,
+                            "session_date": seg.session_date,
+                            "embedding": seg.embedding,
+                            "search": search_vector(seg.content),
+                            "created_at": created_at,
+                        }
+                        for seg in segments[start : start + SEGMENT_ROWS]
+                    ]
                 )
             )
 
