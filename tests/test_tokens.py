@@ -25,7 +25,7 @@ from runtime.accounting import (
     openai_image_tokens,
 )
 from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
-from runtime.accounting._tokens import COUNT_CACHE_CHARS, TiktokenCounter
+from runtime.accounting._tokens import COUNT_CACHE_CHARS, ConservativeEstimator, HuggingFaceCounter, TiktokenCounter
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -164,6 +164,38 @@ def test_exact_counter_encodes_a_repeated_text_once_and_a_long_text_each_time():
     assert [counter.count_text(short) for _ in range(3)] == [len(encode(short))] * 3
     assert [counter.count_text(long) for _ in range(2)] == [len(encode(long))] * 2
     assert encoded == [short, long, long]
+
+
+def test_estimator_and_deepseek_counter_also_count_a_repeated_text_once():
+    """The conservative estimator (every unknown model) and the DeepSeek counter keep counts as
+    the tiktoken counter does: the same answers, each short text worked out once."""
+    estimated: list[str] = []
+
+    class RecordingEstimator(ConservativeEstimator):
+        def _count(self, text: str) -> int:
+            estimated.append(text)
+            return super()._count(text)
+
+    short = "Hello there! 周末过得怎么样？"
+    long = "word " * (COUNT_CACHE_CHARS // 5 + 1)
+    estimator, plain = RecordingEstimator(), ConservativeEstimator()
+    assert [estimator.count_text(short) for _ in range(3)] == [plain.count_text(short)] * 3
+    assert [estimator.count_text(long) for _ in range(2)] == [plain.count_text(long)] * 2
+    assert estimated == [short, long, long]
+
+    deepseek = HuggingFaceCounter("deepseek", "deepseek_tokenizer.json")
+    expected = counter_for("deepseek/deepseek-chat").count_text(short)
+    encoded: list[str] = []
+    real = deepseek._tokenizer = counter_for("deepseek/deepseek-chat")._tokenizer
+
+    class Recording:
+        def encode_batch_fast(self, texts, **kwargs):
+            encoded.extend(texts)
+            return real.encode_batch_fast(texts, **kwargs)
+
+    deepseek._tokenizer = Recording()
+    assert [deepseek.count_text(short) for _ in range(3)] == [expected] * 3
+    assert encoded == [short]
 
 
 def test_deepseek_counter_equals_bundled_tokenizer(tokenizers_by_name):

@@ -364,6 +364,37 @@ class _MessageCounter:
 # ---------------------------------------------------------------------------------------------
 
 
+COUNT_CACHE = 8192
+"""Distinct texts whose counts a counter keeps (the exact counters and the conservative
+estimator, :class:`_CachedCounter`), least recently used out first.
+Assembling a context counts the same recent turns, summary and recalled segments again on every
+turn (a LoCoMo replay: about 94,000 counts, most of them repeats)."""
+COUNT_CACHE_CHARS = 2048
+"""Longest text (characters) whose count is kept. The limit bounds the cache's memory: it holds at
+most :data:`COUNT_CACHE` × this many characters (about 16.8 million; 32 MB as Python strings of
+Chinese text, two bytes a character). Longer texts (a pasted document, a file's text) rarely
+repeat and are counted each time."""
+
+
+class _CachedCounter(_MessageCounter):
+    """A counter whose text counts of at most :data:`COUNT_CACHE_CHARS` characters are kept
+    (:data:`COUNT_CACHE` distinct texts, least recently used out first). Subclasses provide
+    ``_count``, the uncached count of a non-empty text."""
+
+    def __init__(self) -> None:
+        self._cached = functools.lru_cache(maxsize=COUNT_CACHE)(self._count)
+
+    def count_text(self, text: str) -> int:
+        """Tokens of ``text`` (a text of at most :data:`COUNT_CACHE_CHARS` characters counted
+        again is answered from the cache)."""
+        if not text:
+            return 0
+        return self._cached(text) if len(text) <= COUNT_CACHE_CHARS else self._count(text)
+
+    def _count(self, text: str) -> int:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+
 class FirstEstimator(_MessageCounter):
     """The first estimator, kept as a comparison baseline for the benchmark.
 
@@ -1173,7 +1204,7 @@ def non_ascii_bound(text: str) -> int:
     return total
 
 
-class ConservativeEstimator(_MessageCounter):
+class ConservativeEstimator(_CachedCounter):
     """Token estimate for models whose tokenizer is not available offline; meant never to undercount.
 
     ``count_text`` returns ``ceil(sum(price[f] * count[f]) + non_ascii_bound(text))``: the fitted
@@ -1196,11 +1227,10 @@ class ConservativeEstimator(_MessageCounter):
         if unknown:
             raise ConfigurationError(f"Unknown estimator price names: {sorted(unknown)}.")
         self._prices = tuple(float(table.get(name, 0.0)) for name in FEATURES)
+        super().__init__()
 
-    def count_text(self, text: str) -> int:
+    def _count(self, text: str) -> int:
         """Estimated tokens of ``text`` (an upper bound by design, see :data:`ESTIMATOR_PRICES`)."""
-        if not text:
-            return 0
         return int(math.ceil(sum(map(operator.mul, self._prices, text_features(text))) + non_ascii_bound(text)))
 
 
@@ -1244,18 +1274,7 @@ def _hf_tokenizer(filename: str) -> Any:
         raise ConfigurationError(f"Cannot load the tokenizer file {path}: {error}") from error
 
 
-COUNT_CACHE = 8192
-"""Distinct texts whose counts a :class:`TiktokenCounter` keeps, least recently used out first.
-Assembling a context counts the same recent turns, summary and recalled segments again on every
-turn (a LoCoMo replay: about 94,000 counts, most of them repeats)."""
-COUNT_CACHE_CHARS = 2048
-"""Longest text (characters) whose count is kept. The limit bounds the cache's memory: it holds at
-most :data:`COUNT_CACHE` × this many characters (about 16.8 million; 32 MB as Python strings of
-Chinese text, two bytes a character). Longer texts (a pasted document, a file's text) rarely
-repeat and are counted each time."""
-
-
-class TiktokenCounter(_MessageCounter):
+class TiktokenCounter(_CachedCounter):
     """Exact text counts with an OpenAI tiktoken encoding (``cl100k_base`` or ``o200k_base``).
 
     Text is encoded as ordinary text (special-token strings such as ``<|endoftext|>`` count as the
@@ -1271,14 +1290,7 @@ class TiktokenCounter(_MessageCounter):
         self.encoding = encoding
         self.name = f"tiktoken:{encoding}"
         self._encode: Callable[[str], list[int]] | None = None
-        self._cached = functools.lru_cache(maxsize=COUNT_CACHE)(self._count)
-
-    def count_text(self, text: str) -> int:
-        """Exact tokens of ``text`` under the encoding (a text of at most
-        :data:`COUNT_CACHE_CHARS` characters counted again is answered from a cache)."""
-        if not text:
-            return 0
-        return self._cached(text) if len(text) <= COUNT_CACHE_CHARS else self._count(text)
+        super().__init__()
 
     def _count(self, text: str) -> int:
         encode = self._encode
@@ -1295,7 +1307,7 @@ class TiktokenCounter(_MessageCounter):
         return openai_image_tokens(*size, detail=detail)
 
 
-class HuggingFaceCounter(_MessageCounter):
+class HuggingFaceCounter(_CachedCounter):
     """Exact text counts with a tokenizer JSON bundled by litellm (here: DeepSeek's).
 
     Counted without special tokens (``add_special_tokens=False``); framing as for OpenAI models,
@@ -1308,11 +1320,10 @@ class HuggingFaceCounter(_MessageCounter):
         self.filename = filename
         self.name = f"tokenizers:{kind}"
         self._tokenizer: Any = None
+        super().__init__()
 
-    def count_text(self, text: str) -> int:
+    def _count(self, text: str) -> int:
         """Exact tokens of ``text`` under the tokenizer."""
-        if not text:
-            return 0
         tokenizer = self._tokenizer
         if tokenizer is None:
             tokenizer = self._tokenizer = _hf_tokenizer(self.filename)
