@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import CursorResult, Engine, func, text, update
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import CursorResult, Engine, bindparam, func, text, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
@@ -237,6 +238,7 @@ class Store:
         request_fingerprint: str | None = None,
         interrupted: bool = False,
         file_ids: Sequence[str] = (),
+        vector: Sequence[float] | None = None,
     ) -> Turn:
         """Append one turn with the next sequence number and commit it: two statements, one
         transaction (plus one per attached file).
@@ -249,6 +251,8 @@ class Store:
             file_ids: files the turn carries (attachments), in order; their ``turn_files``
                 rows are written in the same transaction as the turn. The caller checks
                 ownership first.
+            vector: the embedding of ``content`` (a unit vector of the archive's dimension), stored
+                as the turn's :class:`~memory.tables.TurnVector` by the same ``INSERT``.
 
         Raises:
             SessionClosedError: the session was closed; nothing was stored.
@@ -271,14 +275,23 @@ class Store:
                         "(it begins from this one's summary).",
                         session_id=session_id,
                     )
+            insert = (
+                "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
+                "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
+                "interrupted, state, created_at) "
+                "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
+                ":interrupted, :state, :at FROM turns WHERE session_id = :s RETURNING *"
+            )
+            statement = (
+                text(insert)
+                if vector is None
+                else text(
+                    f"WITH t AS ({insert}), v AS (INSERT INTO turn_vectors (turn_id, embedding) "
+                    "SELECT id, CAST(:vec AS vector) FROM t) SELECT * FROM t"
+                ).bindparams(bindparam("vec", list(vector), type_=Vector()))
+            )
             inserted = db.execute(
-                text(
-                    "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
-                    "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
-                    "interrupted, state, created_at) "
-                    "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
-                    ":interrupted, :state, :at FROM turns WHERE session_id = :s RETURNING *"
-                ).bindparams(
+                statement.bindparams(
                     s=session_id,
                     role=role,
                     content=content,
@@ -336,17 +349,29 @@ class Store:
                 query = query.where(Turn.state == state)
             return list(db.exec(query.order_by(col(Turn.seq))).all())
 
-    def usage_turns(self, session_id: str, *, limit: int) -> list[Turn]:
-        """The newest ``limit`` turns that carry the provider's reported usage, newest first."""
+    def window_turns(self, session_id: str, *, usage_limit: int) -> tuple[list[Turn], list[Turn]]:
+        """What assembling a context reads of the session's turns, in one statement:
+        ``(the turns in the recent window in seq order, the newest usage_limit turns that carry
+        the provider's reported usage, newest first)``, as :meth:`turns` with
+        ``state=TurnState.context`` gives the first. Each half is read by its
+        partial index (``ix_turns_session_context``, ``ix_turns_session_usage``), so the cost
+        does not grow with the session's history."""
+        context = select(Turn).where(Turn.session_id == session_id, Turn.state == TurnState.context)
+        usage = (
+            select(Turn)
+            .where(Turn.session_id == session_id, col(Turn.usage_prompt_tokens).is_not(None))
+            .order_by(col(Turn.seq).desc())
+            .limit(usage_limit)
+        )
+        both = union_all(context, usage.subquery().select()).order_by(text("seq"))
         with storage_errors(session_id), Session(self._one) as db:
-            return list(
-                db.exec(
-                    select(Turn)
-                    .where(Turn.session_id == session_id, col(Turn.usage_prompt_tokens).is_not(None))
-                    .order_by(col(Turn.seq).desc())
-                    .limit(limit)
-                ).all()
-            )
+            rows = list(db.exec(select(Turn).from_statement(both)).scalars().all())  # type: ignore[call-overload]
+        # a turn in both halves comes back twice, as one object (the session's identity map)
+        seen: set[int | None] = set()
+        unique = [t for t in rows if not (t.id in seen or seen.add(t.id))]
+        window = [t for t in unique if t.state == TurnState.context]
+        with_usage = [t for t in reversed(unique) if t.usage_prompt_tokens is not None][:usage_limit]
+        return window, with_usage
 
     # -- summary and breaker ------------------------------------------------
     def summary(self, session_id: str) -> Summary | None:

@@ -15,6 +15,7 @@ from sqlalchemy import event, text
 from memory.archive import build_segments, compose, key_vectors, key_weights
 from memory.embeddings import SentenceTransformerEmbedder
 from memory.recall import enrich_query, enrichment
+from memory.tables import TurnState
 from runtime.accounting import counter_for
 from runtime.compaction import Compactor, ExtractiveSummarizer
 
@@ -161,7 +162,8 @@ def test_a_turn_hands_its_messages_vector_to_assembling_and_a_later_assemble_rea
         engine.assemble(user_id="u1", session_id="s1")
     finally:
         event.remove(store.engine, "before_cursor_execute", seen)
-    assert any(s.startswith("INSERT INTO turn_vectors") for s in turn_sql)
+    stored = [s for s in turn_sql if "INSERT INTO turn_vectors" in s]
+    assert len(stored) == 1 and "INSERT INTO turns" in stored[0], "the vector is stored by the turn's own INSERT"
     assert not any("FROM turn_vectors" in s for s in turn_sql), "the turn does not read back the vector it stored"
     assert "She rides the yellow trams." in result.context.source_text["recent"]
     assert any("FROM turn_vectors" in s for s in sent), "an assemble of its own reads the stored vector"
@@ -250,3 +252,61 @@ def test_the_migration_adds_turn_vectors_and_downgrades_cleanly(store):
     with store.engine.begin() as conn:
         command.upgrade(_alembic_config(conn, 384), head_revision())
     assert "turn_vectors" in tables()
+
+
+def test_window_turns_reads_the_recent_window_and_the_newest_usage_turns_in_one_statement(store):
+    """Assembling reads the recent window and the calibration's turns (the newest with reported
+    usage, rolled out or not) in one statement: the same turns as reading each on its own."""
+    store.ensure_session(session_id="s1", user_id="u1", persona="Mira")
+    turns = [
+        store.add_turn(
+            session_id="s1",
+            role=role,
+            content=f"{role} {i}",
+            tokens=5,
+            created_at=T0 + timedelta(minutes=i),
+            usage_prompt_tokens=100 + i if role == "assistant" and i % 3 else None,
+        )
+        for i in range(12)
+        for role in ("user", "assistant")
+    ]
+    with store.engine.begin() as conn:  # the oldest 16 turns rolled out, as a compaction leaves them
+        conn.execute(
+            text("UPDATE turns SET state = 'summarized' WHERE session_id = 's1' AND seq <= 16"),
+        )
+    sent: list[str] = []
+    listen = lambda *args: sent.append(args[2])  # noqa: E731
+    event.listen(store._one, "before_cursor_execute", listen)
+    try:
+        window, usage = store.window_turns("s1", usage_limit=4)
+    finally:
+        event.remove(store._one, "before_cursor_execute", listen)
+    assert len(sent) == 1
+    assert [t.seq for t in window] == [t.seq for t in store.turns("s1", state=TurnState.context)] == list(range(17, 25))
+    with_usage = [t for t in reversed(turns) if t.usage_prompt_tokens is not None]
+    assert [t.seq for t in usage] == [t.seq for t in with_usage[:4]]
+    assert any(t.seq <= 16 for t in usage)  # a rolled-out turn still counts for calibration
+    assert len({id(t) for t in window} | {id(t) for t in usage}) == len({t.seq for t in window + usage})
+
+
+def test_an_embedder_failure_stores_no_turn(make_engine_for, store):
+    """The message is embedded before anything is written: when the embedder fails, the
+    session is as it was (no user turn without its vector, no half-done edit)."""
+    engine = make_engine_for(window=4096)
+    engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
+
+    class Failing:
+        name, dimension = engine.embedder.name, engine.embedder.dimension
+
+        def embed(self, texts):
+            raise RuntimeError("the embedder is down")
+
+    engine.embedder = Failing()
+    broken = engine.derive(window=4096)
+    before = [(t.seq, t.content) for t in store.turns("s1")]
+    with pytest.raises(RuntimeError):
+        broken.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
+    with pytest.raises(RuntimeError):
+        broken.edit_turn(user_id="u1", session_id="s1", seq=1, message="My brother moved.", reply="Oh!")
+    assert [(t.seq, t.content) for t in store.turns("s1")] == before
+    assert store.get_session("s1").turn_owner is None  # no claim left behind

@@ -24,7 +24,7 @@ from memory.knowledge import KnowledgeHit, search_chunks
 from memory.profiles import Profiles
 from memory.recall import SESSION_CAP, enrich_query, enrichment, recall_segments
 from memory.store import Store
-from memory.tables import Summary, Turn, TurnState, UserProfile, utcnow
+from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
 from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, CalibratedCounter, TokenCounter, correction
 from runtime.compaction import plan_rollout
@@ -116,7 +116,7 @@ class ContextGatherer:
         ``known``: turn id → the stored vector of that turn, already at hand (the turn that
         just embedded and stored its message passes it): not read again (:meth:`vectors`)."""
         budgets = budgets or self.budgets
-        stored = self.store.turns(session_id, state=TurnState.context)
+        stored, usage = self.store.window_turns(session_id, usage_limit=CALIBRATION_WINDOW)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
         # same exchanges a compaction would roll out now (it runs after the reply)
         hidden = plan_rollout(
@@ -179,7 +179,6 @@ class ContextGatherer:
             )
             recalled = [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
         profile = self.profiles.get(user_id)
-        usage = self.store.usage_turns(session_id, limit=CALIBRATION_WINDOW)
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
         last = usage[0] if usage else None
         baseline = (

@@ -166,10 +166,11 @@ class TurnRunner:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        vector = self._embed(text)  # before the claim and before anything is stored
         if claim is None:
             with self.claim(session_id):
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached)
-        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached)
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector)
+        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector)
 
     def _claimed_turn(
         self,
@@ -180,8 +181,12 @@ class TurnRunner:
         reply: str | None,
         on_delta: Callable[[str], None] | None,
         attached: Sequence[StoredFile],
+        vector: list[float] | None,
     ) -> TurnResult:
-        """The turn, once its session is claimed: from storing the user turn on."""
+        """The turn, once its session is claimed: from storing the user turn on. ``vector``: the
+        message's embedding (:meth:`_embed`), its recall query's: stored with the turn (compaction
+        composes the turn's archive key from it) and handed to assembling, which neither embeds
+        nor reads it."""
         user_turn = self.store.add_turn(
             session_id=session_id,
             role="user",
@@ -189,12 +194,11 @@ class TurnRunner:
             tokens=self.tokens("user", text),
             created_at=at,
             file_ids=[f.id for f in attached],
+            vector=vector,
         )
         for extension in self.extensions:
             extension.stored(attached)
-        # the message's embedding is its recall query's: stored with the turn (compaction composes
-        # the turn's archive key from it) and handed to assembling, which neither embeds nor reads it
-        known = self._store_vector(user_turn)
+        known = {user_turn.id: vector} if vector is not None and user_turn.id is not None else {}
         compactions: list[CompactionOutcome] = []
         if reply is None:
             for extension in self.extensions:
@@ -273,6 +277,7 @@ class TurnRunner:
         text = validate_message(content, max_chars=self.settings.max_message_chars)
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        vector = self._embed(text) if role == "user" else None
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
             turn = self.store.add_turn(
                 session_id=session_id,
@@ -281,22 +286,17 @@ class TurnRunner:
                 tokens=self.tokens(role, text),
                 created_at=at,
                 file_ids=[f.id for f in attached],
+                vector=vector,
             )
-            if role == "user":
-                self._store_vector(turn)
             self.schedule_compaction(session_id, user_id)
         return turn
 
-    def _store_vector(self, turn: Turn) -> dict[int, list[float]]:
-        """Embed a stored user turn's text once and store the vector with it
-        (:class:`~memory.tables.TurnVector`): it is the recall query's when the turn is the newest
-        user message, and compaction composes the turn's archive key from it. Returns turn id →
-        vector (empty for an empty text)."""
-        if not turn.content or turn.id is None:
-            return {}
-        known = {turn.id: self.gatherer.embedder.embed([turn.content])[0]}
-        self.store.add_turn_vectors(known)
-        return known
+    def _embed(self, text: str) -> list[float] | None:
+        """The embedding of a user message, stored with its turn (:class:`~memory.tables.TurnVector`):
+        it is the recall query's when the turn is the newest user message, and compaction composes
+        the turn's archive key from it. ``None`` for an empty text. Embedded before the turn is
+        stored, so an embedder failure stores nothing."""
+        return self.gatherer.embedder.embed([text])[0] if text else None
 
     def edit(
         self,
@@ -321,12 +321,13 @@ class TurnRunner:
                 f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
             )
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        vector = self._embed(text)  # an embedder failure changes nothing
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
             removed = self.store.truncate_from(session_id, seq=seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached)
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector)
             finally:
                 if self.files is not None and removed["file_ids"]:
                     gone = self.files.delete_unreferenced(removed["file_ids"])
