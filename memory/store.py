@@ -367,8 +367,7 @@ class Store:
         with storage_errors(session_id), Session(self._one) as db:
             rows = list(db.exec(select(Turn).from_statement(both)).scalars().all())  # type: ignore[call-overload]
         # a turn in both halves comes back twice, as one object (the session's identity map)
-        seen: set[int | None] = set()
-        unique = [t for t in rows if not (t.id in seen or seen.add(t.id))]
+        unique = list({t.id: t for t in rows}.values())
         window = [t for t in unique if t.state == TurnState.context]
         with_usage = [t for t in reversed(unique) if t.usage_prompt_tokens is not None][:usage_limit]
         return window, with_usage
