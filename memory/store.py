@@ -87,6 +87,15 @@ class NewSegment:
     embedding: list[float]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ClaimedSession:
+    """What :meth:`Store.claim_turn` learns of the session it claimed, in the same statement."""
+
+    user_id: str
+    breaker_open: bool
+    """Whether the session's compaction breaker was open at the claim."""
+
+
 DEFAULT_LOCK_SLOTS = 15
 """Compaction locks one store holds at once by default (one connection each, outside the pool)."""
 LOCK_SLOT_WAIT = 5.0
@@ -170,10 +179,11 @@ class Store:
             return session
 
     # -- one turn at a time ------------------------------------------------------
-    def claim_turn(self, session_id: str, *, owner: str, lease_seconds: float) -> None:
+    def claim_turn(self, session_id: str, *, owner: str, lease_seconds: float) -> ClaimedSession:
         """Claim the session for one turn (or an edit, a greeting): no other claim succeeds until
         :meth:`release_turn`, or until ``lease_seconds`` have passed (a claim whose process died).
-        One ``UPDATE`` on the session row: atomic across threads and processes.
+        One ``UPDATE`` on the session row: atomic across threads and processes. Returns the
+        session's user and whether its compaction breaker was open when it was claimed.
 
         Raises:
             TurnInProgressError: another claim holds the session; nothing changed.
@@ -187,12 +197,14 @@ class Store:
                 text(
                     "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
                     "WHERE id = :s AND closed_at IS NULL AND (turn_owner IS NULL "
-                    "OR turn_claimed_at < now() - make_interval(secs => :lease)) RETURNING id"
+                    "OR turn_claimed_at < now() - make_interval(secs => :lease)) RETURNING user_id, "
+                    "EXISTS (SELECT 1 FROM compaction_state AS c WHERE c.session_id = sessions.id "
+                    "AND c.breaker_opened_at IS NOT NULL)"
                 ).bindparams(o=owner, s=session_id, lease=float(lease_seconds))
             ).first()
             if claimed is not None:
                 db.commit()
-                return
+                return ClaimedSession(user_id=claimed[0], breaker_open=bool(claimed[1]))
             row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)

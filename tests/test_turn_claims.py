@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
-from errors import SessionClosedError, TurnInProgressError
+from errors import SessionClosedError, SessionOwnershipError, TurnInProgressError
 from memory.tables import TurnState
 from runtime.config import Settings
 from runtime.llm import Reply
@@ -159,3 +160,24 @@ def test_a_turn_on_a_busy_session_waits_for_it_within_the_bound(slow_engine):
     assert [r for r, _ in rows] == ["user", "assistant"] * 4
     for (_, user), (_, reply) in zip(rows[::2], rows[1::2], strict=True):
         assert reply == f"echo: {user}"
+
+
+def test_a_claim_knows_its_sessions_user_and_breaker(make_engine_for, store):
+    """The claim's one statement also says whose session it is and whether the breaker was
+    open: a turn under a claim of another user's session is refused and stores nothing, and
+    ``turn.completed`` reports an open breaker without reading it again."""
+    engine = make_engine_for(window=4096)
+    engine.turn(user_id="u1", session_id="s1", message="Hello there.", reply="Hi!")
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE compaction_state SET breaker_opened_at = now() WHERE session_id = 's1'"))
+    claim = engine.claim("s1")
+    try:
+        assert (claim.session.user_id, claim.session.breaker_open) == ("u1", True)
+        with pytest.raises(SessionOwnershipError):
+            engine.turn(user_id="u2", session_id="s1", message="Not my session.", reply="?", claim=claim)
+        with capture_logs() as logs:
+            engine.turn(user_id="u1", session_id="s1", message="Still here.", reply="Good.", claim=claim)
+    finally:
+        claim.release()
+    assert [t.content for t in store.turns("s1")] == ["Hello there.", "Hi!", "Still here.", "Good."]
+    assert [e["breaker_state"] for e in logs if e["event"] == "turn.completed"] == ["open"]

@@ -39,7 +39,7 @@ import structlog
 from errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError, TurnInProgressError
 from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
-from memory.store import Store
+from memory.store import ClaimedSession, Store
 from memory.tables import Turn
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
@@ -86,7 +86,8 @@ class TurnClaim:
     runs (:meth:`memory.store.Store.claim_turn`). Release it once, when the work has ended.
 
     A busy session is tried again, with pauses, for up to ``wait_seconds``; then
-    :class:`~errors.TurnInProgressError`. No connection is held while waiting."""
+    :class:`~errors.TurnInProgressError`. No connection is held while waiting. ``session``: the
+    claimed session's user, and whether its compaction breaker was open when it was claimed."""
 
     def __init__(self, store: Store, session_id: str, *, lease_seconds: float, wait_seconds: float = 0.0) -> None:
         self.store, self.session_id = store, session_id
@@ -95,7 +96,9 @@ class TurnClaim:
         pause = CLAIM_POLL_SECONDS[0]
         while True:
             try:
-                store.claim_turn(session_id, owner=self.owner, lease_seconds=lease_seconds)
+                self.session: ClaimedSession = store.claim_turn(
+                    session_id, owner=self.owner, lease_seconds=lease_seconds
+                )
                 return
             except TurnInProgressError:
                 left = deadline - time.monotonic()
@@ -165,12 +168,13 @@ class TurnRunner:
         elif self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
-        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        if claim is None or claim.session.user_id != user_id:  # a claim proves the session exists
+            self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
         vector = self._embed(text)  # before the claim and before anything is stored
         if claim is None:
-            with self.claim(session_id):
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector)
-        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector)
+            with self.claim(session_id) as own:
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, own)
+        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, claim)
 
     def _claimed_turn(
         self,
@@ -182,11 +186,12 @@ class TurnRunner:
         on_delta: Callable[[str], None] | None,
         attached: Sequence[StoredFile],
         vector: list[float] | None,
+        claim: TurnClaim,
     ) -> TurnResult:
-        """The turn, once its session is claimed: from storing the user turn on. ``vector``: the
-        message's embedding (:meth:`_embed`), its recall query's: stored with the turn (compaction
-        composes the turn's archive key from it) and handed to assembling, which neither embeds
-        nor reads it."""
+        """The turn, once its session is claimed (``claim``): from storing the user turn on.
+        ``vector``: the message's embedding (:meth:`_embed`), its recall query's: stored with the
+        turn (compaction composes the turn's archive key from it) and handed to assembling, which
+        neither embeds nor reads it."""
         user_turn = self.store.add_turn(
             session_id=session_id,
             role="user",
@@ -249,7 +254,10 @@ class TurnRunner:
             overhead_tokens=context.overhead_tokens,
             baseline_tokens=context.baseline_tokens,
             usage_prompt_tokens=answer.prompt_tokens,
-            breaker_state="open" if self.store.compaction_state(session_id).breaker_opened_at else "closed",
+            # after this turn's compaction, else as the claim found it
+            breaker_state="open"
+            if (compactions[-1].breaker_open if compactions else claim.session.breaker_open)
+            else "closed",
             compactions=len(compactions),
         )
         return TurnResult(
@@ -323,11 +331,11 @@ class TurnRunner:
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         vector = self._embed(text)  # an embedder failure changes nothing
         # the truncation and the new turn run under one claim: no other turn comes between them
-        with self.claim(session_id) if claim is None else contextlib.nullcontext():
+        with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
             removed = self.store.truncate_from(session_id, seq=seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector)
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, held)
             finally:
                 if self.files is not None and removed["file_ids"]:
                     gone = self.files.delete_unreferenced(removed["file_ids"])
