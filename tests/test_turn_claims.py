@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import structlog
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
@@ -162,7 +163,15 @@ def test_a_turn_on_a_busy_session_waits_for_it_within_the_bound(slow_engine):
         assert reply == f"echo: {user}"
 
 
-def test_a_claim_knows_its_sessions_user_and_breaker(make_engine_for, store):
+@pytest.fixture
+def default_structlog():
+    """structlog as it starts (another test's CLI run may have configured a warning level); reset after."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
+
+
+def test_a_claim_knows_its_sessions_user_and_breaker(make_engine_for, store, default_structlog):
     """The claim's one statement also says whose session it is and whether the breaker was
     open: a turn under a claim of another user's session is refused and stores nothing, and
     ``turn.completed`` reports an open breaker without reading it again."""
