@@ -63,7 +63,9 @@ class Engine(EngineParts):
             TurnInProgressError: another turn of the session is running; nothing was stored.
             FileNotFound: an attachment id is unknown, another user's, or another session's
                 ephemeral id; nothing was stored.
-            ConfigurationError: attachments given to an engine without a file store.
+            ConfigurationError: attachments given to an engine without a file store, or the
+                embedder cannot run (its model graph cannot be exported or loaded); nothing was
+                stored.
             ModelCallError: the reply failed; the user turn stays stored. Its subclass says why:
                 ContextOverflowError (twice too long), ModelAuthError, ModelRequestError,
                 ModelUnavailableError (after bounded retries).

@@ -5,9 +5,9 @@ state machine over the session; the reply attempts must go through the same path
 
 One turn (:meth:`TurnRunner.run`):
 
-1. validates the message and its attachment ids, and stores the user turn, before any model
-   or embedding work; then embeds the message once and stores its vector
-   (:class:`~memory.tables.TurnVector`), the recall query's;
+1. validates the message and its attachment ids, embeds the message once, then stores the
+   user turn with its vector (:class:`~memory.tables.TurnVector`, the recall query's) in one
+   ``INSERT``: an embedder failure stores nothing;
 2. assembles the context within per-source budgets (a read, :mod:`runtime.turn._gather`);
    turns over the ``recent`` cap that no compaction has rolled out yet stay out of view, and
    the prompt says their summary is pending;
