@@ -15,7 +15,7 @@ import structlog
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-from errors import SessionClosedError, SessionOwnershipError, TurnInProgressError
+from errors import InvalidRequestError, SessionClosedError, SessionOwnershipError, TurnInProgressError
 from memory.tables import TurnState
 from runtime.config import Settings
 from runtime.llm import Reply
@@ -190,3 +190,24 @@ def test_a_claim_knows_its_sessions_user_and_breaker(make_engine_for, store, def
         claim.release()
     assert [t.content for t in store.turns("s1")] == ["Hello there.", "Hi!", "Still here.", "Good."]
     assert [e["breaker_state"] for e in logs if e["event"] == "turn.completed"] == ["open"]
+
+
+def test_a_claim_on_another_session_is_refused(make_engine_for, store):
+    """A caller's claim must be on the turn's own session: one on another session (even the
+    same user's) neither skips the session's checks nor lets the turn run unclaimed."""
+    engine = make_engine_for(window=4096)
+    engine.turn(user_id="victim", session_id="sx", message="Mine.", reply="Yes.")
+    engine.turn(user_id="u", session_id="sy", message="Hello.", reply="Hi.")
+    claim = engine.claim("sy")
+    try:
+        for call in (
+            lambda: engine.turn(user_id="u", session_id="sx", message="Not mine.", reply="?", claim=claim),
+            lambda: engine.runner.add_turn(user_id="u", session_id="sx", role="user", content="Not mine.", claim=claim),
+            lambda: engine.edit_turn(user_id="victim", session_id="sx", seq=1, message="Edit.", reply="?", claim=claim),
+        ):
+            with pytest.raises(InvalidRequestError) as raised:
+                call()
+            assert raised.value.field == "claim"
+    finally:
+        claim.release()
+    assert [t.content for t in store.turns("sx")] == ["Mine.", "Yes."]

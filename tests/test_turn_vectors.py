@@ -291,7 +291,7 @@ def test_window_turns_reads_the_recent_window_and_the_newest_usage_turns_in_one_
 
 def test_an_embedder_failure_stores_no_turn(make_engine_for, store):
     """The message is embedded before anything is written: when the embedder fails, the
-    session is as it was (no user turn without its vector, no half-done edit)."""
+    session is as it was (no user turn without its vector, no half-done edit, no new session)."""
     engine = make_engine_for(window=4096)
     engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
 
@@ -308,5 +308,8 @@ def test_an_embedder_failure_stores_no_turn(make_engine_for, store):
         broken.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
     with pytest.raises(RuntimeError):
         broken.edit_turn(user_id="u1", session_id="s1", seq=1, message="My brother moved.", reply="Oh!")
+    with pytest.raises(RuntimeError):
+        broken.turn(user_id="u1", session_id="s-new", message="A first message.", reply="Hi!")
     assert [(t.seq, t.content) for t in store.turns("s1")] == before
     assert store.get_session("s1").turn_owner is None  # no claim left behind
+    assert store.get_session("s-new") is None  # not even the session

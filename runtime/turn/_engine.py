@@ -61,6 +61,7 @@ class Engine(EngineParts):
         Raises:
             InvalidMessageError: the message is invalid; nothing was stored.
             TurnInProgressError: another turn of the session is running; nothing was stored.
+            InvalidRequestError: ``claim`` is a claim on another session; nothing was stored.
             FileNotFound: an attachment id is unknown, another user's, or another session's
                 ephemeral id; nothing was stored.
             ConfigurationError: attachments given to an engine without a file store, or the
@@ -172,7 +173,8 @@ class Engine(EngineParts):
         Raises:
             InvalidMessageError: a bad message, or ``bad_edit``: no such user turn, or it has left
                 the recent window. Nothing was changed.
-            FileNotFound, SessionOwnershipError: as in :meth:`turn`; nothing was changed.
+            FileNotFound, SessionOwnershipError, InvalidRequestError: as in :meth:`turn`; nothing was
+                changed.
             ModelCallError: as in :meth:`turn`; the edited user turn stays stored.
         """
         return self.runner.edit(

@@ -36,7 +36,13 @@ from typing import Any
 
 import structlog
 
-from errors import ContextOverflowError, InvalidMessageError, SessionOwnershipError, TurnInProgressError
+from errors import (
+    ContextOverflowError,
+    InvalidMessageError,
+    InvalidRequestError,
+    SessionOwnershipError,
+    TurnInProgressError,
+)
 from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
 from memory.store import ClaimedSession, Store
@@ -117,6 +123,19 @@ class TurnClaim:
         self.release()
 
 
+def _check_claim(claim: TurnClaim | None, session_id: str) -> None:
+    """A caller's claim must be on the session the work is for.
+
+    Raises:
+        InvalidRequestError: it is a claim on another session; nothing was stored.
+    """
+    if claim is not None and claim.session_id != session_id:
+        raise InvalidRequestError(
+            f"The claim given is on session {claim.session_id!r}, not {session_id!r}; nothing was stored.",
+            field="claim",
+        )
+
+
 class TurnRunner:
     """Writes turns for one engine: the turn loop, stored turns, edits, and compaction after them."""
 
@@ -168,9 +187,10 @@ class TurnRunner:
         elif self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        _check_claim(claim, session_id)
+        vector = self._embed(text)  # before the claim and before anything is stored
         if claim is None or claim.session.user_id != user_id:  # a claim proves the session exists
             self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
-        vector = self._embed(text)  # before the claim and before anything is stored
         if claim is None:
             with self.claim(session_id) as own:
                 return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, own)
@@ -284,8 +304,9 @@ class TurnRunner:
             raise InvalidMessageError(f"Role must be one of {ROLES}, got {role!r}.", reason="bad_role")
         text = validate_message(content, max_chars=self.settings.max_message_chars)
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
-        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        _check_claim(claim, session_id)
         vector = self._embed(text) if role == "user" else None
+        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
             turn = self.store.add_turn(
                 session_id=session_id,
@@ -329,6 +350,7 @@ class TurnRunner:
                 f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
             )
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
+        _check_claim(claim, session_id)
         vector = self._embed(text)  # an embedder failure changes nothing
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
