@@ -313,3 +313,29 @@ def test_an_embedder_failure_stores_no_turn(make_engine_for, store):
     assert [(t.seq, t.content) for t in store.turns("s1")] == before
     assert store.get_session("s1").turn_owner is None  # no claim left behind
     assert store.get_session("s-new") is None  # not even the session
+
+
+def test_a_turn_reads_its_recent_window_once(make_engine_for, store):
+    """The compaction check after the reply uses the window the turn assembled from (plus the
+    reply) instead of reading it again; a turn that pushes the window over the cap still compacts."""
+    engine = make_engine_for(window=1024)
+    engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
+    sent: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        engine.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    window_reads = [s for s in sent if "FROM turns" in s and "turns.state" in s]
+    assert len(window_reads) == 1 and "UNION ALL" in window_reads[0]
+
+    long = " ".join(f"word{i}" for i in range(120))
+    results = [
+        engine.turn(user_id="u1", session_id="s1", message=f"{i}: {long}", reply=f"Reply {i}: {long}") for i in range(8)
+    ]
+    assert any(r.compactions for r in results)
+    assert store.compaction_state("s1").compactions >= 1

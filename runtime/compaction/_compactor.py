@@ -207,14 +207,11 @@ class Compactor:
     def due(self, *, session_id: str, recent_cap: int) -> bool:
         """True if the session's recent window is over ``recent_cap`` tokens with exchanges that
         may roll out: a compaction would do something now. A read, without the lock."""
-        return bool(
-            plan_rollout(
-                self.store.turns(session_id, state=TurnState.context),
-                cap=recent_cap,
-                target=self.target,
-                keep_exchanges=self.keep_exchanges,
-            )
-        )
+        return self.due_in(self.store.turns(session_id, state=TurnState.context), recent_cap=recent_cap)
+
+    def due_in(self, window: Sequence[Turn], *, recent_cap: int) -> bool:
+        """:meth:`due` for a recent window already read (the turns in state ``context``, in seq order)."""
+        return bool(plan_rollout(window, cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges))
 
     def maybe_compact(
         self, *, session_id: str, user_id: str, recent_cap: int, summary_cap: int, assistant_name: str

@@ -61,4 +61,4 @@ class InlineCompaction:
     name = "inline"
 
     def schedule(self, request: CompactionRequest, run: CompactNow, due: Due) -> CompactionOutcome | None:
-        return run(request)  # run() checks ``due`` itself, before it takes the lock
+        return run(request) if due(request) else None  # run() checks again, under the lock

@@ -229,11 +229,11 @@ class TurnRunner:
             for extension in self.extensions:
                 extension.prepare(session_id=session_id)
         if reply is not None:
-            context = self.gatherer.assemble(user_id=user_id, session_id=session_id, known=known)
+            context, window = self.gatherer.assemble_with_window(user_id=user_id, session_id=session_id, known=known)
             answer, extra_tokens = Reply(content=reply), 0
         else:
             try:
-                answer, context, extra_tokens, harder = self._model_reply(user_id, session_id, on_delta, known)
+                answer, context, extra_tokens, harder, window = self._model_reply(user_id, session_id, on_delta, known)
             except Exception as exc:
                 log.warning(
                     "turn.reply_failed", session_id=session_id, user_seq=user_turn.seq, error=type(exc).__name__
@@ -257,7 +257,13 @@ class TurnRunner:
             interrupted=answer.interrupted,
         )  # only the final text is stored: tool calls and their results (file text) never are
         # a failed compaction is not retried in the same turn; the breaker counts it once
-        after = None if any(not c.ok for c in compactions) else self.schedule_compaction(session_id, user_id)
+        # the window the context was assembled from, with the reply: no other turn of the session
+        # ran since (the claim), and a compaction elsewhere only shrinks it
+        after = (
+            None
+            if any(not c.ok for c in compactions)
+            else self.schedule_compaction(session_id, user_id, window=[*window, assistant_turn])
+        )
         if after is not None:
             compactions.append(after)
         log.info(
@@ -389,12 +395,13 @@ class TurnRunner:
         known: Mapping[int, list[float]],
         *,
         harder: bool = False,
-    ) -> tuple[AssembledContext, Tools | None]:
-        """One attempt's request: the context within ``budgets`` and ``window`` (tokens), and the
-        tools the extensions offer a reply to it. A ``harder`` attempt (after an overflow) keeps
-        idle budget out of ``memory``, so it sends less than the attempt before it. ``known``:
-        turn id → stored vector at hand (:meth:`ContextGatherer.assemble`)."""
-        context = self.gatherer.assemble(
+    ) -> tuple[AssembledContext, Tools | None, list[Turn]]:
+        """One attempt's request: the context within ``budgets`` and ``window`` (tokens), the
+        tools the extensions offer a reply to it, and the recent window's turns as read. A
+        ``harder`` attempt (after an overflow) keeps idle budget out of ``memory``, so it sends
+        less than the attempt before it. ``known``: turn id → stored vector at hand
+        (:meth:`ContextGatherer.assemble`)."""
+        context, turns = self.gatherer.assemble_with_window(
             user_id=user_id,
             session_id=session_id,
             budgets=budgets,
@@ -405,7 +412,7 @@ class TurnRunner:
         tools: Tools | None = None
         for extension in self.extensions:
             tools = extension.tools(tools, context, user_id=user_id, session_id=session_id, window=window)
-        return context, tools
+        return context, tools, turns
 
     def _ask(
         self, session_id: str, context: AssembledContext, tools: Tools | None, on_delta: Callable[[str], None] | None
@@ -426,16 +433,16 @@ class TurnRunner:
         session_id: str,
         on_delta: Callable[[str], None] | None,
         known: Mapping[int, list[float]],
-    ) -> tuple[Reply, AssembledContext, int, CompactionOutcome | None]:
+    ) -> tuple[Reply, AssembledContext, int, CompactionOutcome | None, list[Turn]]:
         """The replier's answer. On a provider overflow: compact harder, then the same attempt
         within smaller budgets and a margin, once. ``known`` as in :meth:`_prepare`.
 
-        Returns the reply, the context it answers, the tool-schema tokens sent, and the harder
-        compaction (if one ran).
+        Returns the reply, the context it answers, the tool-schema tokens sent, the harder
+        compaction (if one ran), and the recent window that context was assembled from.
         """
-        context, tools = self._prepare(user_id, session_id, self.budgets, self.window, known)
+        context, tools, turns = self._prepare(user_id, session_id, self.budgets, self.window, known)
         try:
-            return (*self._ask(session_id, context, tools, on_delta), None)
+            return (*self._ask(session_id, context, tools, on_delta), None, turns)
         except ContextOverflowError as first:
             overflow = first
         budgets = replace(
@@ -460,9 +467,9 @@ class TurnRunner:
             retry_cap_memory=budgets.memory,
         )
         compaction = self.compact(session_id, user_id, recent_cap=budgets.recent)
-        harder, tools = self._prepare(user_id, session_id, budgets, window, known, harder=True)
+        harder, tools, turns = self._prepare(user_id, session_id, budgets, window, known, harder=True)
         try:
-            return (*self._ask(session_id, harder, tools, on_delta), compaction)
+            return (*self._ask(session_id, harder, tools, on_delta), compaction, turns)
         except ContextOverflowError as second:
             limit = second.provider_limit or overflow.provider_limit
             raise ContextOverflowError(
@@ -496,10 +503,22 @@ class TurnRunner:
             assistant_name=self.persona_name,
         )
 
-    def schedule_compaction(self, session_id: str, user_id: str) -> CompactionOutcome | None:
+    def schedule_compaction(
+        self, session_id: str, user_id: str, *, window: Sequence[Turn] | None = None
+    ) -> CompactionOutcome | None:
         """Hand the session's compaction to the scheduler: its outcome when it ran inline,
-        ``None`` when it was queued or there was nothing to do."""
-        return self.scheduler.schedule(self.request(session_id, user_id), self.compact_now, self.compaction_due)
+        ``None`` when it was queued or there was nothing to do.
+
+        ``window``: the session's recent window, already at hand (the turns in state
+        ``context``, in seq order, at least as many as storage holds): whether a compaction is
+        due is decided from it instead of reading it again. The compaction itself reads the
+        window again, under its lock."""
+        due = (
+            self.compaction_due
+            if window is None
+            else lambda request: self.compactor.due_in(window, recent_cap=request.recent_cap)
+        )
+        return self.scheduler.schedule(self.request(session_id, user_id), self.compact_now, due)
 
     def compaction_due(self, request: CompactionRequest) -> bool:
         """True if compacting ``request``'s session would roll something out now."""
