@@ -61,7 +61,7 @@ from bench_tokens import DEFAULT_SEED, load_corpora, reference_counters, score  
 
 from runtime.accounting import _tokens as tokens  # noqa: E402
 
-FIXED = {"digit": 0.334, "control": 1.0, "ascii_next_to_non_ascii": 1.0}
+FIXED = {"digit": 0.334, "control": 1.0, "ascii_next_to_non_ascii": 1.0, "letters_between_marks": 1.0}
 """Prices held, not fitted (the bounds ``ESTIMATOR_PRICES`` documents)."""
 LOWER = {"digit_runs": 0.667}
 """Lower bounds: ``ceil(n / 3) <= n / 3 + 2 / 3`` for a run of ``n`` digits."""

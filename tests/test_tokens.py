@@ -572,11 +572,13 @@ def _never_undercounts(tokenizers_by_name, text: str) -> None:
 
 
 def test_estimator_never_undercounts_random_unicode(tokenizers_by_name):
-    """Property: for random strings over all of Unicode the estimate is at least the largest bundled count."""
+    """Property: for random strings over all of Unicode the estimate is at least the largest bundled
+    count. The draw is fixed (``derandomize``), so a run is repeatable; searches with many more
+    random examples are how the estimator's known limits were found (see ``ESTIMATOR_PRICES``)."""
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=300, deadline=None, database=None)
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(st.text(max_size=300))
     def check(text):
         _never_undercounts(tokenizers_by_name, text)
@@ -586,12 +588,17 @@ def test_estimator_never_undercounts_random_unicode(tokenizers_by_name):
 
 def test_estimator_never_undercounts_random_mixtures_of_classes(tokenizers_by_name):
     """Property: concatenations of pieces from many classes (ASCII soup, letters and digits, runs of
-    table characters, Han, combining marks, whitespace, emoji) are never undercounted, boundaries included."""
-    from hypothesis import given, settings
+    table characters, Han, combining marks, whitespace, emoji) are never undercounted, boundaries included.
+    A fixed draw (``derandomize``), so a run is repeatable, plus the texts random draws found: short
+    letter runs between marks (``letters_between_marks``)."""
+    from hypothesis import example, given, settings
     from hypothesis import strategies as st
 
-    @settings(max_examples=300, deadline=None, database=None)
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
     @given(st.lists(_text_pieces(), max_size=10).map("".join))
+    @example('Xa"B`Xa"B')
+    @example('Xa"B`Xa"B`Xa"B')
+    @example("T}M;h{" * 4)
     def check(text):
         _never_undercounts(tokenizers_by_name, text)
 
