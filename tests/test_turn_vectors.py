@@ -4,9 +4,10 @@ queries are composed from these stored vectors instead of embedding their joined
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -40,6 +41,21 @@ class Recording:
     @property
     def texts(self) -> list[str]:
         return [t for call in self.calls if call for t in call]
+
+
+@contextlib.contextmanager
+def recorded_sql(engine) -> Iterator[list[str]]:
+    """The SQL statements ``engine`` sends inside the ``with`` block, in order."""
+    sent: list[str] = []
+
+    def seen(conn, cursor, statement, *args) -> None:
+        sent.append(statement)
+
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        yield sent
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
 
 
 def add_exchanges(store, n: int, *, session="s1", user="u1"):
@@ -150,18 +166,10 @@ def test_a_user_turn_added_without_a_reply_stores_its_vector_too(make_engine_for
 def test_a_turn_hands_its_messages_vector_to_assembling_and_a_later_assemble_reads_it(make_engine_for, store):
     engine = make_engine_for(window=4096)
     engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
-    sent: list[str] = []
-
-    def seen(conn, cursor, statement, *args) -> None:
-        sent.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", seen)
-    try:
+    with recorded_sql(store.engine) as turn_sql:
         result = engine.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
-        turn_sql, sent[:] = list(sent), []
+    with recorded_sql(store.engine) as sent:
         engine.assemble(user_id="u1", session_id="s1")
-    finally:
-        event.remove(store.engine, "before_cursor_execute", seen)
     stored = [s for s in turn_sql if "INSERT INTO turn_vectors" in s]
     assert len(stored) == 1 and "INSERT INTO turns" in stored[0], "the vector is stored by the turn's own INSERT"
     assert not any("FROM turn_vectors" in s for s in turn_sql), "the turn does not read back the vector it stored"
@@ -274,13 +282,8 @@ def test_window_turns_reads_the_recent_window_and_the_newest_usage_turns_in_one_
         conn.execute(
             text("UPDATE turns SET state = 'summarized' WHERE session_id = 's1' AND seq <= 16"),
         )
-    sent: list[str] = []
-    listen = lambda *args: sent.append(args[2])  # noqa: E731
-    event.listen(store._one, "before_cursor_execute", listen)
-    try:
+    with recorded_sql(store._one) as sent:
         window, usage = store.window_turns("s1", usage_limit=4)
-    finally:
-        event.remove(store._one, "before_cursor_execute", listen)
     assert len(sent) == 1
     assert [t.seq for t in window] == [t.seq for t in store.turns("s1", state=TurnState.context)] == list(range(17, 25))
     with_usage = [t for t in reversed(turns) if t.usage_prompt_tokens is not None]
@@ -320,16 +323,8 @@ def test_a_turn_reads_its_recent_window_once(make_engine_for, store):
     reply) instead of reading it again; a turn that pushes the window over the cap still compacts."""
     engine = make_engine_for(window=1024)
     engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
-    sent: list[str] = []
-
-    def seen(conn, cursor, statement, *args) -> None:
-        sent.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", seen)
-    try:
+    with recorded_sql(store.engine) as sent:
         engine.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
-    finally:
-        event.remove(store.engine, "before_cursor_execute", seen)
     window_reads = [s for s in sent if "FROM turns" in s and "turns.state" in s]
     assert len(window_reads) == 1 and "UNION ALL" in window_reads[0]
 

@@ -149,9 +149,10 @@ class Engine(EngineParts):
                 by default the newest stored user turn is the query.
             budgets, window: smaller ones than the engine's, for one harder attempt (tokens).
         """
-        return self.gatherer.assemble(
+        context, _ = self.gatherer.assemble(
             user_id=user_id, session_id=session_id, pending=pending, budgets=budgets, window=window
         )
+        return context
 
     def edit_turn(
         self,

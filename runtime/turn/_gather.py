@@ -110,35 +110,14 @@ class ContextGatherer:
         window: int | None = None,
         idle_to_memory: bool = True,
         known: Mapping[int, list[float]] | None = None,
-    ) -> AssembledContext:
-        """See :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in :func:`runtime.context.assemble_context`.
+    ) -> tuple[AssembledContext, list[Turn]]:
+        """The context (see :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in
+        :func:`runtime.context.assemble_context`), and the session's recent window as it was read
+        (the stored turns in state ``context``, in seq order, before any was hidden): a turn hands
+        it to its compaction's check, which then need not read it again.
 
         ``known``: turn id → the stored vector of that turn, already at hand (the turn that
         just embedded and stored its message passes it): not read again (:meth:`vectors`)."""
-        return self.assemble_with_window(
-            user_id=user_id,
-            session_id=session_id,
-            pending=pending,
-            budgets=budgets,
-            window=window,
-            idle_to_memory=idle_to_memory,
-            known=known,
-        )[0]
-
-    def assemble_with_window(
-        self,
-        *,
-        user_id: str,
-        session_id: str,
-        pending: str | None = None,
-        budgets: Budgets | None = None,
-        window: int | None = None,
-        idle_to_memory: bool = True,
-        known: Mapping[int, list[float]] | None = None,
-    ) -> tuple[AssembledContext, list[Turn]]:
-        """:meth:`assemble`, and the session's recent window as it was read (the stored turns in
-        state ``context``, in seq order, before any was hidden): a turn hands it to its
-        compaction's check, which then need not read it again."""
         budgets = budgets or self.budgets
         stored, usage = self.store.window_turns(session_id, usage_limit=CALIBRATION_WINDOW)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the

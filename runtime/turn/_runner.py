@@ -229,7 +229,7 @@ class TurnRunner:
             for extension in self.extensions:
                 extension.prepare(session_id=session_id)
         if reply is not None:
-            context, window = self.gatherer.assemble_with_window(user_id=user_id, session_id=session_id, known=known)
+            context, window = self.gatherer.assemble(user_id=user_id, session_id=session_id, known=known)
             answer, extra_tokens = Reply(content=reply), 0
         else:
             try:
@@ -401,7 +401,7 @@ class TurnRunner:
         ``harder`` attempt (after an overflow) keeps idle budget out of ``memory``, so it sends
         less than the attempt before it. ``known``: turn id → stored vector at hand
         (:meth:`ContextGatherer.assemble`)."""
-        context, turns = self.gatherer.assemble_with_window(
+        context, turns = self.gatherer.assemble(
             user_id=user_id,
             session_id=session_id,
             budgets=budgets,
