@@ -431,14 +431,18 @@ def runtime_embedder(
     loads on first use, or, with ``preload``, starts loading at once on a thread of its own (for
     a caller that embeds as soon as its database is open: imports, an ONNX export on a machine's
     first run, the weights; seconds); a preload that fails is logged (``embedder.preload_failed``)
-    and retried, its error raised, by the first embedding.
+    and retried, its error raised, by the first embedding. A process that ends while the model
+    preloads (a command that fails early) waits for the load to finish first: ended in the middle
+    of creating its session, ONNX Runtime aborts the process ("terminate called without an
+    active exception", exit status 134), which would hide the command's own exit status.
 
     Raises:
         ConfigurationError: see :func:`model_embedder`.
     """
     inner = model_embedder(model, threads=threads, backend=backend, cache_dir=cache_dir)
     if preload:
-        threading.Thread(target=_preload, args=(inner,), name="companion-model-load", daemon=True).start()
+        # not a daemon: the interpreter's exit waits for it (see above)
+        threading.Thread(target=_preload, args=(inner,), name="companion-model-load", daemon=False).start()
     return CachingEmbedder(BatchingEmbedder(inner))
 
 

@@ -274,6 +274,39 @@ def test_a_preloading_embedder_loads_its_model_before_the_first_embedding(tmp_pa
     assert len(embedder.embed(["hello"])[0]) == embedder.dimension
 
 
+PRELOAD_THEN_EXIT = """
+import sys, time
+from memory.onnx_embedder import OnnxEmbedder
+from runtime.config import Settings
+from runtime.service import open_embedder
+
+loading = OnnxEmbedder.load
+
+def slow_load(self):
+    time.sleep(1.0)  # the process ends meanwhile
+    loaded = loading(self)
+    print("loaded", flush=True)
+    return loaded
+
+OnnxEmbedder.load = slow_load
+open_embedder(Settings(database_url="unused"), preload=True)
+sys.exit(2)  # a command that fails before its first embedding
+"""
+
+
+def test_a_process_that_ends_while_the_model_preloads_waits_for_the_load():
+    """Ended in the middle of creating its session, ONNX Runtime aborts the process (status 134
+    instead of the command's own); the exit waits for the preload instead."""
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", PRELOAD_THEN_EXIT], capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stdout.split() == ["loaded"]
+
+
 def test_a_preload_that_fails_raises_at_the_first_embedding(tmp_path):
     """A model whose dimension its files declare but which cannot load (no transformer weights)."""
     folder = tmp_path / "broken-model"
