@@ -3,10 +3,10 @@
 Usage::
 
     python scripts/eval_recall.py --data FILE [--split tune|report|all] [--budgets 250,500,1000,2000]
-        [--haystack] [--components dates,names,diversity] [--embedder minilm|use|e5] [--e5-keys query|passage] [--cjk words|search|bigrams|words+bigrams]
+        [--haystack] [--components dates,speakers,names,diversity] [--speaker-weight W] [--embedder minilm|use|e5] [--e5-keys query|passage] [--cjk words|search|bigrams|words+bigrams]
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
-        [--neighbours N] [--expand N] [--neighbour-weight W|after] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json]
+        [--neighbours N] [--expand N] [--neighbour-weight W|after] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json] [--dump out.jsonl]
         [--compose window,sum,centre2,tokens,tokens-centre2] [--turn-text content|line] [--enrich]
 
 ``FILE`` is a LoCoMo-layout JSON file: LoCoMo itself (``locomo_dev7.json``, Maharana et
@@ -34,9 +34,11 @@ every other conversation in the file, re-dated 365 days earlier and labelled as 
 user's own older sessions, so the archive is n times larger and dated questions must
 still find the real evidence.
 
-**Components** (``--components``, for the ablation table; default ``dates``, what the
+**Components** (``--components``, for the ablation table; default ``dates,speakers``, what the
 runtime uses): ``dates`` (periods the question names rank segments of that period,
-:mod:`memory.dates`), ``names`` (segment lines and keys carry the user's display name
+:mod:`memory.dates`), ``speakers`` (the lines of the one speaker a question names, by the
+user's or the companion's name, rank ``--speaker-weight`` times higher,
+:func:`memory.recall.named_speaker`), ``names`` (segment lines and keys carry the user's display name
 instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
 day before other days'). ``none`` turns all off. ``--embedder use`` measures the
 multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2 (needs the ``eval``
@@ -102,7 +104,9 @@ from memory.recall import (  # noqa: E402
     EXPAND_HITS,
     NEIGHBOUR_WEIGHT,
     RRF_K,
+    SPEAKER_WEIGHT,
     enrich_query,
+    named_speaker,
     recall_segments,
 )
 from memory.store import NewSegment, Store  # noqa: E402
@@ -121,7 +125,7 @@ TUNE_SHARE = 0.6
 """Share of conversations (by SHA-256 order of ``sample_id``) in the tuning split."""
 HAYSTACK_SHIFT = timedelta(days=365)
 """How much earlier the other conversations' turns are dated in the haystack variant."""
-COMPONENTS = ("dates", "names", "diversity")
+COMPONENTS = ("dates", "speakers", "names", "diversity")
 COMPOSITIONS = ("window", "equal", "centre2", "tokens", "tokens-centre2")
 """``--compose`` choices: embed the window text, or compose it from per-turn vectors
 (:data:`memory.archive.Weighting`)."""
@@ -345,16 +349,42 @@ def retrieval_only(
                 )
                 for q, v, (qa, _) in zip(queries, qvecs, items, strict=True)
             ]
+    # who a question names: the user by display name (their lines' label, unless --components names
+    # put the name there), the companion by name; as the engine knows them from profile and persona
+    args.names = {conv.user_name: user_name or archive.USER_LABEL, conv.companion_name: conv.companion_name}
     tally = Tally(list(categories.values()), args.budgets)
     for (qa, evidence), qvec, query in zip(items, qvecs, queries, strict=True):
         category = categories[qa.category]
         tally.add_question(category, len(evidence))
         found = _recall(store, user_id, query, qvec, asked_at, args)
+        if args.dump is not None:
+            args.dumped.append(_placements(conv.id, qa, category, evidence, found))
         for budget in args.budgets:
             packed = _pack(found, budget)
             covered = sum(1 for e in evidence if any(s.first_seq <= e <= s.last_seq for s in packed))
             tally.add_found(category, budget, covered, sum(s.tokens for s in packed))
     return tally
+
+
+def _placements(conv_id: str, qa, category: str, evidence: list[int], found) -> dict:
+    """One ``--dump`` record: for each evidence turn, the rank (0-based) of the first recalled
+    segment covering it and the tokens of the segments ranked before that one (``None``: not recalled)."""
+    before, where = 0, {}
+    for rank, s in enumerate(found):
+        for e in evidence:
+            if e not in where and s.first_seq <= e <= s.last_seq:
+                where[e] = (rank, before)
+        before += s.tokens
+    return {
+        "conversation": conv_id,
+        "question": qa.question,
+        "category": category,
+        "top": [[s.first_seq, s.last_seq, s.neighbour_of is not None] for s in found[:40]],
+        "evidence": [
+            {"seq": e, "rank": where.get(e, (None,))[0], "tokens_before": where.get(e, (None, None))[1]}
+            for e in evidence
+        ],
+    }
 
 
 def _pack(found, budget: int):
@@ -420,6 +450,8 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         cjk=args.cjk,
         vector_index={"auto": None, "exact": False, "index": True}[args.vector],
         neighbour_weight=args.neighbour_weight,
+        speaker=named_speaker(question, args.names) if "speakers" in args.on else None,
+        speaker_weight=args.speaker_weight,
     )
 
 
@@ -463,7 +495,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
     parser.add_argument(
-        "--components", default="dates", help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none"
+        "--components",
+        default="dates,speakers",
+        help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none",
     )
     parser.add_argument("--embedder", choices=["minilm", "use", "e5"], default="minilm")
     parser.add_argument(
@@ -513,7 +547,16 @@ def main(argv: list[str] | None = None) -> int:
         help="a neighbour d turns from its hit ranks at the hit's score times this to the power d "
         f"(the runtime's: {NEIGHBOUR_WEIGHT}); 'after' puts neighbours straight after their hit",
     )
+    parser.add_argument(
+        "--speaker-weight",
+        type=float,
+        default=SPEAKER_WEIGHT,
+        help=f"score factor of the named speaker's segments with the speakers component (the runtime's: {SPEAKER_WEIGHT})",
+    )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--dump", type=Path, help="write each question's evidence ranks and the tokens before them (JSON lines)"
+    )
     parser.add_argument("--cache", type=Path, help="a directory to keep embeddings in between runs")
     parser.add_argument("--feedback", type=int, default=0, help="Rocchio feedback from the best N hits (0: off)")
     parser.add_argument("--feedback-weight", type=float, default=0.5, help="weight of the hits' mean vector")
@@ -530,6 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.compositions or set(args.compositions) - set(COMPOSITIONS):
         parser.error(f"--compose: give some of {', '.join(COMPOSITIONS)}")
     args.enriched = 0
+    args.dumped = []
 
     configure_logging("warning")
     started = time.perf_counter()
@@ -597,6 +641,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms over {len(ms)} calls"
             )
         print(f"\nwall time {time.perf_counter() - started:.0f} s")
+        if args.dump is not None:
+            args.dump.write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in args.dumped), encoding="utf-8"
+            )
         if args.json:
             args.json.write_text(json.dumps(results, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
     finally:

@@ -1,6 +1,7 @@
 """Recall's components on small inputs, on the real database with the real embedder:
 the periods a message names, follow-ups enriched from the turns before them, the user's
-display name in segments, and questions whose answer is in two places."""
+display name in segments, questions whose answer is in two places, and the speaker a
+question names."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import pytest
 
 from memory.archive import build_segments
 from memory.dates import time_spans
-from memory.recall import enrich_query, recall_segments
+from memory.recall import enrich_query, named_speaker, recall_segments
 from memory.store import NewSegment
 from memory.tables import Turn
+from persona import Persona
 
 NOW = datetime(2023, 5, 20, 20, 0, tzinfo=UTC)
 """A Saturday evening: when the test messages are said."""
@@ -39,8 +41,9 @@ def _archive(store, embedder, *, user_id: str, session_id: str, dated: list[tupl
 
 
 def _best(context):
-    """The recalled segment that ranked first (the memory block lists them by date)."""
-    return max(context.recalled, key=lambda s: s.score)
+    """The recalled segment that ranked first (the memory block lists them by date): the highest
+    score, the nearer key of equal scores, as recall orders them."""
+    return max(context.recalled, key=lambda s: (s.score, -s.distance))
 
 
 # -- dates -------------------------------------------------------------------------------
@@ -244,3 +247,86 @@ def test_recalled_segments_take_the_budget_that_persona_summary_and_retrieval_le
         getattr(engine.budgets, s) - context.sources[s].tokens for s in ("persona", "summary", "retrieval")
     )
     assert context.total_tokens + context.reply_reserve <= 4096
+
+
+# -- who a question names -------------------------------------------------------------------
+NAMES = {"Caroline": "User", "Melanie": "Melanie", "Mel": "Melanie", "张曼婷": "User"}
+
+
+@pytest.mark.parametrize(
+    "message, label",
+    [
+        pytest.param("What has Melanie painted?", "Melanie", id="the-character"),
+        pytest.param("what did caroline say about the parade?", "User", id="the-user-any-case"),
+        pytest.param("Is Mel's dog still sick?", "Melanie", id="nickname-possessive"),
+        pytest.param("Did Caroline and Melanie go camping?", None, id="both-named"),
+        pytest.param("Where do Melanies live?", None, id="a-longer-word"),
+        pytest.param("What did I paint last week?", None, id="no-name"),
+        pytest.param("张曼婷5月3号去了哪里？", "User", id="cjk-name-inside-text"),
+    ],
+)
+def test_named_speaker_is_the_one_speaker_a_message_names(message, label):
+    assert named_speaker(message, NAMES) == label
+
+
+def test_a_blank_name_names_nobody():
+    assert named_speaker("What has Melanie painted?", {" ": "User", "Melanie": "Melanie"}) == "Melanie"
+    assert named_speaker("anything at all", {"": "User"}) is None
+
+
+SAID = [
+    "User: Thanks, Melanie! You inspired me, so I painted this sunset after my trip to the beach.",
+    "Melanie: My kids and I went camping in the mountains this weekend.",
+    "Melanie: I finished a picture of a horse recently; it took me weeks.",
+    "User: I love my new running shoes, they are so comfortable.",
+]
+
+
+def test_a_question_that_names_the_character_recalls_the_characters_lines_first(make_engine_for, store, embedder):
+    _archive(store, embedder, user_id="sp", session_id="sp-old", dated=[(NOW - timedelta(days=9), c) for c in SAID])
+    engine = make_engine_for(window=4096).derive(persona=Persona(name="Melanie", system_prompt="You are Melanie."))
+    engine.profiles.set("sp", name="Caroline")
+    engine.add_turn(user_id="sp", session_id="sp-now", role="user", content="Hi!", at=NOW)
+    engine.add_turn(user_id="sp", session_id="sp-now", role="assistant", content="Hi Caroline!", at=NOW)
+
+    question = "What has Melanie painted so far?"
+    context = engine.assemble(user_id="sp", session_id="sp-now", pending=question)
+    plain = recall_segments(
+        store.engine,
+        user_id="sp",
+        query_embedding=embedder.embed([question])[0],
+        query_text=question,
+        limit=4,
+        speaker_weight=1.0,
+    )
+
+    assert _best(context).content == SAID[2]
+    # by words and meaning alone, Caroline's line to Melanie about her own painting wins
+    assert plain[0].content == SAID[0]
+
+
+def test_the_named_speakers_neighbours_rank_before_the_other_speakers(store, embedder):
+    said = [
+        "User: I ran along the river this morning.",
+        "Melanie: That sounds refreshing!",
+        "User: My new running shoes from the outlet are wonderful.",
+        "Melanie: Which brand are they?",
+        "User: They are a light pair I got on sale.",
+    ]
+    _archive(store, embedder, user_id="nb", session_id="nb-old", dated=[(NOW - timedelta(days=9), c) for c in said])
+    question = "Which running shoes does Caroline love?"
+    vector = embedder.embed([question])[0]
+
+    def recall(**speaker):
+        found = recall_segments(
+            store.engine, user_id="nb", query_embedding=vector, query_text=question, limit=1, neighbours=2, **speaker
+        )
+        return [s.content for s in found]
+
+    assert recall(speaker="User") == [said[2], said[0], said[4], said[1], said[3]]
+    assert recall() == [said[2], said[1], said[3], said[0], said[4]]  # nearer turns first, whoever said them
+
+
+def test_a_speaker_weight_that_is_not_positive_is_refused(store, embedder):
+    with pytest.raises(ValueError, match="speaker_weight"):
+        recall_segments(store.engine, user_id="nobody", query_embedding=[0.0] * 384, limit=1, speaker_weight=0.0)

@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from errors import ConfigurationError, InvalidMessageError
+from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
 from memory.tables import TurnState
 from persona import Persona
@@ -290,6 +291,9 @@ def replay_conversation(
         system_prompt=f"You are {conv.companion_name}, a friend of {conv.user_name}. Talk with {conv.user_name} warmly and remember what they share.",
     )
     engine = engine.derive(persona=persona)
+    if conv.user_name != USER_LABEL:
+        # the user's display name, pinned as an app would, so recall knows whom a question names
+        engine.profiles.set(user_id, name=conv.user_name)
     report = ReplayReport(
         conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id
     )

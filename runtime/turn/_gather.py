@@ -17,12 +17,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
-from memory.archive import compose, key_weights
+from memory.archive import USER_LABEL, compose, key_weights
 from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit, search_chunks
 from memory.profiles import Profiles
-from memory.recall import SESSION_CAP, enrich_query, enrichment, recall_segments
+from memory.recall import SESSION_CAP, enrich_query, enrichment, named_speaker, recall_segments
 from memory.store import Store
 from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
@@ -137,6 +137,7 @@ class ContextGatherer:
         query = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         recalled: list[RecalledItem] = []
         vector: list[float] | None = None
+        profile = self.profiles.get(user_id)
         if query:
             first_recent = turns[0].seq if turns else None
             # relative times ("yesterday", "上周六") count from when the message was said; a
@@ -179,9 +180,9 @@ class ContextGatherer:
                 neighbours=self.settings.recall_neighbours,
                 exclude_session_id=session_id if first_recent is not None else None,
                 exclude_from_seq=first_recent,
+                speaker=named_speaker(query, self.speaker_names(profile)),
             )
             recalled = [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
-        profile = self.profiles.get(user_id)
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
         last = usage[0] if usage else None
         baseline = (
@@ -215,6 +216,19 @@ class ContextGatherer:
         for extension in self.extensions:
             context = extension.finish(context, gathered)
         return context, stored
+
+    def speaker_names(self, profile: UserProfile | None) -> dict[str, str]:
+        """Name → the label of that speaker's archived lines (:func:`memory.archive.turn_line`), for
+        :func:`memory.recall.named_speaker`: the character's name and nickname → its name (the
+        compactor labels its lines with the persona's name); the user's pinned display name, if
+        any, → ``User``. A name both go by tells neither apart and is left out."""
+        names = {self.persona.name: self.persona.name, self.persona.char_name: self.persona.name}
+        if profile is not None and profile.name:
+            shared = {n for n in names if n.casefold() == profile.name.casefold()}
+            names = {n: label for n, label in names.items() if n not in shared}
+            if not shared:
+                names[profile.name] = USER_LABEL
+        return names
 
     def vectors(
         self,
