@@ -3,7 +3,7 @@
 Usage::
 
     python scripts/eval_recall.py --data FILE [--split tune|report|all] [--budgets 250,500,1000,2000]
-        [--haystack] [--components dates,speakers,names,diversity] [--speaker-weight W] [--embedder minilm|use|e5] [--e5-keys query|passage] [--cjk words|search|bigrams|words+bigrams]
+        [--haystack] [--components dates,speakers,unnamed,names,diversity] [--speaker-weight W] [--embedder minilm|use|e5] [--e5-keys query|passage] [--cjk words|search|bigrams|words+bigrams]
         [--conversation ID]
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
         [--neighbours N] [--expand N] [--neighbour-weight W|after] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json] [--dump out.jsonl]
@@ -34,11 +34,12 @@ every other conversation in the file, re-dated 365 days earlier and labelled as 
 user's own older sessions, so the archive is n times larger and dated questions must
 still find the real evidence.
 
-**Components** (``--components``, for the ablation table; default ``dates,speakers``, what the
-runtime uses): ``dates`` (periods the question names rank segments of that period,
+**Components** (``--components``, for the ablation table; default ``dates,speakers,unnamed``,
+what the runtime uses): ``dates`` (periods the question names rank segments of that period,
 :mod:`memory.dates`), ``speakers`` (the lines of the one speaker a question names, by the
 user's or the companion's name, rank ``--speaker-weight`` times higher,
-:func:`memory.recall.named_speaker`), ``names`` (segment lines and keys carry the user's display name
+:func:`memory.recall.named_speaker`), ``unnamed`` (the question's vector is embedded without
+the two speakers' names, :func:`memory.recall.without_names`; full text keeps them), ``names`` (segment lines and keys carry the user's display name
 instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
 day before other days'). ``none`` turns all off. ``--embedder use`` measures the
 multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2 (needs the ``eval``
@@ -108,6 +109,7 @@ from memory.recall import (  # noqa: E402
     enrich_query,
     named_speaker,
     recall_segments,
+    without_names,
 )
 from memory.store import NewSegment, Store  # noqa: E402
 from memory.tables import Turn  # noqa: E402
@@ -125,7 +127,7 @@ TUNE_SHARE = 0.6
 """Share of conversations (by SHA-256 order of ``sample_id``) in the tuning split."""
 HAYSTACK_SHIFT = timedelta(days=365)
 """How much earlier the other conversations' turns are dated in the haystack variant."""
-COMPONENTS = ("dates", "speakers", "names", "diversity")
+COMPONENTS = ("dates", "speakers", "unnamed", "names", "diversity")
 COMPOSITIONS = ("window", "equal", "centre2", "tokens", "tokens-centre2")
 """``--compose`` choices: embed the window text, or compose it from per-turn vectors
 (:data:`memory.archive.Weighting`)."""
@@ -328,7 +330,8 @@ def retrieval_only(
     asked_at = conv.turns[-1].at + timedelta(days=1)
     items = [(qa, [by_id[e] for e in qa.evidence if e in by_id]) for qa in conv.qa if qa.category in categories]
     items = [(qa, ev) for qa, ev in items if ev]
-    qvecs = questions_by.embed([qa.question for qa, _ in items])
+    names = [conv.user_name, conv.companion_name] if "unnamed" in args.on else []
+    qvecs = questions_by.embed([without_names(qa.question, names) for qa, _ in items])
     last = [t.text for t in conv.turns[-ENRICH_TURNS:]] if args.enrich else []
     queries = [enrich_query(qa.question, last) for qa, _ in items]
     if args.enrich:
@@ -496,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
     parser.add_argument(
         "--components",
-        default="dates,speakers",
+        default="dates,speakers,unnamed",
         help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none",
     )
     parser.add_argument("--embedder", choices=["minilm", "use", "e5"], default="minilm")

@@ -11,7 +11,7 @@ import pytest
 
 from memory.archive import build_segments
 from memory.dates import time_spans
-from memory.recall import enrich_query, named_speaker, recall_segments
+from memory.recall import enrich_query, named_speaker, recall_segments, without_names
 from memory.store import NewSegment
 from memory.tables import Turn
 from persona import Persona
@@ -267,6 +267,38 @@ NAMES = {"Caroline": "User", "Melanie": "Melanie", "Mel": "Melanie", "张曼婷"
 )
 def test_named_speaker_is_the_one_speaker_a_message_names(message, label):
     assert named_speaker(message, NAMES) == label
+
+
+@pytest.mark.parametrize(
+    "message, left",
+    [
+        pytest.param("What has Melanie painted?", "What has painted?", id="one-name"),
+        pytest.param("What is Mel's favourite dish?", "What is favourite dish?", id="nickname-possessive"),
+        pytest.param("Did CAROLINE and melanie meet?", "Did and meet?", id="both-any-case"),
+        pytest.param("Melanies live here", "Melanies live here", id="a-longer-word"),
+        pytest.param("Melanie?", "Melanie?", id="nothing-but-a-name"),
+        pytest.param("张曼婷5月3号去了哪里？", "5月3号去了哪里？", id="cjk-name"),
+    ],
+)
+def test_without_names_is_the_message_without_the_speakers_names(message, left):
+    assert without_names(message, NAMES) == left
+
+
+def test_a_question_that_names_a_speaker_is_recalled_by_its_words_without_the_name(
+    make_engine_for, store, embedder, monkeypatch
+):
+    engine = make_engine_for(window=4096).derive(persona=Persona(name="Melanie", system_prompt="You are Melanie."))
+    engine.profiles.set("wn", name="Caroline")
+    engine.add_turn(user_id="wn", session_id="wn-now", role="user", content="Hi!", at=NOW)
+    engine.add_turn(user_id="wn", session_id="wn-now", role="assistant", content="Hi Caroline!", at=NOW)
+    embedded: list[str] = []
+    embed = embedder.embed
+    monkeypatch.setattr(embedder, "embed", lambda texts: embedded.extend(texts) or embed(texts))
+
+    engine.assemble(user_id="wn", session_id="wn-now", pending="What has Melanie painted so far?")
+    engine.assemble(user_id="wn", session_id="wn-now", pending="What have you painted so far?")
+
+    assert embedded == ["What has Melanie painted so far?", "What has painted so far?", "What have you painted so far?"]
 
 
 def test_a_blank_name_names_nobody():

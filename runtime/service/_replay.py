@@ -26,6 +26,7 @@ from pathlib import Path
 from errors import ConfigurationError, InvalidMessageError
 from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
+from memory.recall import without_names
 from memory.tables import TurnState
 from persona import Persona
 from runtime.context import AssembledContext
@@ -291,7 +292,7 @@ def replay_conversation(
         system_prompt=f"You are {conv.companion_name}, a friend of {conv.user_name}. Talk with {conv.user_name} warmly and remember what they share.",
     )
     engine = engine.derive(persona=persona)
-    if conv.user_name != USER_LABEL:
+    if conv.user_name != USER_LABEL:  # as _names says
         # the user's display name, pinned as an app would, so recall knows whom a question names
         engine.profiles.set(user_id, name=conv.user_name)
     report = ReplayReport(
@@ -352,20 +353,32 @@ def replay_conversation(
 def _ahead_texts(conv: Conversation) -> list[list[str]]:
     """The texts the replay of ``conv`` will embed, per :data:`PREFETCH_TURNS` turns: each turn's
     text, once, shortest first (the model's passes then join texts of about one length and pad
-    little: 28 % less model CPU time on LoCoMo conv-26). A user turn's is its recall query, stored
-    with it; the others' are embedded by the compaction that archives them; archive keys and
-    enriched queries are composed from these vectors (:func:`memory.archive.key_vectors`), so
-    nothing else is embedded."""
-    texts = [t.text for t in conv.turns]
+    little: 28 % less model CPU time on LoCoMo conv-26). A user turn's is stored with it and is its
+    recall query, or, when it names a speaker, the text without the names is
+    (:func:`memory.recall.without_names`; both are here); the others' are embedded by the
+    compaction that archives them; archive keys and enriched queries are composed from these
+    vectors (:func:`memory.archive.key_vectors`), so nothing else is embedded."""
+    names = _names(conv)
+    texts = [[t.text, without_names(t.text, names)] if t.role == "user" else [t.text] for t in conv.turns]
     return [
-        sorted(dict.fromkeys(texts[start : start + PREFETCH_TURNS]), key=len)
+        sorted(dict.fromkeys(x for group in texts[start : start + PREFETCH_TURNS] for x in group), key=len)
         for start in range(0, len(texts), PREFETCH_TURNS)
     ]
 
 
+def _names(conv: Conversation) -> list[str]:
+    """The speakers' names the engine knows in a replay of ``conv``: the persona's, and the user's
+    when the conversation names them (pinned in their profile)."""
+    return [conv.companion_name, *([conv.user_name] if conv.user_name != USER_LABEL else [])]
+
+
 def _questions(conv: Conversation) -> list[str]:
-    """The distinct questions :func:`_evaluate` asks (those of a category with evidence), shortest first."""
-    return sorted(dict.fromkeys(qa.question for qa in conv.qa if qa.category in CATEGORIES), key=len)
+    """The distinct texts :func:`_evaluate` embeds, shortest first: the questions of a category with
+    evidence, and those without the speakers' names (a recall query's vector,
+    :func:`memory.recall.without_names`)."""
+    names = _names(conv)
+    asked = [qa.question for qa in conv.qa if qa.category in CATEGORIES]
+    return sorted(dict.fromkeys(x for q in asked for x in (q, without_names(q, names))), key=len)
 
 
 class _Ahead:

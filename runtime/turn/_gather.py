@@ -22,7 +22,7 @@ from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit, search_chunks
 from memory.profiles import Profiles
-from memory.recall import SESSION_CAP, enrich_query, enrichment, named_speaker, recall_segments
+from memory.recall import SESSION_CAP, enrich_query, enrichment, named_speaker, recall_segments, without_names
 from memory.store import Store
 from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
@@ -150,21 +150,28 @@ class ContextGatherer:
             before = turns if pending is not None else turns[:last_user]
             recall_query = enrich_query(query, [t.content for t in before])
             context_turns = [before[i] for i in enrichment(query, [t.content for t in before])]
+            names = self.speaker_names(profile)
+            unnamed = without_names(query, names)  # who is asked about is the speaker ranking's part
             vector, *context_vectors = self.vectors(
-                [(query_turn, query), *((t, t.content) for t in context_turns)],
+                [
+                    (query_turn, query),
+                    *((t, t.content) for t in context_turns),
+                    *([(None, unnamed)] if unnamed != query else []),
+                ],
                 stored={t.id: t.content for t in stored if t.id is not None},
                 known=known,
             )
+            query_vector = context_vectors.pop() if unnamed != query else vector
             recall_vector = (
                 compose(
-                    [*context_vectors, vector],
+                    [*context_vectors, query_vector],
                     key_weights(
                         [self.counter.count_text(text) for text in [*(t.content for t in context_turns), query]],
                         centre=len(context_turns),
                     ),
                 )
                 if context_turns
-                else vector
+                else query_vector
             )
             segments = recall_segments(
                 self.store.engine,
@@ -180,7 +187,7 @@ class ContextGatherer:
                 neighbours=self.settings.recall_neighbours,
                 exclude_session_id=session_id if first_recent is not None else None,
                 exclude_from_seq=first_recent,
-                speaker=named_speaker(query, self.speaker_names(profile)),
+                speaker=named_speaker(query, names),
             )
             recalled = [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
