@@ -626,6 +626,8 @@ def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
 
 
 _CJK = re.compile(r"[\u3400-\u9fff]")
+_WORDLIKE = re.compile(r"\w")
+"""A name must hold a letter or digit to count: one of only spaces or marks ("!!") is ignored."""
 
 
 def named_speaker(message: str, names: Mapping[str, str]) -> str | None:
@@ -634,12 +636,12 @@ def named_speaker(message: str, names: Mapping[str, str]) -> str | None:
     ``names`` maps each name a speaker goes by (the user's display name; the character's
     name and nickname) to the label of that speaker's archived lines (``User``, the
     character's name). A name counts as a whole word, case-insensitive ("melanie's" names
-    Melanie, "Melanies" does not); a name with CJK characters, wherever it appears. ``None``
-    when the message names no speaker, or names two (or a name that is blank)."""
+    Melanie, "Melanies" does not); a name with CJK characters, wherever it appears; a name
+    without a letter or digit, never. ``None`` when the message names no speaker, or names two."""
     labels = {
         label
         for name, label in names.items()
-        if name.strip()
+        if _WORDLIKE.search(name)
         and (
             name.strip() in message
             if _CJK.search(name)
@@ -657,7 +659,7 @@ def without_names(message: str, names: Iterable[str]) -> str:
     towards what the question asks; who is asked about is :func:`named_speaker`'s part.
     ``message`` itself when it holds no name, or nothing but names."""
     text = message
-    for name in sorted({n.strip() for n in names if n.strip()}, key=len, reverse=True):
+    for name in sorted({n.strip() for n in names if _WORDLIKE.search(n)}, key=len, reverse=True):
         if _CJK.search(name):
             text = text.replace(name, " ")
         else:

@@ -301,9 +301,11 @@ def test_a_question_that_names_a_speaker_is_recalled_by_its_words_without_the_na
     assert embedded == ["What has Melanie painted so far?", "What has painted so far?", "What have you painted so far?"]
 
 
-def test_a_blank_name_names_nobody():
+def test_a_name_without_a_letter_or_digit_names_nobody():
     assert named_speaker("What has Melanie painted?", {" ": "User", "Melanie": "Melanie"}) == "Melanie"
     assert named_speaker("anything at all", {"": "User"}) is None
+    assert named_speaker("Wow!! Melanie!!", {"!!": "User", "Melanie": "Melanie"}) == "Melanie"
+    assert without_names("Wow!! Melanie!!", ["!!", "Melanie"]) == "Wow!! !!"
 
 
 SAID = [
