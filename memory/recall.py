@@ -27,7 +27,7 @@ to the power ``d``.
 When the message names one of the two speakers ("What has Melanie painted?", the user's
 display name or the character's, :func:`named_speaker`), the segments of that speaker's lines
 rank as if their fused score were :data:`SPEAKER_WEIGHT` times higher, their neighbours too;
-the engine embeds the query's vector without the names (:func:`without_names`).
+the engine embeds a user's message without the names (:func:`without_names`).
 
 The user filter is a hard ``WHERE user_id = …`` in every ranker, applied before any
 ranking, so another user's segment can never come back, however close it is. Each ranker
@@ -147,8 +147,8 @@ W                                       LoCoMo
 10                                      59.0 / 69.4 / 78.7 / 84.4
 ======================================  =========================
 
-With the query's vector embedded without the names (:func:`without_names`, as the engine does),
-2 / 3 / 4 gave 62.7 / 71.9 / 78.6 / 85.1, 61.9 / 71.8 / 80.2 / 86.3 and 61.9 / 71.5 / 80.7 / 86.3.
+With the question's vector embedded without the names (:func:`without_names`; the engine embeds
+every user message so), 2 / 3 / 4 gave 62.7 / 71.9 / 78.6 / 85.1, 61.9 / 71.8 / 80.2 / 86.3 and 61.9 / 71.5 / 80.7 / 86.3.
 The MemoryBank Chinese questions name no speaker ("我5月3号去了哪里？"), so they are unchanged.
 Reading "I"/"我" as the user and "you"/"你" as the character did not pay there: on the Chinese
 tuning split 96.3 → 92.6 % at 500 tokens, and 96.3 → 88.9 % at 1,000 with the haystack."""
@@ -653,11 +653,9 @@ def named_speaker(message: str, names: Mapping[str, str]) -> str | None:
 
 def without_names(message: str, names: Iterable[str]) -> str:
     """``message`` without the speakers' ``names`` (each as :func:`named_speaker` finds it, with a
-    possessive "'s" after it), spaces collapsed: the text a recall query's vector is embedded
-    from. Archive keys are composed from the turns' texts, which carry no speaker labels, so a
-    name in the query pulls towards the lines that address that person by name rather than
-    towards what the question asks; who is asked about is :func:`named_speaker`'s part.
-    ``message`` itself when it holds no name, or nothing but names."""
+    possessive "'s" after it), spaces collapsed: the text a user's message is embedded from
+    (:func:`runtime.turn.message_text` says why). ``message`` itself when it holds no name, or
+    nothing but names."""
     text = message
     for name in sorted({n.strip() for n in names if _WORDLIKE.search(n)}, key=len, reverse=True):
         if _CJK.search(name):

@@ -49,7 +49,7 @@ from errors import DatabaseInUseError
 from memory.archive import key_vectors
 from memory.database import ARCHIVE_TABLE, runtime_processes, storage_errors, vector_dimension
 from memory.embeddings import Embedder
-from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl
+from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl, without_names
 from memory.tables import Turn
 from memory.vector_model import TABLE as MODEL_TABLE
 from memory.vector_model import RecordedModel, canonical_name, record_model, recorded_model
@@ -264,18 +264,26 @@ def _change_dimension(conn: Connection, dimension: int) -> None:
 
 
 def _turn_vectors(conn: Connection, embedder: Embedder, missing: set[int], batch: int, progress: Progress) -> int:
-    """Re-embed every stored turn vector from ``turns.content`` and add one for the ``missing`` turns."""
+    """Re-embed every stored turn vector from ``turns.content`` and add one for the ``missing`` turns.
+
+    A user's turn is embedded without the speakers' names, as the runtime embeds a message
+    (:func:`memory.recall.without_names`): the session's persona name and the user's profile
+    name. A persona's nickname is not stored, so a nickname in an old message stays in."""
     ids = list(conn.execute(text("SELECT turn_id FROM turn_vectors ORDER BY turn_id")).scalars())
     ids = sorted(set(ids) | missing)
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
         rows = conn.execute(
-            text("SELECT id, content FROM turns WHERE id IN :ids ORDER BY id").bindparams(
-                bindparam("ids", expanding=True)
-            ),
+            text(
+                "SELECT t.id, t.role, t.content, s.persona, p.name FROM turns t "
+                "JOIN sessions s ON s.id = t.session_id LEFT JOIN user_profiles p ON p.user_id = s.user_id "
+                "WHERE t.id IN :ids ORDER BY t.id"
+            ).bindparams(bindparam("ids", expanding=True)),
             {"ids": chunk},
         ).fetchall()
-        vectors = embedder.embed([r.content for r in rows])
+        vectors = embedder.embed(
+            [without_names(r.content, [r.persona, r.name or ""]) if r.role == "user" else r.content for r in rows]
+        )
         conn.execute(
             text(
                 "INSERT INTO turn_vectors (turn_id, embedding) VALUES (:t, CAST(:e AS vector)) "

@@ -39,7 +39,8 @@ what the runtime uses): ``dates`` (periods the question names rank segments of t
 :mod:`memory.dates`), ``speakers`` (the lines of the one speaker a question names, by the
 user's or the companion's name, rank ``--speaker-weight`` times higher,
 :func:`memory.recall.named_speaker`), ``unnamed`` (the question's vector is embedded without
-the two speakers' names, :func:`memory.recall.without_names`; full text keeps them), ``names`` (segment lines and keys carry the user's display name
+the two speakers' names, :func:`memory.recall.without_names`, and so are the user's turns
+whose vectors compose the keys, as the runtime embeds a message; full text keeps them), ``names`` (segment lines and keys carry the user's display name
 instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
 day before other days'). ``none`` turns all off. ``--embedder use`` measures the
 multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2 (needs the ``eval``
@@ -298,6 +299,9 @@ def retrieval_only(
             archive.turn_line(t, conv.companion_name, user_name) if args.turn_text == "line" else t.content
             for t in turns
         ]
+        if "unnamed" in args.on:  # a user's message is embedded without the names, as the runtime does
+            names = [conv.user_name, conv.companion_name]
+            texts = [without_names(x, names) if t.role == "user" else x for x, t in zip(texts, turns, strict=True)]
         vectors = archive.key_vectors(
             exchanges(turns), embedder.embed(texts), tokens=[counter.count_text(t) for t in texts], weighting=how
         )

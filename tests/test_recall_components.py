@@ -284,9 +284,7 @@ def test_without_names_is_the_message_without_the_speakers_names(message, left):
     assert without_names(message, NAMES) == left
 
 
-def test_a_question_that_names_a_speaker_is_recalled_by_its_words_without_the_name(
-    make_engine_for, store, embedder, monkeypatch
-):
+def test_a_question_that_names_a_speaker_is_embedded_without_the_name(make_engine_for, store, embedder, monkeypatch):
     engine = make_engine_for(window=4096).derive(persona=Persona(name="Melanie", system_prompt="You are Melanie."))
     engine.profiles.set("wn", name="Caroline")
     engine.add_turn(user_id="wn", session_id="wn-now", role="user", content="Hi!", at=NOW)
@@ -298,7 +296,21 @@ def test_a_question_that_names_a_speaker_is_recalled_by_its_words_without_the_na
     engine.assemble(user_id="wn", session_id="wn-now", pending="What has Melanie painted so far?")
     engine.assemble(user_id="wn", session_id="wn-now", pending="What have you painted so far?")
 
-    assert embedded == ["What has Melanie painted so far?", "What has painted so far?", "What have you painted so far?"]
+    assert embedded == ["What has painted so far?", "What have you painted so far?"]
+
+
+def test_a_users_message_is_stored_with_the_vector_of_its_text_without_the_speakers_names(
+    make_engine_for, store, embedder
+):
+    engine = make_engine_for(window=4096).derive(persona=Persona(name="Melanie", system_prompt="You are Melanie."))
+    engine.profiles.set("sv", name="Caroline")
+    said = "Melanie, it's Caroline: I finally went hiking!"
+
+    turn = engine.add_turn(user_id="sv", session_id="sv-now", role="user", content=said, at=NOW)
+
+    unnamed = without_names(said, ["Melanie", "Caroline"])
+    assert "Melanie" not in unnamed and "Caroline" not in unnamed
+    assert store.turn_vectors([turn.id])[turn.id] == pytest.approx(embedder.embed([unnamed])[0], abs=1e-6)
 
 
 def test_a_name_without_a_letter_or_digit_names_nobody():

@@ -15,6 +15,7 @@ from sqlalchemy import text
 from errors import DatabaseInUseError, EmbeddingModelMismatch
 from memory.database import vector_dimension
 from memory.knowledge import NewChunk, replace_sources
+from memory.profiles import Profiles
 from memory.reembed import reembed
 from memory.vector_model import RecordedModel, check_model, recorded_model
 from tests.test_turn_vectors import COUNTER, add_exchanges, compact, compactor
@@ -109,6 +110,24 @@ def test_reembed_rewrites_every_vector_and_records_the_model(store, embedder):
     check_model(store.engine, model_name="negated-minilm", model_dim=384)  # the guard accepts the new model
     with pytest.raises(EmbeddingModelMismatch, match="negated-minilm"):
         check_model(store.engine, model_name=embedder.name, model_dim=384)  # and refuses the old one
+
+
+def test_reembed_embeds_a_users_message_without_the_speakers_names(store, embedder):
+    check_model(store.engine, model_name=embedder.name, model_dim=embedder.dimension)
+    store.ensure_session(session_id="named", user_id="caroline", persona="Mira")
+    Profiles(store.engine).set("caroline", name="Caroline")
+    said = "Mira, Caroline here: I repotted the basil today."
+    turn = store.add_turn(session_id="named", role="user", content=said, tokens=12, vector=embedder.embed([said])[0])
+    reply = store.add_turn(session_id="named", role="assistant", content="Caroline, the basil thanks you!", tokens=9)
+    store.add_turn_vectors({reply.id: embedder.embed([reply.content])[0]})
+    recording = Transformed(embedder, "recording-minilm", lambda v: v)
+
+    reembed(store.engine, recording, count_tokens=COUNTER.count_text)
+
+    unnamed = ", here: I repotted the basil today."
+    assert unnamed in recording.texts and said not in recording.texts
+    assert reply.content in recording.texts  # the companion's lines are embedded as they are
+    assert snapshot(store)["turns"][turn.id] == pytest.approx(embedder.embed([unnamed])[0], abs=1e-6)
 
 
 def test_an_interrupted_reembed_changes_nothing(store, embedder):

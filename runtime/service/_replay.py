@@ -26,11 +26,10 @@ from pathlib import Path
 from errors import ConfigurationError, InvalidMessageError
 from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
-from memory.recall import without_names
 from memory.tables import TurnState
 from persona import Persona
 from runtime.context import AssembledContext
-from runtime.turn import Engine, InlineCompaction, validate_message
+from runtime.turn import Engine, InlineCompaction, message_text, validate_message
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 """LoCoMo QA categories with evidence; 5 (adversarial) has none to count."""
@@ -353,15 +352,14 @@ def replay_conversation(
 def _ahead_texts(conv: Conversation) -> list[list[str]]:
     """The texts the replay of ``conv`` will embed, per :data:`PREFETCH_TURNS` turns: each turn's
     text, once, shortest first (the model's passes then join texts of about one length and pad
-    little: 28 % less model CPU time on LoCoMo conv-26). A user turn's is stored with it and is its
-    recall query, or, when it names a speaker, the text without the names is
-    (:func:`memory.recall.without_names`; both are here); the others' are embedded by the
-    compaction that archives them; archive keys and enriched queries are composed from these
-    vectors (:func:`memory.archive.key_vectors`), so nothing else is embedded."""
+    little: 28 % less model CPU time on LoCoMo conv-26). A user turn's (without the speakers'
+    names, :func:`runtime.turn.message_text`) is its recall query, stored with it; the others' are
+    embedded by the compaction that archives them; archive keys and enriched queries are composed
+    from these vectors (:func:`memory.archive.key_vectors`), so nothing else is embedded."""
     names = _names(conv)
-    texts = [[t.text, without_names(t.text, names)] if t.role == "user" else [t.text] for t in conv.turns]
+    texts = [message_text(t.text, names) if t.role == "user" else t.text for t in conv.turns]
     return [
-        sorted(dict.fromkeys(x for group in texts[start : start + PREFETCH_TURNS] for x in group), key=len)
+        sorted(dict.fromkeys(texts[start : start + PREFETCH_TURNS]), key=len)
         for start in range(0, len(texts), PREFETCH_TURNS)
     ]
 
@@ -374,11 +372,10 @@ def _names(conv: Conversation) -> list[str]:
 
 def _questions(conv: Conversation) -> list[str]:
     """The distinct texts :func:`_evaluate` embeds, shortest first: the questions of a category with
-    evidence, and those without the speakers' names (a recall query's vector,
-    :func:`memory.recall.without_names`)."""
+    evidence, as a user's message is embedded (:func:`runtime.turn.message_text`)."""
     names = _names(conv)
     asked = [qa.question for qa in conv.qa if qa.category in CATEGORIES]
-    return sorted(dict.fromkeys(x for q in asked for x in (q, without_names(q, names))), key=len)
+    return sorted(dict.fromkeys(message_text(q, names) for q in asked), key=len)
 
 
 class _Ahead:

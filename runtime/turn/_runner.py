@@ -46,7 +46,7 @@ from errors import (
 from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
 from memory.store import ClaimedSession, Store
-from memory.tables import Turn
+from memory.tables import Turn, UserProfile
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
@@ -56,7 +56,7 @@ from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
-from runtime.turn._gather import ContextGatherer
+from runtime.turn._gather import ContextGatherer, message_text
 from runtime.turn._validate import validate_message
 
 log = structlog.get_logger("companion.engine")
@@ -85,6 +85,16 @@ class TurnResult:
 
 CLAIM_POLL_SECONDS = (0.02, 0.25)
 """While a turn waits for its session: first and longest pause between two tries, seconds (doubling)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Read:
+    """What a turn read and embedded before storing its message, for assembling to reuse."""
+
+    vector: list[float] | None
+    """The message's embedding (:meth:`TurnRunner._embed`)."""
+    profile: UserProfile | None
+    """The user's profile (``None``: they have none)."""
 
 
 class TurnClaim:
@@ -188,13 +198,15 @@ class TurnRunner:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         _check_claim(claim, session_id)
-        vector = self._embed(text)  # before the claim and before anything is stored
+        profile = self.profiles.get(user_id)
+        vector = self._embed(text, profile)  # before the claim and before anything is stored
         if claim is None or claim.session.user_id != user_id:  # a claim proves the session exists
             self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        read = _Read(vector=vector, profile=profile)
         if claim is None:
             with self.claim(session_id) as own:
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, own)
-        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, claim)
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, own)
+        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, claim)
 
     def _claimed_turn(
         self,
@@ -205,13 +217,14 @@ class TurnRunner:
         reply: str | None,
         on_delta: Callable[[str], None] | None,
         attached: Sequence[StoredFile],
-        vector: list[float] | None,
+        read: _Read,
         claim: TurnClaim,
     ) -> TurnResult:
         """The turn, once its session is claimed (``claim``): from storing the user turn on.
-        ``vector``: the message's embedding (:meth:`_embed`), its recall query's: stored with the
-        turn (compaction composes the turn's archive key from it) and handed to assembling, which
-        neither embeds nor reads it."""
+        ``read.vector``: the message's embedding (:meth:`_embed`), its recall query's: stored with
+        the turn (compaction composes the turn's archive key from it) and handed to assembling,
+        which neither embeds nor reads it; ``read.profile`` too, which it need not read again."""
+        vector = read.vector
         user_turn = self.store.add_turn(
             session_id=session_id,
             role="user",
@@ -229,11 +242,15 @@ class TurnRunner:
             for extension in self.extensions:
                 extension.prepare(session_id=session_id)
         if reply is not None:
-            context, window = self.gatherer.assemble(user_id=user_id, session_id=session_id, known=known)
+            context, window = self.gatherer.assemble(
+                user_id=user_id, session_id=session_id, known=known, profile=read.profile
+            )
             answer, extra_tokens = Reply(content=reply), 0
         else:
             try:
-                answer, context, extra_tokens, harder, window = self._model_reply(user_id, session_id, on_delta, known)
+                answer, context, extra_tokens, harder, window = self._model_reply(
+                    user_id, session_id, on_delta, known, read.profile
+                )
             except Exception as exc:
                 log.warning(
                     "turn.reply_failed", session_id=session_id, user_seq=user_turn.seq, error=type(exc).__name__
@@ -311,7 +328,7 @@ class TurnRunner:
         text = validate_message(content, max_chars=self.settings.max_message_chars)
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         _check_claim(claim, session_id)
-        vector = self._embed(text) if role == "user" else None
+        vector = self._embed(text, self.profiles.get(user_id)) if role == "user" else None
         self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
             turn = self.store.add_turn(
@@ -326,12 +343,14 @@ class TurnRunner:
             self.schedule_compaction(session_id, user_id)
         return turn
 
-    def _embed(self, text: str) -> list[float] | None:
+    def _embed(self, text: str, profile: UserProfile | None) -> list[float] | None:
         """The embedding of a user message, stored with its turn (:class:`~memory.tables.TurnVector`):
         it is the recall query's when the turn is the newest user message, and compaction composes
-        the turn's archive key from it. ``None`` for an empty text. Embedded before the turn is
-        stored, so an embedder failure stores nothing."""
-        return self.gatherer.embedder.embed([text])[0] if text else None
+        the turn's archive key from it. The message is embedded without the speakers' names
+        (:func:`~runtime.turn._gather.message_text`; the user's from ``profile``). ``None`` for
+        an empty text. Embedded before the turn is stored, so an embedder failure stores nothing."""
+        names = self.gatherer.speaker_names(profile)
+        return self.gatherer.embedder.embed([message_text(text, names)])[0] if text else None
 
     def edit(
         self,
@@ -357,13 +376,15 @@ class TurnRunner:
             )
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         _check_claim(claim, session_id)
-        vector = self._embed(text)  # an embedder failure changes nothing
+        profile = self.profiles.get(user_id)
+        vector = self._embed(text, profile)  # an embedder failure changes nothing
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
             removed = self.store.truncate_from(session_id, seq=seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, vector, held)
+                read = _Read(vector=vector, profile=profile)
+                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, held)
             finally:
                 if self.files is not None and removed["file_ids"]:
                     gone = self.files.delete_unreferenced(removed["file_ids"])
@@ -393,14 +414,15 @@ class TurnRunner:
         budgets: Budgets,
         window: int,
         known: Mapping[int, list[float]],
+        profile: UserProfile | None,
         *,
         harder: bool = False,
     ) -> tuple[AssembledContext, Tools | None, list[Turn]]:
         """One attempt's request: the context within ``budgets`` and ``window`` (tokens), the
         tools the extensions offer a reply to it, and the recent window's turns as read. A
         ``harder`` attempt (after an overflow) keeps idle budget out of ``memory``, so it sends
-        less than the attempt before it. ``known``: turn id → stored vector at hand
-        (:meth:`ContextGatherer.assemble`)."""
+        less than the attempt before it. ``known``: turn id → stored vector at hand;
+        ``profile``: the user's profile as the turn read it (:meth:`ContextGatherer.assemble`)."""
         context, turns = self.gatherer.assemble(
             user_id=user_id,
             session_id=session_id,
@@ -408,6 +430,7 @@ class TurnRunner:
             window=window,
             idle_to_memory=not harder,
             known=known,
+            profile=profile,
         )
         tools: Tools | None = None
         for extension in self.extensions:
@@ -433,14 +456,15 @@ class TurnRunner:
         session_id: str,
         on_delta: Callable[[str], None] | None,
         known: Mapping[int, list[float]],
+        profile: UserProfile | None,
     ) -> tuple[Reply, AssembledContext, int, CompactionOutcome | None, list[Turn]]:
         """The replier's answer. On a provider overflow: compact harder, then the same attempt
-        within smaller budgets and a margin, once. ``known`` as in :meth:`_prepare`.
+        within smaller budgets and a margin, once. ``known`` and ``profile`` as in :meth:`_prepare`.
 
         Returns the reply, the context it answers, the tool-schema tokens sent, the harder
         compaction (if one ran), and the recent window that context was assembled from.
         """
-        context, tools, turns = self._prepare(user_id, session_id, self.budgets, self.window, known)
+        context, tools, turns = self._prepare(user_id, session_id, self.budgets, self.window, known, profile)
         try:
             return (*self._ask(session_id, context, tools, on_delta), None, turns)
         except ContextOverflowError as first:
@@ -467,7 +491,7 @@ class TurnRunner:
             retry_cap_memory=budgets.memory,
         )
         compaction = self.compact(session_id, user_id, recent_cap=budgets.recent)
-        harder, tools, turns = self._prepare(user_id, session_id, budgets, window, known, harder=True)
+        harder, tools, turns = self._prepare(user_id, session_id, budgets, window, known, profile, harder=True)
         try:
             return (*self._ask(session_id, harder, tools, on_delta), compaction, turns)
         except ContextOverflowError as second:
