@@ -7,7 +7,7 @@ from typing import Literal
 
 import structlog
 
-from memory.database import check_dimension, require_schema, upgrade
+from memory.database import check_dimension, current_revision, head_revision, require_schema, upgrade
 from memory.embeddings import Embedder, runtime_embedder
 from memory.store import Store
 from memory.vector_model import check_model
@@ -112,7 +112,7 @@ def open_engine(
         )
     database = database or connect(settings)
     embedder = embedder or open_embedder(settings)
-    if database.embedded:
+    if database.embedded and current_revision(database.engine) != head_revision():
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)
