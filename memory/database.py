@@ -10,8 +10,10 @@ place that does it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator
@@ -321,8 +323,39 @@ def _alembic_config(connection: Connection, embedding_dim: int) -> Config:
     return cfg
 
 
+_REVISION_LINE = re.compile(
+    r"""^(revision|down_revision)\s*(?::[^=\n]*)?=\s*(?:None|(["'])([^"'\n]+)\2)\s*$""", re.MULTILINE
+)
+"""A migration file's ``revision = "0018"`` or ``down_revision = "0017"`` (or ``None``) line,
+annotated or not."""
+
+
+@functools.cache
 def head_revision() -> str:
-    """The newest migration revision this code knows."""
+    """The newest migration revision this code knows: the one no other migration revises.
+
+    Read from the ``revision`` and ``down_revision`` lines of the files in ``migrations/versions``,
+    without importing alembic (a fifth of a second); when a file has no such lines of plain strings
+    or the chain has not exactly one head, alembic's script directory decides.
+    """
+    revisions: set[str] = set()
+    revised: set[str] = set()
+    for path in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        if path.name == "__init__.py":
+            continue
+        lines = {name: value for name, _, value in _REVISION_LINE.findall(path.read_text(encoding="utf-8"))}
+        if not lines.get("revision") or "down_revision" not in lines:
+            return _alembic_head()
+        revisions.add(lines["revision"])
+        if lines["down_revision"]:
+            revised.add(lines["down_revision"])
+    heads = revisions - revised
+    if len(heads) != 1 or not revised <= revisions:
+        return _alembic_head()
+    return heads.pop()
+
+
+def _alembic_head() -> str:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
@@ -334,11 +367,19 @@ def head_revision() -> str:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at, or ``None`` for an empty database."""
-    from alembic.migration import MigrationContext
+    """The revision the database is at (its ``alembic_version`` row, read as alembic reads it, without
+    importing alembic), or ``None`` for an empty database.
 
+    Raises:
+        SchemaError: ``alembic_version`` holds more than one revision (branches this code never makes).
+    """
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        if conn.execute(text("SELECT to_regclass('alembic_version')")).scalar() is None:
+            return None
+        rows = conn.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    if len(rows) > 1:
+        raise SchemaError(f"The database's alembic_version holds {len(rows)} revisions ({', '.join(rows)}), not one.")
+    return rows[0] if rows else None
 
 
 def upgrade(engine: Engine, *, embedding_dim: int) -> str:

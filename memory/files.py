@@ -45,6 +45,7 @@ from errors import FileInputError, FileNotFound, StorageError
 from memory.blobs import BlobStore, PostgresBlobs, blob_key
 from memory.database import storage_errors
 from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
+from memory.validation import check_id
 
 log = structlog.get_logger("companion.files")
 
@@ -386,8 +387,6 @@ class FileStore:
                 session; one message for all, so nothing leaks.
             InvalidFieldError: an id with NUL or a lone surrogate, or over 200 characters.
         """
-        from memory.apps import check_id
-
         check_id(str(file_id), field="file_id")
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.exec(_select_files(with_extract).where(FileRow.id == str(file_id))).first()

@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 
 from memory.database import autocommit_engine, storage_errors
 from memory.tables import UserProfile, utcnow
+from memory.validation import check_id, check_text
 
 MAX_LEARNED_FACTS = 30
 """Learned facts kept per user, newest; older ones leave first (our choice: a profile is short)."""
@@ -53,8 +54,6 @@ class Profiles:
             InvalidFieldError: a field with NUL or a lone surrogate, or over its length
                 (``name`` 200, ``pronouns`` 100, each fact :data:`MAX_FACT_CHARS` characters).
         """
-        from memory.apps import check_id, check_text
-
         check_id(user_id, field="user_id")
         if name is not None:
             check_text(name, field="name", max_chars=200)

@@ -43,6 +43,7 @@ from memory.tables import (
     TurnVector,
     utcnow,
 )
+from memory.validation import check_id
 
 SEGMENT_ROWS = 500
 """Archived segments one ``INSERT`` writes: 11 bind parameters each, well under PostgreSQL's
@@ -136,7 +137,6 @@ class Store:
             InvalidFieldError: an id or the persona holds NUL or a lone surrogate, or is over 200 characters.
         """
         from errors import SessionOwnershipError
-        from memory.apps import check_id
 
         check_id(session_id, field="session_id")
         check_id(user_id, field="user_id")

@@ -351,8 +351,9 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_API_HOST``: the address ``companion serve`` listens on."""
     api_port: int = Field(8080, ge=0, le=65535)
     """``COMPANION_API_PORT``: the TCP port ``companion serve`` listens on."""
-    close_cron: Annotated[str, AfterValidator(_cron)] = "0 3 * * *"
-    """``COMPANION_CLOSE_CRON``: when ``companion jobs run`` closes idle sessions (crontab, local time)."""
+    close_cron: Annotated[str, AfterValidator(_cron)] = Field("0 3 * * *", validate_default=False)
+    """``COMPANION_CLOSE_CRON``: when ``companion jobs run`` closes idle sessions (crontab, local time).
+    A value set is checked; the default is not, so that reading the settings does not import apscheduler."""
     close_idle_hours: float = Field(6.0, ge=0.0, le=24 * 365.0)
     """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
     close_batch: int = Field(20, ge=1)

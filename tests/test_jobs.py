@@ -186,6 +186,7 @@ def test_a_returning_user_starts_from_the_previous_summary_and_it_stays_valid(ma
 def test_close_settings_are_read_and_checked():
     settings = Settings.from_env({})
     assert (settings.close_cron, settings.close_idle_hours, settings.close_batch) == ("0 3 * * *", 6.0, 20)
+    assert Settings.from_env({"COMPANION_CLOSE_CRON": settings.close_cron}).close_cron == settings.close_cron
     custom = Settings.from_env({"COMPANION_CLOSE_CRON": "30 4 * * *", "COMPANION_CLOSE_IDLE_HOURS": "1.5"})
     assert (custom.close_cron, custom.close_idle_hours) == ("30 4 * * *", 1.5)
     with pytest.raises(ConfigurationError, match="COMPANION_CLOSE_CRON"):

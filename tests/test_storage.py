@@ -40,6 +40,24 @@ def test_migration_from_empty_database_creates_tables_extension_and_indexes(empt
     engine.dispose()
 
 
+def test_the_revisions_read_without_alembic_are_the_ones_alembic_reads(empty_db_url):
+    from alembic.config import Config
+    from alembic.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from memory.database import MIGRATIONS_DIR
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    assert head_revision() == ScriptDirectory.from_config(config).get_current_head()
+    engine = make_engine(empty_db_url)
+    for step in ("empty", "migrated"):
+        with engine.connect() as conn:
+            assert current_revision(engine) == MigrationContext.configure(conn).get_current_revision(), step
+        upgrade(engine, embedding_dim=384)
+    engine.dispose()
+
+
 def test_engine_refuses_to_start_when_table_dimension_differs_from_model(empty_db_url, embedder):
     engine = make_engine(empty_db_url)
     upgrade(engine, embedding_dim=768)

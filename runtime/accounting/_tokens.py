@@ -46,8 +46,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from PIL import Image, UnidentifiedImageError
-
 from errors import ConfigurationError
 from runtime._offline import bundled_model_entry, litellm_tokenizer_dir, load_litellm, load_tiktoken
 
@@ -158,8 +156,11 @@ _SIZED_FORMATS = ("PNG", "GIF", "JPEG", "WEBP")
 def _image_size(data: bytes) -> tuple[int, int] | None:
     """(width, height) in pixels of PNG, GIF, JPEG or WebP bytes, else ``None``.
 
-    Pillow reads the header only (``Image.open`` is lazy), so this costs no decoding.
+    Pillow reads the header only (``Image.open`` is lazy), so this costs no decoding; it is
+    imported here, by the first count of an image.
     """
+    from PIL import Image, UnidentifiedImageError
+
     try:
         with Image.open(io.BytesIO(data), formats=_SIZED_FORMATS) as image:
             return image.size

@@ -29,9 +29,9 @@ def _check_window(window: int | None) -> None:
 
 def _id_arg(value: str) -> str:
     """argparse type for a user, session or persona id: 1-200 printable characters
-    (the same rule as the HTTP API, :func:`memory.apps.check_name`)."""
+    (the same rule as the HTTP API, :func:`memory.validation.check_name`)."""
     from errors import InvalidRequestError
-    from memory.apps import check_name
+    from memory.validation import check_name
 
     try:
         return check_name(value, field="id")

@@ -10,7 +10,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.service._bootstrap import Database, connect, open_embedder, open_engine, settings_for_model
+    from runtime.service._bootstrap import open_embedder, open_engine, settings_for_model
+    from runtime.service._database import Database, connect
     from runtime.service._jobs import close_idle_sessions, run_scheduler
     from runtime.service._parse_jobs import QueuedParses
     from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "_bootstrap": ("Database", "connect", "open_embedder", "open_engine", "settings_for_model"),
+    "_bootstrap": ("open_embedder", "open_engine", "settings_for_model"),
+    "_database": ("Database", "connect"),
     "_jobs": ("close_idle_sessions", "run_scheduler"),
     "_parse_jobs": ("QueuedParses",),
     "_queue": ("BLUEPRINTS", "QueuedCompaction", "QueueWorker", "build_app", "drain"),
@@ -34,7 +36,8 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 def __getattr__(name: str) -> Any:
     """Each public name is imported from its module on first use (PEP 562), so a command that
-    only connects (``breaker show``) does not import the job queue, procrastinate or replay."""
+    only connects (``breaker show``) does not import the engine's parts, the job queue,
+    procrastinate or replay."""
     module = _HOME_OF.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

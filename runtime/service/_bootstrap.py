@@ -1,16 +1,13 @@
-"""Opening an engine: the model's window, database (embedded or ``DATABASE_URL``), schema,
-embedder, persona."""
+"""Opening an engine: the model's window, database (embedded or ``DATABASE_URL``,
+:mod:`runtime.service._database`), schema, embedder, persona."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import structlog
-from sqlalchemy import Engine as SAEngine
 
-from errors import ConfigurationError, SchemaError
-from memory.database import check_connection, check_dimension, make_engine, require_schema, start_embedded, upgrade
+from memory.database import check_dimension, current_revision, head_revision, require_schema, upgrade
 from memory.embeddings import Embedder, runtime_embedder
 from memory.store import Store
 from memory.vector_model import check_model
@@ -20,40 +17,10 @@ from runtime.config import Settings
 from runtime.files import open_file_services
 from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, model_window
 from runtime.logs import configure_logging
+from runtime.service._database import Database, connect
 from runtime.turn import Engine
 
 log = structlog.get_logger("companion.bootstrap")
-
-
-@dataclass(frozen=True)
-class Database:
-    """A database the runtime can use."""
-
-    url: str
-    engine: SAEngine
-    embedded: bool
-    """True if the runtime started the server itself (no ``DATABASE_URL``)."""
-
-
-def connect(settings: Settings) -> Database:
-    """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``.
-
-    Raises:
-        ConfigurationError: ``DATABASE_URL`` is not a PostgreSQL URL (the message names the
-            variable and the URL's scheme only: a URL may hold a password).
-        StorageError: the server cannot be reached.
-    """
-    if settings.database_url:
-        try:
-            engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
-        except SchemaError as exc:
-            raise ConfigurationError(f"DATABASE_URL: {exc}", setting="DATABASE_URL") from exc
-        database = Database(settings.database_url, engine, embedded=False)
-    else:
-        url = start_embedded(settings.data_dir)
-        database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
-    check_connection(database.engine)
-    return database
 
 
 def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
@@ -145,7 +112,7 @@ def open_engine(
         )
     database = database or connect(settings)
     embedder = embedder or open_embedder(settings)
-    if database.embedded:
+    if database.embedded and current_revision(database.engine) != head_revision():
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
     check_dimension(database.engine, model_dim=embedder.dimension, model_name=embedder.name)

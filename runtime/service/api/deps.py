@@ -9,8 +9,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from errors import AuthenticationError
-from memory.apps import Directory, check_id, check_text
+from memory.apps import Directory
 from memory.tables import App
+from memory.validation import check_id, check_text
 from runtime.turn import Engine
 
 
@@ -51,8 +52,8 @@ MAX_QUERY_CHARS = 10_000
 
 
 async def checked_params(request: Request) -> None:
-    """Every path parameter (ids: :func:`memory.apps.check_id`) and query parameter
-    (:func:`memory.apps.check_text`) obeys the message's rules, for every route.
+    """Every path parameter (ids: :func:`memory.validation.check_id`) and query parameter
+    (:func:`memory.validation.check_text`) obeys the message's rules, for every route.
 
     Raises:
         InvalidFieldError: naming the parameter (422), before any storage is touched.

@@ -9,13 +9,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from errors import InvalidFieldError
-from memory.apps import check_text
 from memory.profiles import MAX_FACT_CHARS
+from memory.validation import check_text
 
 
 def _check_strings(value: Any, field: str) -> Any:
     """``value`` unchanged if every string in it (nested lists and dicts too) passes
-    :func:`memory.apps.check_text`; else ``ValueError`` naming the field (FastAPI answers 422)."""
+    :func:`memory.validation.check_text`; else ``ValueError`` naming the field (FastAPI answers 422)."""
     if isinstance(value, str):
         try:
             check_text(value, field=field)

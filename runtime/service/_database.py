@@ -1,0 +1,47 @@
+"""Connecting to the database: ``DATABASE_URL``, or the embedded server in the data directory.
+
+Apart from the engine's other parts (:mod:`runtime.service._bootstrap`), so that a command that
+only reads or writes the database (``companion breaker show``, ``companion profile show``)
+imports storage alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine as SAEngine
+
+from errors import ConfigurationError, SchemaError
+from memory.database import check_connection, make_engine, start_embedded
+from runtime.config import Settings
+
+
+@dataclass(frozen=True)
+class Database:
+    """A database the runtime can use."""
+
+    url: str
+    engine: SAEngine
+    embedded: bool
+    """True if the runtime started the server itself (no ``DATABASE_URL``)."""
+
+
+def connect(settings: Settings) -> Database:
+    """Connect to ``DATABASE_URL``, or start the embedded server in ``COMPANION_DATA_DIR``.
+
+    Raises:
+        ConfigurationError: ``DATABASE_URL`` is not a PostgreSQL URL (the message names the
+            variable and the URL's scheme only: a URL may hold a password).
+        StorageError: the server cannot be reached.
+    """
+    if settings.database_url:
+        try:
+            engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+        except SchemaError as exc:
+            raise ConfigurationError(f"DATABASE_URL: {exc}", setting="DATABASE_URL") from exc
+        database = Database(settings.database_url, engine, embedded=False)
+    else:
+        url = start_embedded(settings.data_dir)
+        database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
+    check_connection(database.engine)
+    return database
