@@ -33,7 +33,12 @@ class Profiles:
         self._one = autocommit_engine(engine)  # for one-statement reads (no BEGIN/ROLLBACK)
 
     def get(self, user_id: str) -> UserProfile | None:
-        """The user's profile, or ``None`` if nothing was ever set or learned."""
+        """The user's profile, or ``None`` if nothing was ever set or learned.
+
+        Raises:
+            InvalidFieldError: ``user_id`` is not a valid id (:func:`memory.validation.check_id`).
+        """
+        check_id(user_id, field="user_id")
         with storage_errors(), Session(self._one) as db:
             return db.get(UserProfile, user_id)
 
