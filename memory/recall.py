@@ -78,9 +78,10 @@ expansion; no writes.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -221,7 +222,8 @@ class RecalledSegment:
     text_rank: int | None = None
     """1-based rank by full-text score; ``None`` if no query term matched or beyond the pool."""
     score: float = 0.0
-    """Reciprocal-rank-fusion score, ``Σ 1/(k + rank)`` over both rankers; 0 for a neighbour."""
+    """Reciprocal-rank-fusion score, ``Σ 1/(k + rank)`` over the rankers, times ``speaker_weight``
+    for a segment of the speaker the query names (:func:`recall_segments`); 0 for a neighbour."""
     neighbour_of: int | None = None
     """For a segment added by neighbour expansion, the id of the hit it sits next to."""
 
@@ -274,7 +276,9 @@ found AS (
 SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date,
        m.embedding <=> CAST(:q AS vector) AS distance,
        f.vector_rank, f.text_rank,
-       coalesce(1.0 / (:k + f.vector_rank), 0) + coalesce(1.0 / (:k + f.text_rank), 0){dated_score} AS score
+       (coalesce(1.0 / (:k + f.vector_rank), 0) + coalesce(1.0 / (:k + f.text_rank), 0){dated_score})
+         * CASE WHEN :speaker_label <> '' AND starts_with(m.content, :speaker_label) THEN :speaker_weight ELSE 1.0 END
+         AS score
 FROM {found} AS f JOIN archived_segments AS m ON m.id = f.id
 ORDER BY score DESC, distance, m.id
 LIMIT :limit
@@ -461,19 +465,21 @@ def recall_segments(
             it must be the method the segments were stored with (:data:`~memory.fulltext.CJK_METHOD`).
         speaker: the label of the lines the query is about (``Melanie`` for ``Melanie: ...``
             lines, :func:`memory.archive.turn_line`; :func:`named_speaker` finds it), or ``None``.
-            A segment whose content starts with ``speaker + ": "`` ranks as if its score were
-            ``speaker_weight`` times higher, a hit's neighbour as if its place were (default
+            A segment whose content starts with ``speaker + ": "`` has its fused ``score``
+            multiplied by ``speaker_weight`` before the hits are ranked and cut to ``limit``;
+            with ``neighbour_weight`` set, a neighbour's place is multiplied by its own factor
+            over its hit's (with ``None`` neighbours follow their hit as ever) (default
             :data:`SPEAKER_WEIGHT`; 1 turns it off).
 
     Raises:
         ValueError: ``neighbour_weight`` outside 0 to 1 (or NaN), or ``speaker_weight`` not
-            positive (or NaN).
+            positive and finite.
         StorageError: the database failed (``memory.database.storage_errors``).
     """
     if neighbour_weight is not None and not 0.0 <= neighbour_weight <= 1.0:
         raise ValueError(f"neighbour_weight must be None or from 0 to 1, got {neighbour_weight!r}")
-    if not speaker_weight > 0.0:  # NaN too
-        raise ValueError(f"speaker_weight must be positive, got {speaker_weight!r}")
+    if not 0.0 < speaker_weight < math.inf:  # NaN too
+        raise ValueError(f"speaker_weight must be positive and finite, got {speaker_weight!r}")
     exclude = ""
     params: dict[str, Any] = {"user_id": user_id, "q": list(query_embedding), "limit": int(limit), "k": int(rrf_k)}
     params["pool"] = int(pool if pool is not None else limit)
@@ -501,6 +507,8 @@ def recall_segments(
             when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight)
         )
     params["index_pool"] = min(params["pool"], INDEX_POOL)
+    params["speaker_label"] = f"{speaker}: " if speaker else ""
+    params["speaker_weight"] = float(speaker_weight)
     with storage_errors(exclude_session_id), engine.connect() as conn:
         use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
         if use_index:
@@ -525,10 +533,6 @@ def recall_segments(
         )
         hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
         factor = _speaker_factor(speaker, speaker_weight)
-        if factor is not None:
-            hits = sorted(
-                (replace(h, score=h.score * factor(h)) for h in hits), key=lambda h: (-h.score, h.distance, h.id)
-            )
         if session_cap is not None:
             hits = _cap_per_day(hits, session_cap)
         near: Sequence[Row[Any]] = []
@@ -625,47 +629,81 @@ def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
     return table <= 0 or mine / max(table, mine) >= INDEX_SHARE
 
 
-_CJK = re.compile(r"[\u3400-\u9fff]")
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+"""Kana, CJK ideographs and Hangul: a name with one of these is found wherever it appears, as
+these scripts run words together or attach particles to them ("민수는", "さくらは")."""
 _WORDLIKE = re.compile(r"\w")
 """A name must hold a letter or digit to count: one of only spaces or marks ("!!") is ignored."""
+_GREETING = r"(?:(?:hey|hi|hello|dear|oh|ok|okay|well|so|yo|thanks|thank you)[\s,，]+|(?:嗨|哈喽|你好|亲爱的)[\s,，]*)?"
+_ADDRESS_BEFORE = re.compile(r"^\s*" + _GREETING + r"$", re.I)
+_ADDRESS_AFTER = re.compile(r"^\s*(?:[,，!！:：]|$)")
+_ADDRESS_END = re.compile(r"[,，]\s*$")
+_TRAILING = re.compile(r"^[\s.!?。！？…~]*$")
+
+
+@dataclass(frozen=True)
+class _Mention:
+    start: int
+    end: int
+    name: str
+    address: bool
+    """Said to the person ("Melanie, what did I paint?", "Hey Mel!", "..., Mel?"), not about them."""
+
+
+def _mentions(message: str, names: Iterable[str]) -> list[_Mention]:
+    """Where ``names`` occur in ``message``: longest names first, a shorter one never inside a
+    longer one's match ("Mary Jane" is not also "Jane"); spaces inside a name match any run of
+    spaces; a name in a spaced script as a whole word, case-insensitive, with a possessive "'s"."""
+    found: list[_Mention] = []
+    wanted = {" ".join(n.split()): n for n in names if _WORDLIKE.search(n)}
+    for name in sorted(wanted, key=len, reverse=True):
+        body = r"\s+".join(re.escape(part) for part in name.split())
+        pattern = body if _UNSPACED.search(name) else r"(?<!\w)" + body + r"(?:['’]s)?(?!\w)"
+        for m in re.finditer(pattern, message, re.I):
+            if any(m.start() < f.end and f.start < m.end() for f in found):
+                continue
+            before, after = message[: m.start()], message[m.end() :]
+            address = bool(
+                (_ADDRESS_BEFORE.match(before) and _ADDRESS_AFTER.match(after))
+                or (_ADDRESS_END.search(before) and _TRAILING.match(after))
+            )
+            found.append(_Mention(m.start(), m.end(), wanted[name], address))
+    return found
 
 
 def named_speaker(message: str, names: Mapping[str, str]) -> str | None:
-    """The label of the one speaker ``message`` names, for :func:`recall_segments`' ``speaker``.
+    """The label of the one speaker ``message`` is about, for :func:`recall_segments`' ``speaker``.
 
     ``names`` maps each name a speaker goes by (the user's display name; the character's
     name and nickname) to the label of that speaker's archived lines (``User``, the
     character's name). A name counts as a whole word, case-insensitive ("melanie's" names
-    Melanie, "Melanies" does not); a name with CJK characters, wherever it appears; a name
-    without a letter or digit, never. ``None`` when the message names no speaker, or names two."""
-    labels = {
-        label
-        for name, label in names.items()
-        if _WORDLIKE.search(name)
-        and (
-            name.strip() in message
-            if _CJK.search(name)
-            else re.search(r"(?<!\w)" + re.escape(name.strip()) + r"(?!\w)", message, re.I) is not None
-        )
-    }
+    Melanie, "Melanies" does not); a name in kana, CJK or Hangul, wherever it appears; a name
+    without a letter or digit, never; of two overlapping names, the longer. A name the message
+    is said to rather than about does not count: at the start, alone or after a greeting and
+    before a comma or "!" ("Melanie, what did I paint?", "Hey Mel! ..."), or at the end after a
+    comma ("..., Mel?"). ``None`` when the message is about no speaker, or about two.
+
+    Known limits: a name that is also a common word ("Will", "May") is found in that word, and
+    a short CJK name inside a longer word (a persona "小雨" in "下小雨了")."""
+    labels = {names[m.name] for m in _mentions(message, names) if not m.address}
     return labels.pop() if len(labels) == 1 else None
 
 
 def without_names(message: str, names: Iterable[str]) -> str:
-    """``message`` without the speakers' ``names`` (each as :func:`named_speaker` finds it, with a
-    possessive "'s" after it), spaces collapsed: the text a user's message is embedded from
+    """``message`` without the speakers' ``names`` (wherever :func:`named_speaker` finds them,
+    said to or about the person), spaces collapsed: the text a user's message is embedded from
     (:func:`runtime.turn.message_text` says why). ``message`` itself when it holds no name, or
     nothing but names."""
-    text = message
-    for name in sorted({n.strip() for n in names if _WORDLIKE.search(n)}, key=len, reverse=True):
-        if _CJK.search(name):
-            text = text.replace(name, " ")
-        else:
-            text = re.sub(r"(?<!\w)" + re.escape(name) + r"(?:['’]s)?(?!\w)", " ", text, flags=re.I)
-    if text == message:
+    mentions = sorted(_mentions(message, names), key=lambda m: m.start)
+    if not mentions:
         return message
-    text = " ".join(text.split())
-    return text if re.search(r"\w", text) else message
+    parts, at = [], 0
+    for m in mentions:
+        parts.append(message[at : m.start])
+        at = m.end
+    parts.append(message[at:])
+    text = " ".join(" ".join(parts).split())
+    return text if _WORDLIKE.search(text) else message
 
 
 ENRICH_WORDS = 4

@@ -365,7 +365,7 @@ def retrieval_only(
         tally.add_question(category, len(evidence))
         found = _recall(store, user_id, query, qvec, asked_at, args)
         if args.dump is not None:
-            args.dumped.append(_placements(conv.id, qa, category, evidence, found))
+            args.dumped.append({"compose": how, **_placements(conv.id, qa, category, evidence, found)})
         for budget in args.budgets:
             packed = _pack(found, budget)
             covered = sum(1 for e in evidence if any(s.first_seq <= e <= s.last_seq for s in packed))
@@ -487,6 +487,14 @@ def _neighbour_weight(value: str) -> float | None:
     return weight
 
 
+def _speaker_weight(value: str) -> float:
+    """``--speaker-weight``: a positive, finite number."""
+    weight = float(value) if re.fullmatch(r"\s*(\d+(\.\d*)?|\.\d+)\s*", value) else math.nan
+    if not 0.0 < weight < math.inf:  # NaN too
+        raise argparse.ArgumentTypeError(f"a positive number, got {value!r}")
+    return weight
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -556,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--speaker-weight",
-        type=float,
+        type=_speaker_weight,
         default=SPEAKER_WEIGHT,
         help=f"score factor of the named speaker's segments with the speakers component (the runtime's: {SPEAKER_WEIGHT})",
     )

@@ -250,7 +250,15 @@ def test_recalled_segments_take_the_budget_that_persona_summary_and_retrieval_le
 
 
 # -- who a question names -------------------------------------------------------------------
-NAMES = {"Caroline": "User", "Melanie": "Melanie", "Mel": "Melanie", "张曼婷": "User"}
+NAMES = {
+    "Caroline": "User",
+    "Melanie": "Melanie",
+    "Mel": "Melanie",
+    "张曼婷": "User",
+    "Mary Jane": "Mary",
+    "Jane": "J",
+    "민수": "User",
+}
 
 
 @pytest.mark.parametrize(
@@ -263,6 +271,12 @@ NAMES = {"Caroline": "User", "Melanie": "Melanie", "Mel": "Melanie", "张曼婷"
         pytest.param("Where do Melanies live?", None, id="a-longer-word"),
         pytest.param("What did I paint last week?", None, id="no-name"),
         pytest.param("张曼婷5月3号去了哪里？", "User", id="cjk-name-inside-text"),
+        pytest.param("Melanie, what did I paint last week?", None, id="said-to-at-the-start"),
+        pytest.param("Hey Mel! What did I paint last week?", None, id="said-to-after-a-greeting"),
+        pytest.param("What did I paint last week, Mel?", None, id="said-to-at-the-end"),
+        pytest.param("Mel, what has Caroline painted?", "User", id="said-to-one-about-the-other"),
+        pytest.param("Did Mary  Jane call?", "Mary", id="the-longer-name-any-spaces"),
+        pytest.param("Did Jane call?", "J", id="the-shorter-name-alone"),
     ],
 )
 def test_named_speaker_is_the_one_speaker_a_message_names(message, label):
@@ -278,6 +292,8 @@ def test_named_speaker_is_the_one_speaker_a_message_names(message, label):
         pytest.param("Melanies live here", "Melanies live here", id="a-longer-word"),
         pytest.param("Melanie?", "Melanie?", id="nothing-but-a-name"),
         pytest.param("张曼婷5月3号去了哪里？", "5月3号去了哪里？", id="cjk-name"),
+        pytest.param("Hey Mel! I went hiking.", "Hey ! I went hiking.", id="said-to"),
+        pytest.param("민수는 어디 갔어?", "는 어디 갔어?", id="hangul-name-with-a-particle"),
     ],
 )
 def test_without_names_is_the_message_without_the_speakers_names(message, left):
@@ -373,6 +389,7 @@ def test_the_named_speakers_neighbours_rank_before_the_other_speakers(store, emb
     assert recall() == [said[2], said[1], said[3], said[0], said[4]]  # nearer turns first, whoever said them
 
 
-def test_a_speaker_weight_that_is_not_positive_is_refused(store, embedder):
-    with pytest.raises(ValueError, match="speaker_weight"):
-        recall_segments(store.engine, user_id="nobody", query_embedding=[0.0] * 384, limit=1, speaker_weight=0.0)
+def test_a_speaker_weight_that_is_not_positive_and_finite_is_refused(store, embedder):
+    for weight in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="speaker_weight"):
+            recall_segments(store.engine, user_id="nobody", query_embedding=[0.0] * 384, limit=1, speaker_weight=weight)

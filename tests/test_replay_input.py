@@ -110,3 +110,30 @@ def test_locomo_file_with_a_byte_order_mark_loads(tmp_path, newline):
     (conversation,) = load_conversations(path)
     assert [t.text for t in conversation.turns] == ["Café at noon?", "Sure."]
     assert conversation.user_name == "Ana"
+
+
+@pytest.mark.parametrize("user", [pytest.param("A" * 300, id="over-the-profile-limit"), pytest.param(7, id="a-number")])
+def test_a_user_name_that_cannot_be_pinned_still_replays(tmp_path, make_engine_for, user):
+    """The replay pins the user's name in their profile, so recall knows whom a question names; a
+    name the profile refuses is left out, and the conversation replays as before."""
+    sample = {
+        "sample_id": "odd-name",
+        "conversation": {
+            "speaker_a": user,
+            "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": user, "dia_id": "D1:1", "text": "I went to the harbour today."},
+                {"speaker": "Bo", "dia_id": "D1:2", "text": "Lovely, what did you see?"},
+            ],
+        },
+        "qa": [{"question": "Where did they go?", "evidence": ["D1:1"], "category": 4}],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]), encoding="utf-8")
+    (conversation,) = load_conversations(path)
+
+    report = replay_conversation(make_engine_for(window=1024), conversation, run_id="odd")
+
+    assert conversation.user_name == str(user)
+    assert report.turns == 2

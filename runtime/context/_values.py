@@ -58,7 +58,8 @@ class RecalledItem:
     text_rank: int | None = None
     """1-based rank by full-text score; ``None`` if no query term matched."""
     score: float = 0.0
-    """Reciprocal-rank-fusion score over both rankers; 0 for a neighbour."""
+    """Reciprocal-rank-fusion score over the rankers (times the speaker weight for a segment of the
+    speaker the message names, :func:`memory.recall.recall_segments`); 0 for a neighbour."""
     neighbour_of: int | None = None
     """For a segment added next to a hit, the hit's id."""
 

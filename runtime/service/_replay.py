@@ -23,13 +23,17 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from errors import ConfigurationError, InvalidMessageError
+import structlog
+
+from errors import ConfigurationError, InvalidFieldError, InvalidMessageError
 from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
 from memory.tables import TurnState
 from persona import Persona
 from runtime.context import AssembledContext
 from runtime.turn import Engine, InlineCompaction, message_text, validate_message
+
+log = structlog.get_logger("companion.replay")
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 """LoCoMo QA categories with evidence; 5 (adversarial) has none to count."""
@@ -180,8 +184,8 @@ def load_locomo(data: list, conversation: str | None = None) -> list[Conversatio
         out.append(
             Conversation(
                 id=item.get("sample_id", "conversation"),
-                user_name=user,
-                companion_name=companion,
+                user_name=str(user),
+                companion_name=str(companion),
                 sessions=len(numbers),
                 turns=turns,
                 qa=qa,
@@ -293,7 +297,10 @@ def replay_conversation(
     engine = engine.derive(persona=persona)
     if conv.user_name != USER_LABEL:  # as _names says
         # the user's display name, pinned as an app would, so recall knows whom a question names
-        engine.profiles.set(user_id, name=conv.user_name)
+        try:
+            engine.profiles.set(user_id, name=conv.user_name)
+        except InvalidFieldError as exc:  # e.g. over the profile's 200 characters: replay without it
+            log.warning("replay.user_name_not_pinned", conversation=conv.id, reason=exc.reason)
     report = ReplayReport(
         conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id
     )

@@ -178,7 +178,8 @@ class RecalledOut(BaseModel):
         "(`full_text`), or added next to a hit (`neighbour`)."
     )
     score: float = Field(
-        description="Reciprocal-rank-fusion score, sum of 1/(k + rank) over both rankers; 0 for a neighbour."
+        description="Reciprocal-rank-fusion score, sum of 1/(k + rank) over the rankers, times the speaker "
+        "weight (3) for a segment of the speaker the message names; 0 for a neighbour."
     )
     vector_rank: int | None = Field(default=None, description="1-based rank by embedding similarity, if in the pool.")
     text_rank: int | None = Field(default=None, description="1-based rank by full-text score, if in the pool.")
