@@ -507,7 +507,7 @@ def recall_segments(
             when_start=[w.start for w in when], when_end=[w.end for w in when], date_weight=float(date_weight)
         )
     params["index_pool"] = min(params["pool"], INDEX_POOL)
-    params["speaker_label"] = f"{speaker}: " if speaker else ""
+    params["speaker_label"] = label = f"{speaker}: " if speaker else ""
     params["speaker_weight"] = float(speaker_weight)
     with storage_errors(exclude_session_id), engine.connect() as conn:
         use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
@@ -532,7 +532,7 @@ def recall_segments(
             **parts,
         )
         hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
-        factor = _speaker_factor(speaker, speaker_weight)
+        factor = _speaker_factor(label, speaker_weight)
         if session_cap is not None:
             hits = _cap_per_day(hits, session_cap)
         near: Sequence[Row[Any]] = []
@@ -565,12 +565,12 @@ def recall_segments(
     return out
 
 
-def _speaker_factor(speaker: str | None, weight: float) -> Callable[[RecalledSegment], float] | None:
-    """A segment's score factor for :func:`recall_segments`' ``speaker``: ``weight`` for that
-    speaker's segments, 1 for the rest; ``None`` when it changes nothing."""
-    if speaker is None or weight == 1.0:
+def _speaker_factor(label: str, weight: float) -> Callable[[RecalledSegment], float] | None:
+    """A segment's score factor for :func:`recall_segments`' ``speaker`` (``label``: its lines'
+    ``"Name: "``, empty for none): ``weight`` for that speaker's segments, 1 for the rest; ``None``
+    when it changes nothing."""
+    if not label or weight == 1.0:
         return None
-    label = speaker + ": "
     return lambda seg: weight if seg.content.startswith(label) else 1.0
 
 
@@ -691,9 +691,16 @@ def named_speaker(message: str, names: Mapping[str, str]) -> str | None:
 
 def without_names(message: str, names: Iterable[str]) -> str:
     """``message`` without the speakers' ``names`` (wherever :func:`named_speaker` finds them,
-    said to or about the person), spaces collapsed: the text a user's message is embedded from
-    (:func:`runtime.turn.message_text` says why). ``message`` itself when it holds no name, or
-    nothing but names."""
+    said to or about the person), spaces collapsed; ``message`` itself when it holds no name, or
+    nothing but names.
+
+    The text a user's message is embedded from (the runtime, the replay and the re-embed). Its
+    vector is the recall query while the message is the newest, and a part of its archive key;
+    archive keys are composed from turns' texts, which carry no speaker labels, so a name pulls
+    towards lines that address that person by name rather than towards what is said, and who
+    is asked about is :func:`named_speaker`'s part. On the LoCoMo tuning split (evidence recall %
+    at 250 / 500 / 1,000 / 2,000 tokens, with the speaker ranking): 59.2 / 70.0 / 79.5 / 84.2 with
+    the names, 62.3 / 71.5 / 80.4 / 86.3 without (``scripts/eval_recall.py --components``)."""
     mentions = sorted(_mentions(message, names), key=lambda m: m.start)
     if not mentions:
         return message

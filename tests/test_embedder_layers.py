@@ -20,9 +20,9 @@ from memory.embeddings import (
     declared_dimension,
     model_path,
 )
+from memory.recall import without_names
 from runtime.config import Settings
 from runtime.service import CATEGORIES, load_conversations, open_embedder, replay_conversation
-from runtime.turn import message_text
 from tests.conftest import SAMPLE
 
 
@@ -179,9 +179,9 @@ def test_a_replay_embeds_each_text_once_shortest_first_within_each_call(make_eng
     conv = load_conversations(SAMPLE)[0]
     replay_conversation(engine, conv, run_id="t")
     names = [conv.companion_name, conv.user_name]  # a user's message is embedded without them
-    assert any(message_text(t.text, names) != t.text for t in conv.turns if t.role == "user")
-    wanted = {message_text(t.text, names) if t.role == "user" else t.text for t in conv.turns} | {
-        message_text(qa.question, names) for qa in conv.qa if qa.category in CATEGORIES
+    assert any(without_names(t.text, names) != t.text for t in conv.turns if t.role == "user")
+    wanted = {without_names(t.text, names) if t.role == "user" else t.text for t in conv.turns} | {
+        without_names(qa.question, names) for qa in conv.qa if qa.category in CATEGORIES
     }
     embedded = [text for batch in counting.batches for text in batch]
     assert sorted(embedded) == sorted(wanted)
@@ -194,7 +194,7 @@ def test_a_replay_embeds_ahead_while_its_turns_run(make_engine_for, store, embed
     """The questions (the last texts a replay embeds) go to the model while the first turns are
     stored, not after the last turn."""
     conv = load_conversations(SAMPLE)[0]
-    questions = {message_text(qa.question, [conv.companion_name, conv.user_name]) for qa in conv.qa}
+    questions = {without_names(qa.question, [conv.companion_name, conv.user_name]) for qa in conv.qa}
     asked = threading.Event()
 
     class Watching(Counting):

@@ -28,10 +28,11 @@ import structlog
 from errors import ConfigurationError, InvalidFieldError, InvalidMessageError
 from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
+from memory.recall import without_names
 from memory.tables import TurnState
 from persona import Persona
 from runtime.context import AssembledContext
-from runtime.turn import Engine, InlineCompaction, message_text, validate_message
+from runtime.turn import Engine, InlineCompaction, validate_message
 
 log = structlog.get_logger("companion.replay")
 
@@ -295,21 +296,23 @@ def replay_conversation(
         system_prompt=f"You are {conv.companion_name}, a friend of {conv.user_name}. Talk with {conv.user_name} warmly and remember what they share.",
     )
     engine = engine.derive(persona=persona)
-    if conv.user_name != USER_LABEL:  # as _names says
+    profile = None
+    if conv.user_name != USER_LABEL:
         # the user's display name, pinned as an app would, so recall knows whom a question names
         try:
-            engine.profiles.set(user_id, name=conv.user_name)
+            profile = engine.profiles.set(user_id, name=conv.user_name)
         except InvalidFieldError as exc:  # e.g. over the profile's 200 characters: replay without it
             log.warning("replay.user_name_not_pinned", conversation=conv.id, reason=exc.reason)
+    names = list(engine.gatherer.speaker_names(profile))  # the names the engine strips from messages
     report = ReplayReport(
         conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id
     )
     turns = conv.turns
     cache = engine.embedder if isinstance(engine.embedder, CachingEmbedder) else None
-    blocks = _ahead_texts(conv)
+    blocks = _ahead_texts(conv, names)
     # ahead, on a thread of its own, while the turns run: each block of turns' texts, then the
     # questions; a turn waits for its block, so it finds its vector in the cache
-    ahead = _Ahead(cache, [*blocks, _questions(conv)]) if cache is not None else None
+    ahead = _Ahead(cache, [*blocks, _questions(conv, names)]) if cache is not None else None
     inline = isinstance(engine.runner.scheduler, InlineCompaction)
     try:
         i = 0
@@ -356,33 +359,25 @@ def replay_conversation(
     return report
 
 
-def _ahead_texts(conv: Conversation) -> list[list[str]]:
+def _ahead_texts(conv: Conversation, names: list[str]) -> list[list[str]]:
     """The texts the replay of ``conv`` will embed, per :data:`PREFETCH_TURNS` turns: each turn's
     text, once, shortest first (the model's passes then join texts of about one length and pad
     little: 28 % less model CPU time on LoCoMo conv-26). A user turn's (without the speakers'
-    names, :func:`runtime.turn.message_text`) is its recall query, stored with it; the others' are
+    ``names``, :func:`memory.recall.without_names`) is its recall query, stored with it; the others' are
     embedded by the compaction that archives them; archive keys and enriched queries are composed
     from these vectors (:func:`memory.archive.key_vectors`), so nothing else is embedded."""
-    names = _names(conv)
-    texts = [message_text(t.text, names) if t.role == "user" else t.text for t in conv.turns]
+    texts = [without_names(t.text, names) if t.role == "user" else t.text for t in conv.turns]
     return [
         sorted(dict.fromkeys(texts[start : start + PREFETCH_TURNS]), key=len)
         for start in range(0, len(texts), PREFETCH_TURNS)
     ]
 
 
-def _names(conv: Conversation) -> list[str]:
-    """The speakers' names the engine knows in a replay of ``conv``: the persona's, and the user's
-    when the conversation names them (pinned in their profile)."""
-    return [conv.companion_name, *([conv.user_name] if conv.user_name != USER_LABEL else [])]
-
-
-def _questions(conv: Conversation) -> list[str]:
+def _questions(conv: Conversation, names: list[str]) -> list[str]:
     """The distinct texts :func:`_evaluate` embeds, shortest first: the questions of a category with
-    evidence, as a user's message is embedded (:func:`runtime.turn.message_text`)."""
-    names = _names(conv)
+    evidence, as a user's message is embedded (without the speakers' ``names``)."""
     asked = [qa.question for qa in conv.qa if qa.category in CATEGORIES]
-    return sorted(dict.fromkeys(message_text(q, names) for q in asked), key=len)
+    return sorted(dict.fromkeys(without_names(q, names) for q in asked), key=len)
 
 
 class _Ahead:

@@ -9,7 +9,7 @@ from runtime.turn._attachments import AttachmentsExtension, check_attachments
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, CompactNow, Due, InlineCompaction
 from runtime.turn._engine import Engine
 from runtime.turn._extensions import Gathered, TurnExtension
-from runtime.turn._gather import ContextGatherer, message_text
+from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
 from runtime.turn._runner import TurnClaim, TurnResult, TurnRunner
 from runtime.turn._validate import validate_message
@@ -30,6 +30,5 @@ __all__ = [
     "TurnResult",
     "TurnRunner",
     "check_attachments",
-    "message_text",
     "validate_message",
 ]

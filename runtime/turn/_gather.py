@@ -14,7 +14,7 @@ and the calibration baseline, then calls :func:`runtime.context.assemble_context
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import EllipsisType
 
@@ -63,18 +63,6 @@ def pinned(profile: UserProfile | None) -> PinnedProfile | None:
 def user_name(profile: UserProfile | None) -> str:
     """What ``{{user}}`` becomes: the pinned name, else ``User``."""
     return profile.name if profile is not None and profile.name else DEFAULT_USER_NAME
-
-
-def message_text(message: str, names: Iterable[str]) -> str:
-    """The text a user's message is embedded from: the message without the speakers' ``names``
-    (:func:`memory.recall.without_names`). Its vector is the recall query when the message is
-    the newest, and a part of its archive key; archive keys are composed from turns' texts,
-    which carry no speaker labels, so a name pulls towards lines that address that person by
-    name rather than towards what is said, and who is asked about is
-    :func:`memory.recall.named_speaker`'s part. On the LoCoMo tuning split (evidence recall % at
-    250 / 500 / 1,000 / 2,000 tokens, with the speaker ranking): 59.2 / 70.0 / 79.5 / 84.2 with
-    the names, 62.3 / 71.5 / 80.4 / 86.3 without (``scripts/eval_recall.py --components``)."""
-    return without_names(message, names)
 
 
 def _summary(row: Summary | None, pending: int) -> SummaryText | None:
@@ -259,7 +247,7 @@ class ContextGatherer:
     ) -> list[list[float]]:
         """The embedding of each ``(turn, text)``: the turn's stored vector when ``text`` is
         what the turn holds in storage (``stored``: turn id → stored content), else the text
-        embedded as the store would hold it (:func:`message_text` for a user's message or a
+        embedded as the store would hold it (:func:`memory.recall.without_names` for a user's message or a
         pending one, ``turn`` ``None``; an assistant turn's text as it is); the texts to embed
         go to the embedder in one call (none, when all are stored).
 
@@ -273,7 +261,7 @@ class ContextGatherer:
         vectors: list[list[float] | None] = [
             found.get(t.id) if t is not None and t.id is not None and t.id in reusable else None for t, text in wanted
         ]
-        as_stored = [message_text(text, names or {}) if t is None or t.role == "user" else text for t, text in wanted]
+        as_stored = [without_names(text, names or {}) if t is None or t.role == "user" else text for t, text in wanted]
         missing = list(dict.fromkeys(x for x, v in zip(as_stored, vectors, strict=True) if v is None))
         fresh = dict(zip(missing, self.embedder.embed(missing), strict=True)) if missing else {}
         return [v if v is not None else fresh[x] for x, v in zip(as_stored, vectors, strict=True)]

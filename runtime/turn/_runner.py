@@ -45,6 +45,7 @@ from errors import (
 )
 from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
+from memory.recall import without_names
 from memory.store import ClaimedSession, Store
 from memory.tables import Turn, UserProfile
 from runtime.accounting import Budgets, TokenCounter, fingerprint
@@ -56,7 +57,7 @@ from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
-from runtime.turn._gather import ContextGatherer, message_text
+from runtime.turn._gather import ContextGatherer
 from runtime.turn._validate import validate_message
 
 log = structlog.get_logger("companion.engine")
@@ -347,10 +348,10 @@ class TurnRunner:
         """The embedding of a user message, stored with its turn (:class:`~memory.tables.TurnVector`):
         it is the recall query's when the turn is the newest user message, and compaction composes
         the turn's archive key from it. The message is embedded without the speakers' names
-        (:func:`~runtime.turn._gather.message_text`; the user's from ``profile``). ``None`` for
+        (:func:`memory.recall.without_names`; the user's from ``profile``). ``None`` for
         an empty text. Embedded before the turn is stored, so an embedder failure stores nothing."""
         names = self.gatherer.speaker_names(profile)
-        return self.gatherer.embedder.embed([message_text(text, names)])[0] if text else None
+        return self.gatherer.embedder.embed([without_names(text, names)])[0] if text else None
 
     def edit(
         self,
