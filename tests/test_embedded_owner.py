@@ -18,17 +18,37 @@ CHILD = """
 import signal, sys, time
 from pathlib import Path
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a shell, whatever the parent ignores
-from memory.database import start_embedded
+from memory.embedded import start_embedded
 start_embedded(Path(sys.argv[1]))
 print("ready", flush=True)
 time.sleep(120)
 """
 
 
-def attach(data_dir: Path) -> subprocess.Popen:
+EARLY = """
+import sys, time
+from pathlib import Path
+from memory.embedded import start_embedded, start_embedded_soon
+start_embedded_soon(Path(sys.argv[1]))
+url = start_embedded(Path(sys.argv[1]))  # takes the start begun on the thread
+import psycopg
+with psycopg.connect(url) as conn:
+    assert conn.execute("SELECT 1").fetchone() == (1,)
+print("ready", flush=True)
+time.sleep(120)
+"""
+ENDS_EARLY = """
+import sys
+from pathlib import Path
+from memory.embedded import start_embedded_soon
+start_embedded_soon(Path(sys.argv[1]))
+"""
+
+
+def attach(data_dir: Path, script: str = CHILD) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(data_dir)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
+        [sys.executable, "-c", script, str(data_dir)], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO
     )
     assert child.stdout.readline().strip() == "ready"
     return child
@@ -82,3 +102,21 @@ def test_a_later_start_adopts_a_server_whose_owner_was_killed(data_dir):
     later.send_signal(signal.SIGINT)
     later.wait(60)
     assert stopped(pid)
+
+
+def test_a_start_begun_on_a_thread_is_taken_over_and_stopped_on_sigterm(data_dir):
+    child = attach(data_dir, EARLY)
+    pid = server_pid(data_dir)
+    assert owners(data_dir) == [child.pid]
+    child.send_signal(signal.SIGTERM)  # the handler is installed on the main thread when the start is taken
+    assert child.wait(60) == 128 + signal.SIGTERM
+    assert stopped(pid)
+
+
+def test_a_process_that_ends_before_taking_its_early_start_leaves_no_server(data_dir):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", ENDS_EARLY, str(data_dir)], env=env, cwd=REPO, timeout=120)
+    assert done.returncode == 0
+    pidfile = data_dir / "pgdata" / "postmaster.pid"
+    assert (data_dir / "pgdata" / "PG_VERSION").exists()  # the start did run to the end
+    assert not pidfile.exists() or stopped(server_pid(data_dir))

@@ -88,10 +88,12 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
 
 
 def _breaker_store(session: str):
+    settings = _settings(database=True)
+
     from memory.store import Store
     from runtime.service import connect
 
-    store = Store(connect(_settings()).engine)
+    store = Store(connect(settings).engine)
     if store.get_session(session) is None:
         print(f"error: no session {session!r}", file=sys.stderr)
         return None

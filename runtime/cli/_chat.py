@@ -24,12 +24,14 @@ def context_table(context):
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    _check_window(args.window)
+    settings = _settings(database=True)
+
     from rich.console import Console
 
     from runtime.service import open_engine
 
-    _check_window(args.window)
-    engine = open_engine(_settings())
+    engine = open_engine(settings)
     if args.window is not None:
         engine = engine.derive(window=args.window)
     session = engine.store.get_session(args.session)
@@ -62,6 +64,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
     stored first) to the next line, ``/quit`` or end of input (Ctrl-D) ends it."""
     from rich.console import Console
 
+    settings = _settings(database=True)
+
     from errors import FileError, InvalidMessageError, ModelAuthError, TurnError
     from persona import load_persona
     from runtime._offline import load_litellm
@@ -69,7 +73,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     litellm = load_litellm()
     litellm.suppress_debug_info = True  # its "Give Feedback" banners would land in the conversation on stdout
-    settings = _settings()
     persona = load_persona(Path(args.persona)) if args.persona else None
     engine = open_engine(settings, persona=persona)
     existing = engine.store.get_session(args.session)

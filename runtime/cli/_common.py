@@ -9,12 +9,19 @@ EXIT_INTERRUPTED = 130
 """Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process SIGINT ended."""
 
 
-def _settings():
+def _settings(*, database: bool = False):
+    """The settings, with logging configured. ``database=True`` for a command that opens the
+    database next: without ``DATABASE_URL`` the embedded server's start begins now on a thread
+    (:func:`memory.embedded.start_embedded_soon`), while the command imports the rest."""
     from runtime.config import Settings
     from runtime.logs import configure_logging
 
     settings = Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
+    if database and not settings.database_url:
+        from memory.embedded import start_embedded_soon
+
+        start_embedded_soon(settings.data_dir)
     return settings
 
 

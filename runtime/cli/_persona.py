@@ -97,10 +97,12 @@ def cmd_kb_remove(args: argparse.Namespace) -> int:
 
 
 def _profiles():
+    settings = _settings(database=True)
+
     from memory.profiles import Profiles
     from runtime.service import connect
 
-    return Profiles(connect(_settings()).engine)
+    return Profiles(connect(settings).engine)
 
 
 def _print_profile(user: str, profile) -> None:

@@ -29,7 +29,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         check_plot_path(args.plot)  # a bad --plot fails before the replay runs
     _check_window(args.window)
-    settings = _settings()
+    settings = _settings(database=True)
     # the model loads (its runtime, the weights) while the runtime's own modules import and the
     # database opens; open_engine's open_embedder, without the import wait
     embedder = runtime_embedder(

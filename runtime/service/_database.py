@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy import Engine as SAEngine
 
 from errors import ConfigurationError, SchemaError
-from memory.database import check_connection, make_engine, start_embedded
+from memory.database import check_connection, make_engine
+from memory.embedded import start_embedded
 from runtime.config import Settings
 
 

