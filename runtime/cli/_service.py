@@ -22,9 +22,10 @@ def _workers_arg(value: str) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Serve the HTTP API under uvicorn until Ctrl-C: one process with one engine, or with
     ``--workers N``, N worker processes that each open their own engine on one database."""
+    settings = _settings(database=True)
+
     import uvicorn
 
-    settings = _settings()
     host = args.host or settings.api_host
     port = settings.api_port if args.port is None else args.port
     if port == 0:  # pick the port here, so the address printed below is the one served
