@@ -7,6 +7,7 @@ module imports nothing outside the standard library until a start is asked for.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import warnings
@@ -35,6 +36,8 @@ def start_embedded(data_dir: Path) -> str:
       server left unowned and stops it when it exits.
     - SIGTERM, whose default action skips ``atexit``, is made a normal exit (status 143)
       when no handler is installed yet (:func:`_exit_cleanly_on_sigterm`); SIGINT is one already.
+    - Once the process is exiting, SIGINT and SIGTERM are ignored while the server stops
+      (:func:`_stop_uninterrupted`), so a late Ctrl-C cannot leave it running.
 
     A start begun by :func:`start_embedded_soon` for the same directory in this process is
     waited for instead, and its URL returned (or its error raised).
@@ -51,7 +54,21 @@ def start_embedded(data_dir: Path) -> str:
         pending = _pending.pop(data_dir, None)
     url = pending.result() if pending is not None else _start(data_dir)
     _exit_cleanly_on_sigterm()
+    if threading.current_thread() is threading.main_thread():
+        atexit.unregister(_stop_uninterrupted)  # registered again after the wheel's hook: it runs first
+        atexit.register(_stop_uninterrupted)
     return url
+
+
+def _stop_uninterrupted() -> None:
+    """At exit, just before the wheel's hook stops the server (``atexit`` runs hooks last
+    registered first): ignore SIGINT and SIGTERM from here on, so that a Ctrl-C in the last
+    moment cannot cut the stop short, which left the server running and its owner list half
+    written."""
+    import signal
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_IGN)
 
 
 def start_embedded_soon(data_dir: Path) -> None:
@@ -120,7 +137,8 @@ def forget_dead_owners(pgdata: Path) -> list[int]:
     running. Returns the ids dropped.
 
     A server whose owners all died keeps running with no owner; once their ids are gone, the
-    next process that attaches becomes its owner and stops it on exit.
+    next process that attaches becomes its owner and stops it on exit. A list that cannot be read
+    (left half written) is reset to empty, with a warning: this process then owns the server alone.
     """
     import json
 
@@ -130,8 +148,17 @@ def forget_dead_owners(pgdata: Path) -> list[int]:
     path = Path(pgdata) / ".handle_pids.json"
     with PostgresServer._lock:
         try:
-            pids = [int(p) for p in json.loads(path.read_text())]
-        except (OSError, ValueError, TypeError):
+            content = path.read_text()
+        except OSError:
+            return []
+        try:
+            pids = [int(p) for p in json.loads(content)]
+        except (ValueError, TypeError):
+            # The wheel rewrites the list in place: an exit cut short while it wrote leaves it empty
+            # or half written, and the wheel could never read it again, so every later start failed.
+            # The owners it held are unknown; this process becomes the only one.
+            path.write_text("[]")
+            logging.getLogger("companion.database").warning("embedded server owner list unreadable, reset: %s", path)
             return []
         alive = [p for p in pids if _running(psutil, p)]
         if alive != pids:

