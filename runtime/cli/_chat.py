@@ -15,7 +15,12 @@ def context_table(context):
     from rich.table import Table
 
     title = f"context of {context.session_id} ({context.total_tokens} + {context.reply_reserve} reserved of {context.window} tokens)"
-    table = Table(title=title, min_width=len(title))
+    table = Table(
+        title=title,
+        min_width=len(title),
+        caption="tokens include each source's share of message framing; the caps of memory and recent "
+        "include what the other sources left unused",
+    )
     for col in ("source", "tokens", "cap", "items", "cut"):
         table.add_column(col)
     for report in context.sources.values():

@@ -53,7 +53,9 @@ class SourceReport:
     tokens: int
     """Tokens this source used, its share of message framing included."""
     cap: int
-    """The source's cap in tokens (for ``recent``: its cap plus what other sources left unused)."""
+    """The source's cap in tokens, for its content: ``tokens`` may pass it by the source's share of
+    message framing. For ``memory``: its cap plus what the persona, the summary and retrieval left
+    of theirs (when that flow is on); for ``recent``: its cap plus what all the others left."""
     items: int
     """Entries included: turns, segments, summary lines."""
     cut: str | None = None
