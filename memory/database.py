@@ -109,6 +109,16 @@ def _name_connections(engine: Engine) -> None:
         cparams.setdefault("application_name", APPLICATION_NAME.format(pid=os.getpid()))
 
 
+def _send_binary_vectors(engine: Engine) -> None:
+    """Let each new connection of ``engine`` send :class:`memory.vectors.Vector` values in binary
+    (:func:`memory.vectors.register_binary_vectors`; no round trip)."""
+    from memory.vectors import register_binary_vectors
+
+    @event.listens_for(engine, "connect")
+    def _binary(dbapi_connection, record) -> None:  # noqa: ARG001 - the event's signature
+        register_binary_vectors(dbapi_connection.adapters)
+
+
 def _ping_if_idle(engine: Engine, idle_seconds: float) -> None:
     """Make ``engine``'s pool ping a connection on checkout only when it has sat idle in the pool
     over ``idle_seconds`` (SQLAlchemy's checkout/checkin pool events, its documented recipe for a
@@ -149,6 +159,8 @@ def make_engine(
             one more waits up to 30 s for a free one, then fails as :class:`StorageError`.
         idle_ping_seconds: a pooled connection idle in the pool longer than this is pinged on
             checkout, and replaced if the ping fails (:data:`IDLE_PING_SECONDS`).
+
+    Its connections send vector parameters in binary (:mod:`memory.vectors`).
     """
     if url.startswith("postgres://"):
         url = "postgresql://" + url[len("postgres://") :]
@@ -160,6 +172,7 @@ def make_engine(
         raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
     engine = create_engine(url, pool_size=pool_size, max_overflow=0)
     _name_connections(engine)
+    _send_binary_vectors(engine)
     _ping_if_idle(engine, idle_ping_seconds)
     return engine
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import Engine, bindparam, text
 
 from memory.database import autocommit_engine, storage_errors
+from memory.vectors import Vector
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -85,12 +85,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import Connection, Engine, Row, bindparam, text
 
 from memory.database import storage_errors
 from memory.dates import TimeSpan
 from memory.fulltext import CJK_METHOD, CjkMethod, cjk_terms
+from memory.vectors import Vector
 
 RRF_K = 10
 """The reciprocal-rank-fusion constant k. Cormack et al. (2009) use 60 for fusing long

@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from itertools import product
 
 import structlog
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import Connection, Engine, bindparam, text
 
 from errors import DatabaseInUseError
@@ -53,6 +52,7 @@ from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl, without_na
 from memory.tables import Turn
 from memory.vector_model import TABLE as MODEL_TABLE
 from memory.vector_model import RecordedModel, canonical_name, record_model, recorded_model
+from memory.vectors import Vector
 
 log = structlog.get_logger("companion.reembed")
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import CursorResult, Engine, bindparam, func, text, union_all, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
 from memory.database import autocommit_engine, lock_engine, storage_errors
 from memory.fulltext import search_vector
+from memory.vectors import Vector
 
 if TYPE_CHECKING:
     from memory.files import FileStore

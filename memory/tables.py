@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import Column, DateTime, Text
 from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
 from sqlmodel import Field, SQLModel
+
+from memory.vectors import Vector
 
 SummaryItemJSON = dict[str, str | int | None]
 """One flat summary entry as stored in ``summaries.items``: a JSON object of strings, integers

@@ -91,3 +91,31 @@ def test_a_database_url_of_another_database_names_database_url_and_not_the_passw
     assert info.value.setting == "DATABASE_URL"
     assert str(info.value).startswith("DATABASE_URL: ") and "'mysql'" in str(info.value)
     assert "s3cret" not in str(info.value)
+
+
+def test_vectors_sent_in_binary_store_what_pgvector_text_stores(db_url):
+    """A vector parameter goes to the server in pgvector's binary format and is stored as the
+    same 4-byte floats as its decimal text; a value that is not one vector is refused."""
+    import random
+
+    import sqlalchemy.exc
+    from sqlalchemy import bindparam
+
+    from memory.database import make_engine
+    from memory.vectors import Vector
+
+    rng = random.Random(7)
+    values = [rng.gauss(0.0, 0.05) for _ in range(384)] + [1e-39, -0.0, 123456.789]
+    engine = make_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            same = conn.execute(
+                text("SELECT CAST(:v AS vector) = CAST(:t AS vector), vector_dims(CAST(:v AS vector))").bindparams(
+                    bindparam("v", values, type_=Vector()), t="[" + ",".join(repr(v) for v in values) + "]"
+                )
+            ).one()
+            assert tuple(same) == (True, len(values))
+            with pytest.raises(sqlalchemy.exc.StatementError, match="expected list"):
+                conn.execute(text("SELECT CAST(:v AS vector)").bindparams(bindparam("v", [[1.0, 2.0]], type_=Vector())))
+    finally:
+        engine.dispose()
