@@ -25,7 +25,13 @@ from runtime.accounting import (
     openai_image_tokens,
 )
 from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
-from runtime.accounting._tokens import COUNT_CACHE_CHARS, ConservativeEstimator, HuggingFaceCounter, TiktokenCounter
+from runtime.accounting._tokens import (
+    COUNT_CACHE_CHARS,
+    LONG_COUNT_CACHE_CHARS,
+    ConservativeEstimator,
+    HuggingFaceCounter,
+    TiktokenCounter,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -152,18 +158,21 @@ def test_exact_counter_equals_tiktoken(model, encoding, text):
     assert counter_for(model).count_text(text) == len(tiktoken.get_encoding(encoding).encode_ordinary(text))
 
 
-def test_exact_counter_encodes_a_repeated_text_once_and_a_long_text_each_time():
-    """Assembling recounts the same turns on every turn: a text counted again comes from the
-    counter's cache, with the same count; a text over the cached length is encoded each time."""
+def test_exact_counter_encodes_a_repeated_text_once_and_a_very_long_text_each_time():
+    """Assembling recounts the same turns on every turn, and a context's long blocks several
+    times: a text counted again comes from the counter's cache, with the same count, a short one
+    or a long one; a text over the longest cached length is encoded each time."""
     encode = load_tiktoken().get_encoding("cl100k_base").encode_ordinary
     encoded: list[str] = []
     counter = TiktokenCounter("cl100k_base")
     counter._encode = lambda text: encoded.append(text) or encode(text)
     short = "Hello there! How was your weekend?"
     long = "word " * (COUNT_CACHE_CHARS // 5 + 1)
+    huge = "word " * (LONG_COUNT_CACHE_CHARS // 5 + 1)
     assert [counter.count_text(short) for _ in range(3)] == [len(encode(short))] * 3
-    assert [counter.count_text(long) for _ in range(2)] == [len(encode(long))] * 2
-    assert encoded == [short, long, long]
+    assert [counter.count_text(long) for _ in range(3)] == [len(encode(long))] * 3
+    assert [counter.count_text(huge) for _ in range(2)] == [len(encode(huge))] * 2
+    assert encoded == [short, long, huge, huge]
 
 
 def test_estimator_and_deepseek_counter_also_count_a_repeated_text_once():
@@ -178,10 +187,12 @@ def test_estimator_and_deepseek_counter_also_count_a_repeated_text_once():
 
     short = "Hello there! 周末过得怎么样？"
     long = "word " * (COUNT_CACHE_CHARS // 5 + 1)
+    huge = "word " * (LONG_COUNT_CACHE_CHARS // 5 + 1)
     estimator, plain = RecordingEstimator(), ConservativeEstimator()
     assert [estimator.count_text(short) for _ in range(3)] == [plain.count_text(short)] * 3
     assert [estimator.count_text(long) for _ in range(2)] == [plain.count_text(long)] * 2
-    assert estimated == [short, long, long]
+    assert [estimator.count_text(huge) for _ in range(2)] == [plain.count_text(huge)] * 2
+    assert estimated == [short, long, huge, huge]
 
     deepseek = HuggingFaceCounter("deepseek", "deepseek_tokenizer.json")
     expected = counter_for("deepseek/deepseek-chat").count_text(short)

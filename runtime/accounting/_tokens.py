@@ -373,24 +373,38 @@ turn (a LoCoMo replay: about 94,000 counts, most of them repeats)."""
 COUNT_CACHE_CHARS = 2048
 """Longest text (characters) whose count is kept. The limit bounds the cache's memory: it holds at
 most :data:`COUNT_CACHE` × this many characters (about 16.8 million; 32 MB as Python strings of
-Chinese text, two bytes a character). Longer texts (a pasted document, a file's text) rarely
-repeat and are counted each time."""
+Chinese text, two bytes a character). Longer texts go to a smaller cache
+(:data:`LONG_COUNT_CACHE`)."""
+LONG_COUNT_CACHE = 32
+"""Distinct texts longer than :data:`COUNT_CACHE_CHARS` and at most :data:`LONG_COUNT_CACHE_CHARS`
+whose counts a counter also keeps, least recently used out first. Assembling one context counts
+its long texts several times: the memory block as it is built, as its source's share and
+inside the system message that joins the blocks, and that message again in the whole request.
+On a LoCoMo conv-26 replay (window 4,096) these repeats were most of the tokenizer's time.
+Texts are counted again on the next turn, when they have changed."""
+LONG_COUNT_CACHE_CHARS = 65_536
+"""Longest text (characters) :data:`LONG_COUNT_CACHE` keeps: with it the long-text cache holds at
+most about 2.1 million characters. A longer text (a whole pasted document) is counted each time."""
 
 
 class _CachedCounter(_MessageCounter):
-    """A counter whose text counts of at most :data:`COUNT_CACHE_CHARS` characters are kept
-    (:data:`COUNT_CACHE` distinct texts, least recently used out first). Subclasses provide
-    ``_count``, the uncached count of a non-empty text."""
+    """A counter whose text counts are kept: :data:`COUNT_CACHE` distinct texts of at most
+    :data:`COUNT_CACHE_CHARS` characters, and :data:`LONG_COUNT_CACHE` longer ones of at most
+    :data:`LONG_COUNT_CACHE_CHARS` (least recently used out first, each cache on its own).
+    Subclasses provide ``_count``, the uncached count of a non-empty text."""
 
     def __init__(self) -> None:
         self._cached = functools.lru_cache(maxsize=COUNT_CACHE)(self._count)
+        self._cached_long = functools.lru_cache(maxsize=LONG_COUNT_CACHE)(self._count)
 
     def count_text(self, text: str) -> int:
-        """Tokens of ``text`` (a text of at most :data:`COUNT_CACHE_CHARS` characters counted
+        """Tokens of ``text`` (a text of at most :data:`LONG_COUNT_CACHE_CHARS` characters counted
         again is answered from the cache)."""
         if not text:
             return 0
-        return self._cached(text) if len(text) <= COUNT_CACHE_CHARS else self._count(text)
+        if len(text) <= COUNT_CACHE_CHARS:
+            return self._cached(text)
+        return self._cached_long(text) if len(text) <= LONG_COUNT_CACHE_CHARS else self._count(text)
 
     def _count(self, text: str) -> int:  # pragma: no cover - overridden
         raise NotImplementedError
