@@ -72,8 +72,8 @@ A follow-up that says little alone ("那后来呢？", "and her?") is recalled b
 before it as well (:func:`enrich_query`, applied by the engine).
 
 Recall is a read: one ``SELECT`` of the user's segment count, one transaction-local
-``set_config`` on the index path, the ranked ``SELECT`` and one more with neighbour
-expansion; no writes.
+``set_config`` on the index path, and the ranked ``SELECT``, which reads the neighbours too
+(with a ``session_cap``, they take a second ``SELECT``); no writes.
 """
 
 from __future__ import annotations
@@ -273,17 +273,9 @@ found AS (
     SELECT coalesce(vec.id, fts.id) AS id, vec.r AS vector_rank, fts.r AS text_rank
     FROM vec FULL JOIN fts ON fts.id = vec.id
 ){dated_found}
-SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date,
-       m.embedding <=> CAST(:q AS vector) AS distance,
-       f.vector_rank, f.text_rank,
-       (coalesce(1.0 / (:k + f.vector_rank), 0) + coalesce(1.0 / (:k + f.text_rank), 0){dated_score})
-         * CASE WHEN :speaker_label <> '' AND starts_with(m.content, :speaker_label) THEN :speaker_weight ELSE 1.0 END
-         AS score
-FROM {found} AS f JOIN archived_segments AS m ON m.id = f.id
-ORDER BY score DESC, distance, m.id
-LIMIT :limit
-"""
-"""The fused ranking. ``common`` (the table's most common lexemes, from ``pg_stats``) is
+{ranked}"""
+"""The fused ranking; ``{ranked}`` is :data:`_HITS`, or :data:`_HITS_AND_NEIGHBOURS` to read the
+neighbours in the same statement. ``common`` (the table's most common lexemes, from ``pg_stats``) is
 ``MATERIALIZED`` so that it is read once: inlined, the view was read again for each query
 term and each use of its share, about 0.5 ms per term on the index path. ``df`` (one row per
 query term) is ``MATERIALIZED`` too: inlined, the planner recomputed it for every matching
@@ -296,6 +288,59 @@ with the ordered sum below, on a machine twice as loaded), and
 full-text score is summed over the query terms in term order (``ORDER BY df.t``): floating-point
 addition depends on the order, so without it two rows of equal score could differ in the last
 bit, and swap places, with the plan."""
+
+_HITS = """SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date,
+       m.embedding <=> CAST(:q AS vector) AS distance,
+       f.vector_rank, f.text_rank,
+       (coalesce(1.0 / (:k + f.vector_rank), 0) + coalesce(1.0 / (:k + f.text_rank), 0){dated_score})
+         * CASE WHEN :speaker_label <> '' AND starts_with(m.content, :speaker_label) THEN :speaker_weight ELSE 1.0 END
+         AS score
+FROM {found} AS f JOIN archived_segments AS m ON m.id = f.id
+ORDER BY score DESC, distance, m.id
+LIMIT :limit"""
+"""The hits: the fused rows, best first (the last part of :data:`_RANKED`)."""
+
+_HITS_AND_NEIGHBOURS = (
+    """,
+hits_ranked AS MATERIALIZED (
+"""
+    + _HITS
+    + """
+),
+expanded AS (
+    SELECT id AS hit, session_id, first_seq, last_seq
+    FROM hits_ranked ORDER BY score DESC, distance, id LIMIT :expand
+),
+near AS (
+    SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
+           s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
+    FROM expanded AS h
+    CROSS JOIN LATERAL (
+        (SELECT * FROM archived_segments AS a
+         WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span)
+        UNION ALL
+        (SELECT * FROM archived_segments AS a
+         WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span
+         ORDER BY a.last_seq LIMIT 1)
+    ) AS s
+    WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude_near}
+)
+SELECT 0 AS part, row_number() OVER (ORDER BY score DESC, distance, id) AS pos,
+       id, session_id, first_seq, last_seq, content, tokens, session_date, distance,
+       vector_rank, text_rank, score, CAST(NULL AS bigint) AS neighbour_of
+FROM hits_ranked
+UNION ALL
+SELECT 1, row_number() OVER (ORDER BY neighbour_of, first_seq),
+       id, session_id, first_seq, last_seq, content, tokens, session_date, distance,
+       NULL, NULL, NULL, neighbour_of
+FROM near
+ORDER BY part, pos"""
+)
+"""The hits and, in the same statement, the neighbours of the best ``expand`` of them (what
+:data:`_NEIGHBOURS` reads, by the same index ranges): ``part`` 0 rows are the hits in rank
+order, ``part`` 1 rows the neighbours by hit and ``first_seq``. One round trip instead of two:
+used whenever neighbours are asked for and no ``session_cap`` reorders the hits first."""
+
 
 _VEC_EXACT = """mine AS MATERIALIZED (
     SELECT id, embedding <=> CAST(:q AS vector) AS distance
@@ -524,20 +569,28 @@ def recall_segments(
         vec_cte = (_VEC_INDEX if use_index else _VEC_EXACT).format(
             exclude=exclude, dim=len(params["q"]), key=archive_hnsw_key(len(params["q"]))
         )
+        # the neighbours come with the hits, unless a session cap must reorder the hits first
+        together = neighbours > 0 and expand > 0 and session_cap is None
         sql = _RANKED.format(
             vec_cte=vec_cte,
             text_from=(_TEXT_FROM_INDEX if use_index else _TEXT_FROM_EXACT).format(exclude=exclude),
             exclude=exclude,
             excluded_count=excluded_count,
+            ranked=(_HITS_AND_NEIGHBOURS if together else _HITS).format(
+                dated_score=parts["dated_score"], found=parts["found"], exclude_near=exclude_near
+            ),
             **parts,
         )
-        hits = [_segment(r) for r in conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()]
+        if together:
+            params.update(span=int(neighbours), expand=int(expand))
+        rows = conn.execute(text(sql).bindparams(_QUERY_VECTOR), params).fetchall()
+        hits = [_segment(r) for r in rows if not together or r.part == 0]
         factor = _speaker_factor(label, speaker_weight)
         if session_cap is not None:
             hits = _cap_per_day(hits, session_cap)
-        near: Sequence[Row[Any]] = []
+        near: Sequence[Row[Any]] = [r for r in rows if r.part == 1] if together else []
         expanded = hits[: max(int(expand), 0)]
-        if neighbours > 0 and expanded:
+        if neighbours > 0 and expanded and not together:
             near = conn.execute(
                 text(_NEIGHBOURS.format(exclude=exclude_near)).bindparams(_QUERY_VECTOR),
                 {
