@@ -71,9 +71,10 @@ segments on this machine) while the index path's stays near its cost at 10,000.
 A follow-up that says little alone ("那后来呢？", "and her?") is recalled by the turns
 before it as well (:func:`enrich_query`, applied by the engine).
 
-Recall is a read: one ``SELECT`` of the user's segment count, one transaction-local
-``set_config`` on the index path, and the ranked ``SELECT``, which reads the neighbours too
-(with a ``session_cap``, they take a second ``SELECT``); no writes.
+Recall is a read: one ``SELECT`` of the user's segment count (none when the caller gives
+``vector_index``), one transaction-local ``set_config`` on the index path, and the ranked
+``SELECT``, which reads the neighbours too (with a ``session_cap``, they take a second
+``SELECT``); no writes. Told the exact path beforehand, it runs without a transaction.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, Row, bindparam, text
 
-from memory.database import storage_errors
+from memory.database import autocommit_engine, storage_errors
 from memory.dates import TimeSpan
 from memory.fulltext import CJK_METHOD, CjkMethod, cjk_terms
 from memory.vectors import Vector
@@ -554,7 +555,10 @@ def recall_segments(
     params["index_pool"] = min(params["pool"], INDEX_POOL)
     params["speaker_label"] = label = f"{speaker}: " if speaker else ""
     params["speaker_weight"] = float(speaker_weight)
-    with storage_errors(exclude_session_id), engine.connect() as conn:
+    # the index path's settings are transaction-local; the exact path (known beforehand) needs no
+    # transaction, so its statement runs alone, without the BEGIN and ROLLBACK round trips
+    reader = autocommit_engine(engine) if vector_index is False else engine
+    with storage_errors(exclude_session_id), reader.connect() as conn:
         use_index = vector_index if vector_index is not None else _index_pays(conn, user_id, params["pool"])
         if use_index:
             # SET LOCAL: this transaction only; recall is a read and the connection returns to the pool as it was
@@ -667,8 +671,7 @@ def turns_apart(segment: RecalledSegment, hit: RecalledSegment) -> int:
 
 
 def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
-    """Whether the HNSW path is the one to take for ``user_id``: a large archive that is a
-    large share of the table. One primary-key read and one catalog read."""
+    """:func:`index_pays` for ``user_id``, read: one primary-key read and one catalog read."""
     row = conn.execute(
         text(
             "SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0), "
@@ -676,10 +679,18 @@ def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
         ),
         {"u": user_id},
     ).one()
-    mine, table = int(row[0]), float(row[1] or 0)
-    if mine < max(INDEX_FROM, pool):
+    return index_pays(int(row[0]), float(row[1] or 0), pool)
+
+
+def index_pays(archived: int, table_rows: float, pool: int) -> bool:
+    """Whether the HNSW path is the one to take for a user with ``archived`` segments when the
+    archive table holds about ``table_rows`` (``pg_class.reltuples``; 0 or less: unknown), for
+    ``pool`` candidates: a large archive (:data:`INDEX_FROM`) that is a large share of the table
+    (:data:`INDEX_SHARE`). :func:`recall_segments` reads the two numbers itself unless given
+    ``vector_index``; :meth:`memory.store.Store.session_reads` reads them with other things."""
+    if archived < max(INDEX_FROM, pool):
         return False
-    return table <= 0 or mine / max(table, mine) >= INDEX_SHARE
+    return table_rows <= 0 or archived / max(table_rows, archived) >= INDEX_SHARE
 
 
 _UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af\uf900-\ufaff]")

@@ -89,6 +89,24 @@ class NewSegment:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionReads:
+    """What assembling a context reads of a session besides its turns (:meth:`Store.session_reads`)."""
+
+    summary: Summary | None
+    """The session's summary, as :meth:`Store.summary` gives it."""
+    archived_segments: int
+    """The user's archived segments (their ``archive_counts`` row)."""
+    archive_rows: float
+    """The archive table's estimated rows (``pg_class.reltuples``: ``-1`` before it was ever
+    analyzed), for :func:`memory.recall.index_pays`."""
+    has_files: bool
+    """Whether any turn of the session carries a file (``False``: :meth:`Store.turn_attachments`
+    would return nothing)."""
+    has_knowledge: bool
+    """Whether the persona has knowledge chunks (``False``: a knowledge search finds nothing)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClaimedSession:
     """What :meth:`Store.claim_turn` learns of the session it claimed, in the same statement."""
 
@@ -383,6 +401,48 @@ class Store:
         window = [t for t in unique if t.state == TurnState.context]
         with_usage = [t for t in reversed(unique) if t.usage_prompt_tokens is not None][:usage_limit]
         return window, with_usage
+
+    def session_reads(self, session_id: str, *, user_id: str, persona: str) -> SessionReads:
+        """The session's summary, the user's archive size, and whether the session's turns carry
+        files and the persona has knowledge, in one statement (:class:`SessionReads`): what
+        assembling a context would otherwise read in four, two of them only to find nothing. A
+        read: nothing changes. Each part is read by a key or an index; whether the session has
+        files is the question :meth:`turn_attachments` answers, at no greater cost."""
+        with storage_errors(session_id), self._one.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT s.session_id IS NOT NULL AS found, s.content, s.items, s.first_seq, s.last_seq, "
+                    "s.tokens, s.dropped_quotes, s.updated_at, "
+                    "coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0) AS archived, "
+                    "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass)) AS rows, "
+                    "EXISTS (SELECT 1 FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+                    "WHERE t.session_id = :s) AS has_files, "
+                    "EXISTS (SELECT 1 FROM knowledge_chunks WHERE persona = :p) AS has_knowledge "
+                    "FROM (SELECT 1) AS one LEFT JOIN summaries AS s ON s.session_id = :s"
+                ),
+                {"s": session_id, "u": user_id, "p": persona},
+            ).one()
+        summary = (
+            Summary(
+                session_id=session_id,
+                content=row.content,
+                items=row.items,
+                first_seq=row.first_seq,
+                last_seq=row.last_seq,
+                tokens=row.tokens,
+                dropped_quotes=row.dropped_quotes,
+                updated_at=row.updated_at,
+            )
+            if row.found
+            else None
+        )
+        return SessionReads(
+            summary=summary,
+            archived_segments=int(row.archived),
+            archive_rows=float(row.rows if row.rows is not None else -1),
+            has_files=bool(row.has_files),
+            has_knowledge=bool(row.has_knowledge),
+        )
 
     # -- summary and breaker ------------------------------------------------
     def summary(self, session_id: str) -> Summary | None:

@@ -279,3 +279,14 @@ def test_files_of_rolled_out_turns_stay_listed_with_the_summary(files_env, store
     after = engine.assemble(user_id="u1", session_id="s1")
     assert doc not in "\n".join(str(m["content"]) for m in after.messages)
     assert "Files from earlier" not in "\n".join(str(m["content"]) for m in after.messages)
+
+
+def test_session_reads_say_whether_the_session_has_files(files_env, store):
+    """Assembling skips reading files only while no turn of the session carries one."""
+    engine = files_env.build()
+    engine.turn(user_id="u1", session_id="s1", message="no files yet")
+    assert not store.session_reads("s1", user_id="u1", persona=engine.persona.name).has_files
+    md = files_env.upload("u1", "list.md", ff.markdown_bytes())
+    engine.turn(user_id="u1", session_id="s1", message="one file", attachments=[md])
+    assert store.session_reads("s1", user_id="u1", persona=engine.persona.name).has_files
+    assert not store.session_reads("s2", user_id="u1", persona=engine.persona.name).has_files

@@ -168,11 +168,11 @@ def test_statements_per_turn_are_few_and_do_not_grow(make_engine_for):
     _turn_statements(engine, "s1", 1)  # the first turn also creates the session
     early = _turn_statements(engine, "s1", 3)
     later = _turn_statements(engine, "s1", 3)
-    # 19: the 18 of a turn before each turn's text was embedded once, and the INSERT of the
-    # user message's vector (turn_vectors), which spares the archive keys' embeddings later.
-    # Assembling takes that vector from the turn instead of reading it back, but these short
-    # follow-ups still read the vector of the user turn before them (the enriched query's)
-    assert max(early) <= 19, early
+    # 12: assembling reads the summary, the archive's size and whether there are files or
+    # knowledge in one statement (Store.session_reads), and reads no files and searches no
+    # knowledge when there are none; with each of those read on its own a turn took 15. These
+    # short follow-ups read the vector of the user turn before them (the enriched query's)
+    assert max(early) <= 12, early
     assert later == early, "the statements of a turn do not depend on the history's length"
 
 
@@ -249,8 +249,35 @@ def test_a_turn_sends_few_round_trips(make_engine_for, tmp_path):
     trace = path.read_text()
     trips = _round_trips(trace)
     begins = trace.count('Query\t "BEGIN')
-    # three transactions: the user turn (seq and activity), the reply likewise, recall's reads;
-    # every other statement runs alone in autocommit
-    assert begins == 3, begins
+    # two transactions: the user turn (seq and activity), the reply likewise; every other
+    # statement runs alone in autocommit, recall's ranked read too (its path known beforehand)
+    assert begins == 2, begins
     assert trips == statements + 2 * begins, (trips, statements)
     assert not any('Query\t ";"' in line for line in trace.splitlines()), "no pings"
+
+
+def test_session_reads_answer_as_the_reads_they_replace(make_engine_for, embedder):
+    """One statement gives the summary, the archive's size, and whether the session has files
+    and the persona knowledge: the same answers as reading each on its own, before and after a
+    compaction, and after the persona gains knowledge."""
+    from memory.knowledge import NewChunk, replace_sources
+
+    engine = make_engine_for(window=1024)
+    store, persona = engine.store, engine.persona.name
+    engine.turn(user_id="u1", session_id="s1", message="Hello there", reply="Hi!")
+    first = store.session_reads("s1", user_id="u1", persona=persona)
+    assert first.summary is None and first.archived_segments == 0
+    assert not first.has_files and not first.has_knowledge
+    for i in range(14):  # a 1,024-token window compacts within these
+        engine.turn(user_id="u1", session_id="s1", message=f"Message {i}: " + "tell me more " * 20, reply="Sure. " * 30)
+    reads = store.session_reads("s1", user_id="u1", persona=persona)
+    assert reads.summary is not None and reads.summary.model_dump() == store.summary("s1").model_dump()
+    assert reads.archived_segments == store.archive_count(user_id="u1") > 0
+    assert not store.session_reads("s1", user_id="u2", persona=persona).archived_segments  # the user's own
+    replace_sources(
+        store.engine,
+        persona=persona,
+        sources={"notes.md": [NewChunk(content="a fact", tokens=2, embedding=embedder.embed(["a fact"])[0])]},
+    )
+    assert store.session_reads("s1", user_id="u1", persona=persona).has_knowledge
+    assert not store.session_reads("s1", user_id="u1", persona="another persona").has_knowledge

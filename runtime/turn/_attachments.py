@@ -86,11 +86,12 @@ def attached(row: TurnFile) -> AttachedFile:
 
 
 def session_attachments(
-    store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings
+    store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings, has_files: bool = True
 ) -> Gathered:
     """The attachment blocks of the user turns in ``turns``, the files of the session's
-    rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read."""
-    rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN)
+    rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read;
+    ``has_files`` ``False`` (no turn of the session carries a file) skips reading the files."""
+    rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN) if has_files else {}
     blocks: dict[int, TurnBlocks] = {}
     images: dict[int, list[AttachedFile]] = {}
     for turn in turns:
@@ -194,7 +195,12 @@ class AttachmentsExtension:
 
     def gather(self, gathered: Gathered, *, user_id: str, session_id: str) -> Gathered:
         found = session_attachments(
-            self.store, user_id=user_id, session_id=session_id, turns=gathered.turns, settings=self.settings
+            self.store,
+            user_id=user_id,
+            session_id=session_id,
+            turns=gathered.turns,
+            settings=self.settings,
+            has_files=gathered.files,
         )
         # while files are shown, the file_read schema goes with every request
         schema = self.file_tool.tokens if self.file_tool.available and (found.blocks or found.earlier) else 0

@@ -43,6 +43,9 @@ class Gathered:
     messages' text: tool schemas, image pixels."""
     plans: dict[str, object] = field(default_factory=dict)
     """Extension name -> what its :meth:`TurnExtension.finish` needs from its ``gather``."""
+    files: bool = True
+    """Whether any turn of the session carries a file; ``False`` lets an extension skip reading
+    the session's files (:attr:`memory.store.SessionReads.has_files`)."""
 
 
 class TurnExtension(Protocol):

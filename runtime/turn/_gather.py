@@ -3,13 +3,14 @@ values :mod:`runtime.context` takes, and assemble. A read: nothing is written.
 
 For one session it reads the recent window (less the oldest exchanges over the ``recent`` cap
 that no compaction has rolled out yet: they stay out of view, and the summary block says their
-summary is pending), runs each turn extension's ``gather``, takes the query's vector for
+summary is pending), then in one more statement the summary, the archive's size (for recall's
+choice of path) and whether the session has files and the persona knowledge
+(:meth:`memory.store.Store.session_reads`: what is absent is not read again), runs each turn extension's ``gather``, takes the query's vector for
 recall and the knowledge base (the newest user message's stored
 :class:`~memory.tables.TurnVector`; the message embedded when it has none, as a pending one;
 a follow-up's enriched query composed from the vectors of the turns it joins,
 :func:`memory.recall.enrichment`), recalls archive segments within the ``memory`` budget
-(excluding turns still in view), fires lorebook entries, reads the pinned profile, the summary
-and the calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
+(excluding turns still in view), fires lorebook entries, reads the pinned profile and the calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,15 @@ from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit, search_chunks
 from memory.profiles import Profiles
-from memory.recall import SESSION_CAP, enrich_query, enrichment, named_speaker, recall_segments, without_names
+from memory.recall import (
+    SESSION_CAP,
+    enrich_query,
+    enrichment,
+    index_pays,
+    named_speaker,
+    recall_segments,
+    without_names,
+)
 from memory.store import Store
 from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
@@ -133,7 +142,8 @@ class ContextGatherer:
             keep_exchanges=self.settings.keep_exchanges,
         )
         out_of_view = sum(len(g) for g in hidden)
-        gathered = Gathered(turns=stored[out_of_view:])
+        reads = self.store.session_reads(session_id, user_id=user_id, persona=self.persona.name)
+        gathered = Gathered(turns=stored[out_of_view:], files=reads.has_files)
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
         turns = gathered.turns
@@ -182,6 +192,7 @@ class ContextGatherer:
                 session_cap=SESSION_CAP,
                 limit=self.settings.recall_candidates,
                 pool=self.settings.recall_pool,
+                vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.settings.recall_pool),
                 # memory may also take what the persona, summary and retrieval leave idle
                 token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
                 neighbours=self.settings.recall_neighbours,
@@ -204,7 +215,7 @@ class ContextGatherer:
         context = assemble_context(
             session_id=session_id,
             persona=self.persona,
-            summary=_summary(self.store.summary(session_id), out_of_view),
+            summary=_summary(reads.summary, out_of_view),
             candidates=recalled,
             turns=[RecentTurn(seq=t.seq, role=t.role, content=t.content) for t in turns],
             pending=pending,
@@ -215,7 +226,7 @@ class ContextGatherer:
             calibration=calibration.factor,
             overhead=calibration.overhead + gathered.reserved_tokens,
             profile=pinned(profile),
-            retrieval=self.retrieval(turns, pending, query, vector, profile, session_id),
+            retrieval=self.retrieval(turns, pending, query, vector, profile, session_id, knowledge=reads.has_knowledge),
             attachments=gathered.blocks,
             earlier_files=gathered.earlier,
             idle_to_memory=idle_to_memory,
@@ -274,9 +285,12 @@ class ContextGatherer:
         vector: list[float] | None,
         profile: UserProfile | None,
         session_id: str = "",
+        *,
+        knowledge: bool = True,
     ) -> list[RetrievalItem]:
         """Lorebook entries fired by the current message and the turns before it, then the
-        persona's nearest knowledge chunks."""
+        persona's nearest knowledge chunks (not searched with ``knowledge`` ``False``: the
+        persona has none)."""
         book = self.persona.character_book
         name = user_name(profile)
         char = self.persona.char_name
@@ -299,7 +313,7 @@ class ContextGatherer:
                 query_embedding=vector,
                 limit=self.settings.knowledge_chunks,
             )
-            if vector is not None and self.settings.knowledge_chunks > 0
+            if knowledge and vector is not None and self.settings.knowledge_chunks > 0
             else []
         )
         return retrieval_items(fired, [_knowledge(h) for h in hits], char=char, user=name, macros=macros)
