@@ -492,3 +492,26 @@ def test_a_missing_api_key_fails_at_once_as_an_auth_error_not_an_outage(monkeypa
     with pytest.raises(ModelAuthError, match="OPENAI_API_KEY"):
         replier.reply([{"role": "user", "content": "hi"}], session_id="s")
     assert slept == []
+
+
+def test_litellm_logs_streamed_chunks_only_while_a_callback_observes_them(fake_llm, monkeypatch):
+    """litellm's per-chunk stream logging is switched off while no litellm callback or cache is
+    set (it feeds nothing else), and back on for a host application that registers a callback,
+    which then gets the stream's success event; the reply is the same either way."""
+    import threading
+
+    monkeypatch.setattr(litellm, "disable_streaming_logging", False)
+    monkeypatch.setattr(litellm, "success_callback", [])
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    messages = [{"role": "user", "content": "Hello there"}]
+    fake_llm.script.extend(["one two three", "one two three"])
+
+    quiet = replier.reply(messages, session_id="s1", on_delta=lambda _: None)
+    assert litellm.disable_streaming_logging is True
+
+    logged = threading.Event()
+    monkeypatch.setattr(litellm, "success_callback", [lambda *args, **kwargs: logged.set()])
+    observed = replier.reply(messages, session_id="s1", on_delta=lambda _: None)
+    assert litellm.disable_streaming_logging is False
+    assert logged.wait(10), "the registered callback gets the streamed reply's success event"
+    assert (observed.content, observed.completion_tokens) == (quiet.content, quiet.completion_tokens)

@@ -208,6 +208,36 @@ def model_window(model: str) -> int:
     return int(window)
 
 
+_streams_unlogged_here = False
+"""Whether :func:`_log_streams_only_when_observed` turned litellm's stream logging off (so it may
+turn it back on): a setting the host application made itself is never overridden."""
+
+
+def _log_streams_only_when_observed(litellm: Any) -> None:
+    """Turn litellm's logging of streamed chunks off while nothing observes it, and back on
+    when something does.
+
+    For every streamed chunk, litellm submits a thread-pool task that runs its success handlers
+    in a new event loop (``run_success_logging_and_cache_storage``). Those handlers feed only
+    litellm's own callbacks (``litellm.callbacks``, ``success_callback``) and its response
+    cache; the runtime uses neither: it reads usage from the stream's last chunk and logs with
+    structlog. Without a callback or a cache, ``litellm.disable_streaming_logging`` (litellm's
+    switch for it) is set; a host application that registers callbacks or a cache gets its
+    stream logging back on the next call. Measured with the loopback fake model (60 streamed
+    replies of 16 chunks, this process's CPU, the fake model's included): 39.9 / 44.4 ms a
+    reply with the logging, 30.0 / 32.4 ms without (the same text and usage)."""
+    global _streams_unlogged_here
+    observed = any(
+        getattr(litellm, name, None) for name in ("callbacks", "success_callback", "_async_success_callback", "cache")
+    )
+    if not observed and not litellm.disable_streaming_logging:
+        litellm.disable_streaming_logging = True
+        _streams_unlogged_here = True
+    elif observed and _streams_unlogged_here:
+        litellm.disable_streaming_logging = False
+        _streams_unlogged_here = False
+
+
 # -- the replier ----------------------------------------------------------------
 class _ProviderFailure(Exception):
     """Carries an exception raised by litellm (not by the caller's ``on_delta``) to the retry loop."""
@@ -427,6 +457,7 @@ class LiteLLMReplier:
         parts: list[str] = []
         fragments: dict[int, dict[str, str]] = {}
         usage = None
+        _log_streams_only_when_observed(litellm)
         try:
             chunks = iter(litellm.completion(**kwargs, stream=True, stream_options={"include_usage": True}))
         except Exception as exc:
