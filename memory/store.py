@@ -197,35 +197,49 @@ class Store:
             return session
 
     # -- one turn at a time ------------------------------------------------------
-    def claim_turn(self, session_id: str, *, owner: str, lease_seconds: float) -> ClaimedSession:
+    def claim_turn(
+        self, session_id: str, *, owner: str, lease_seconds: float, user_id: str | None = None
+    ) -> ClaimedSession:
         """Claim the session for one turn (or an edit, a greeting): no other claim succeeds until
         :meth:`release_turn`, or until ``lease_seconds`` have passed (a claim whose process died).
         One ``UPDATE`` on the session row: atomic across threads and processes. Returns the
-        session's user and whether its compaction breaker was open when it was claimed.
+        session's user and whether its compaction breaker was open when it was claimed. With
+        ``user_id``, only a session of that user is claimed (a turn's claim, which then needs
+        no read of the session first).
 
         Raises:
+            SessionOwnershipError: ``user_id`` is given and the session is another user's;
+                nothing changed.
             TurnInProgressError: another claim holds the session; nothing changed.
             SessionClosedError: the session was closed; nothing changed.
             NotFoundError: no such session.
         """
-        from errors import NotFoundError, SessionClosedError, TurnInProgressError
+        from errors import NotFoundError, SessionClosedError, SessionOwnershipError, TurnInProgressError
 
         with storage_errors(session_id), Session(self._one) as db:
             claimed = db.execute(
                 text(
                     "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
                     "WHERE id = :s AND closed_at IS NULL AND (turn_owner IS NULL "
-                    "OR turn_claimed_at < now() - make_interval(secs => :lease)) RETURNING user_id, "
+                    "OR turn_claimed_at < now() - make_interval(secs => :lease)) "
+                    "AND (CAST(:u AS text) IS NULL OR user_id = :u) RETURNING user_id, "
                     "EXISTS (SELECT 1 FROM compaction_state AS c WHERE c.session_id = sessions.id "
                     "AND c.breaker_opened_at IS NOT NULL)"
-                ).bindparams(o=owner, s=session_id, lease=float(lease_seconds))
+                ).bindparams(o=owner, s=session_id, lease=float(lease_seconds), u=user_id)
             ).first()
             if claimed is not None:
                 db.commit()
                 return ClaimedSession(user_id=claimed[0], breaker_open=bool(claimed[1]))
-            row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
+            row = db.execute(
+                text("SELECT closed_at, user_id FROM sessions WHERE id = :s").bindparams(s=session_id)
+            ).first()
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
+        if user_id is not None and row[1] != user_id:
+            raise SessionOwnershipError(
+                f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
+                session_id=session_id,
+            )
         if row[0] is not None:
             raise SessionClosedError(
                 f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "

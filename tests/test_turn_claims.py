@@ -211,3 +211,19 @@ def test_a_claim_on_another_session_is_refused(make_engine_for, store):
     finally:
         claim.release()
     assert [t.content for t in store.turns("sx")] == ["Mine.", "Yes."]
+
+
+def test_a_turn_on_another_users_session_is_refused_without_claiming_it(make_engine_for, store):
+    """A turn claims its session only if the session is its user's: another user's turn is
+    refused (nothing stored), the session is left unclaimed, and a new session is created on
+    the turn's first claim."""
+    engine = make_engine_for(window=4096)
+    engine.turn(user_id="u1", session_id="s1", message="Hello there.", reply="Hi!")
+    with pytest.raises(SessionOwnershipError):
+        engine.turn(user_id="u2", session_id="s1", message="Not my session.", reply="?")
+    with store.engine.connect() as conn:
+        owner = conn.execute(text("SELECT turn_owner FROM sessions WHERE id = 's1'")).scalar()
+    assert owner is None
+    assert [t.content for t in store.turns("s1")] == ["Hello there.", "Hi!"]
+    engine.turn(user_id="u2", session_id="s2", message="My own.", reply="Welcome.")
+    assert store.get_session("s2").user_id == "u2"

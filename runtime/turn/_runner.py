@@ -40,6 +40,7 @@ from errors import (
     ContextOverflowError,
     InvalidMessageError,
     InvalidRequestError,
+    NotFoundError,
     SessionOwnershipError,
     TurnInProgressError,
 )
@@ -48,6 +49,7 @@ from memory.profiles import Profiles
 from memory.recall import without_names
 from memory.store import ClaimedSession, Store
 from memory.tables import Turn, UserProfile
+from memory.validation import check_id
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
@@ -106,7 +108,15 @@ class TurnClaim:
     :class:`~errors.TurnInProgressError`. No connection is held while waiting. ``session``: the
     claimed session's user, and whether its compaction breaker was open when it was claimed."""
 
-    def __init__(self, store: Store, session_id: str, *, lease_seconds: float, wait_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        *,
+        lease_seconds: float,
+        wait_seconds: float = 0.0,
+        user_id: str | None = None,
+    ) -> None:
         self.store, self.session_id = store, session_id
         self.owner = uuid.uuid4().hex
         deadline = time.monotonic() + wait_seconds
@@ -114,7 +124,7 @@ class TurnClaim:
         while True:
             try:
                 self.session: ClaimedSession = store.claim_turn(
-                    session_id, owner=self.owner, lease_seconds=lease_seconds
+                    session_id, owner=self.owner, lease_seconds=lease_seconds, user_id=user_id
                 )
                 return
             except TurnInProgressError:
@@ -201,13 +211,30 @@ class TurnRunner:
         _check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
         vector = self._embed(text, profile)  # before the claim and before anything is stored
-        if claim is None or claim.session.user_id != user_id:  # a claim proves the session exists
-            self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
         read = _Read(vector=vector, profile=profile)
         if claim is None:
-            with self.claim(session_id) as own:
+            with self._claim_for(user_id, session_id) as own:
                 return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, own)
+        if claim.session.user_id != user_id:  # a claim proves the session exists, not whose it is
+            self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
         return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, claim)
+
+    def _claim_for(self, user_id: str, session_id: str) -> TurnClaim:
+        """A turn's claim on ``user_id``'s session, the session created first if it is new
+        (:meth:`memory.store.Store.ensure_session`); for a session that exists, the claim's
+        ``UPDATE`` is the only statement.
+
+        Raises:
+            InvalidFieldError: a bad id (as :meth:`~memory.store.Store.ensure_session` says).
+            SessionOwnershipError, SessionClosedError, TurnInProgressError: as the claim says.
+        """
+        check_id(session_id, field="session_id")
+        check_id(user_id, field="user_id")
+        try:
+            return self.claim(session_id, user_id=user_id)
+        except NotFoundError:
+            self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+            return self.claim(session_id, user_id=user_id)
 
     def _claimed_turn(
         self,
@@ -391,20 +418,22 @@ class TurnRunner:
                     gone = self.files.delete_unreferenced(removed["file_ids"])
                     log.info("turn.edit_files_cleaned", session_id=session_id, files_deleted=len(gone))
 
-    def claim(self, session_id: str) -> TurnClaim:
-        """Claim the session for one turn.
+    def claim(self, session_id: str, *, user_id: str | None = None) -> TurnClaim:
+        """Claim the session for one turn (with ``user_id``: only if it is that user's).
 
         Waits up to ``COMPANION_TURN_WAIT_SECONDS`` for a running one to end.
 
         Raises:
             TurnInProgressError: another turn, edit or greeting of the session is still running.
             SessionClosedError: the session was closed. NotFoundError: no such session.
+            SessionOwnershipError: the session is another user's than ``user_id``.
         """
         return TurnClaim(
             self.store,
             session_id,
             lease_seconds=self.settings.turn_lease_seconds,
             wait_seconds=self.settings.turn_wait_seconds,
+            user_id=user_id,
         )
 
     # -- the reply ---------------------------------------------------------------------------
