@@ -290,6 +290,35 @@ full-text score is summed over the query terms in term order (``ORDER BY df.t``)
 addition depends on the order, so without it two rows of equal score could differ in the last
 bit, and swap places, with the plan."""
 
+_NEIGHBOURS_OF = """SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
+       s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
+FROM {hits}
+CROSS JOIN LATERAL (
+    (SELECT * FROM archived_segments AS a
+     WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span)
+    UNION ALL
+    (SELECT * FROM archived_segments AS a
+     WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span
+     ORDER BY a.last_seq LIMIT 1)
+) AS s
+WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude}"""
+"""The segments within ``span`` turns of each hit of ``{hits}`` (rows ``h`` of ``hit``,
+``session_id``, ``first_seq``, ``last_seq``): those that end inside the span, and the first one after it if it
+starts inside it. One session's segments never overlap (each turn is archived once), so no
+other segment can reach into the span; both parts are ranges of the ``(session_id, last_seq)``
+index, whatever the session's length."""
+
+_NEIGHBOURS = (
+    _NEIGHBOURS_OF.replace(
+        "{hits}",
+        "unnest(CAST(:hit_ids AS bigint[]), CAST(:hit_sessions AS text[]), CAST(:hit_first AS int[]), "
+        "CAST(:hit_last AS int[])) AS h(hit, session_id, first_seq, last_seq)",
+    )
+    + "\nORDER BY h.hit, s.first_seq"
+)
+"""The neighbours of hits given as arrays (``:hit_ids`` …), for a ranking a ``session_cap`` reordered."""
+
+
 _HITS = """SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date,
        m.embedding <=> CAST(:q AS vector) AS distance,
        f.vector_rank, f.text_rank,
@@ -313,18 +342,9 @@ expanded AS (
     FROM hits_ranked ORDER BY score DESC, distance, id LIMIT :expand
 ),
 near AS (
-    SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
-           s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
-    FROM expanded AS h
-    CROSS JOIN LATERAL (
-        (SELECT * FROM archived_segments AS a
-         WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span)
-        UNION ALL
-        (SELECT * FROM archived_segments AS a
-         WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span
-         ORDER BY a.last_seq LIMIT 1)
-    ) AS s
-    WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude_near}
+"""
+    + _NEIGHBOURS_OF.replace("{hits}", "expanded AS h").replace("{exclude}", "{exclude_near}")
+    + """
 )
 SELECT 0 AS part, row_number() OVER (ORDER BY score DESC, distance, id) AS pos,
        id, session_id, first_seq, last_seq, content, tokens, session_date, distance,
@@ -430,27 +450,6 @@ found_dated AS (
     SELECT coalesce(found.id, dated.id) AS id, found.vector_rank, found.text_rank, dated.r AS date_rank
     FROM found FULL JOIN dated ON dated.id = found.id
 )"""
-
-_NEIGHBOURS = """
-SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date,
-       s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of
-FROM unnest(CAST(:hit_ids AS bigint[]), CAST(:hit_sessions AS text[]),
-            CAST(:hit_first AS int[]), CAST(:hit_last AS int[])) AS h(hit, session_id, first_seq, last_seq)
-CROSS JOIN LATERAL (
-    (SELECT * FROM archived_segments AS a
-     WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span)
-    UNION ALL
-    (SELECT * FROM archived_segments AS a
-     WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span
-     ORDER BY a.last_seq LIMIT 1)
-) AS s
-WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{exclude}
-ORDER BY h.hit, s.first_seq
-"""
-"""The segments within ``span`` turns of each hit: those that end inside the span, and the
-first one after it if it starts inside it. One session's segments never overlap (each turn
-is archived once), so no other segment can reach into the span; both parts are ranges of
-the ``(session_id, last_seq)`` index, whatever the session's length."""
 
 
 def recall_segments(

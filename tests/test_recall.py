@@ -209,3 +209,15 @@ def test_build_segments_cuts_one_verbatim_segment_per_turn_keyed_with_the_turns_
     assert [d.content for d in drafts] == ["User: I love Lisbon.", "Mira: Tell me more!", "User: The trams are great."]
     assert [(d.first_seq, d.last_seq) for d in drafts] == [(1, 1), (2, 2), (3, 3)]
     assert drafts[1].key == "User: I love Lisbon.\nMira: Tell me more!\nUser: The trams are great."
+
+
+def test_neighbours_read_with_the_hits_match_those_read_after_them(store, embedder):
+    """The neighbours come in the hits' own statement, except when a session cap must reorder
+    the hits first (then a second statement reads them): with a cap that reorders nothing, both
+    give the same segments in the same order."""
+    _archive(store, embedder, user_id="ana", session_id="ana-1", contents=ENGLISH)
+    kw = {"limit": 6, "pool": 12, "neighbours": 1, "token_budget": 400}
+    together = _recall(store, embedder, "ana", QUERY, **kw)
+    after = _recall(store, embedder, "ana", QUERY, session_cap=100, **kw)
+    assert any(s.neighbour_of is not None for s in together)
+    assert [(s.id, s.neighbour_of, s.score) for s in after] == [(s.id, s.neighbour_of, s.score) for s in together]

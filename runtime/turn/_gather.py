@@ -5,12 +5,14 @@ For one session it reads the recent window (less the oldest exchanges over the `
 that no compaction has rolled out yet: they stay out of view, and the summary block says their
 summary is pending), then in one more statement the summary, the archive's size (for recall's
 choice of path) and whether the session has files and the persona knowledge
-(:meth:`memory.store.Store.session_reads`: what is absent is not read again), runs each turn extension's ``gather``, takes the query's vector for
-recall and the knowledge base (the newest user message's stored
-:class:`~memory.tables.TurnVector`; the message embedded when it has none, as a pending one;
-a follow-up's enriched query composed from the vectors of the turns it joins,
-:func:`memory.recall.enrichment`), recalls archive segments within the ``memory`` budget
-(excluding turns still in view), fires lorebook entries, reads the pinned profile and the calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's ``finish``.
+(:meth:`memory.store.Store.session_reads`: what is absent is not read again). It runs each turn
+extension's ``gather``, takes the query's vector for recall and the knowledge base (the newest
+user message's stored :class:`~memory.tables.TurnVector`; the message embedded when it has
+none, as a pending one; a follow-up's enriched query composed from the vectors of the turns it
+joins, :func:`memory.recall.enrichment`), recalls archive segments within the ``memory`` budget
+(excluding turns still in view), fires lorebook entries, reads the pinned profile and the
+calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's
+``finish``.
 """
 
 from __future__ import annotations
