@@ -341,7 +341,7 @@ expanded AS (
     SELECT id AS hit, session_id, first_seq, last_seq
     FROM hits_ranked ORDER BY score DESC, distance, id LIMIT :expand
 ),
-near AS (
+neighbour_rows AS (
 """
     + _NEIGHBOURS_OF.replace("{hits}", "expanded AS h").replace("{exclude}", "{exclude_near}")
     + """
@@ -354,7 +354,7 @@ UNION ALL
 SELECT 1, row_number() OVER (ORDER BY neighbour_of, first_seq),
        id, session_id, first_seq, last_seq, content, tokens, session_date, distance,
        NULL, NULL, NULL, neighbour_of
-FROM near
+FROM neighbour_rows
 ORDER BY part, pos"""
 )
 """The hits and, in the same statement, the neighbours of the best ``expand`` of them (what

@@ -109,6 +109,20 @@ def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, lar
     assert [s.distance for s in chosen][:8] == pytest.approx([s.distance for s in exact][:8])
 
 
+def test_recall_over_the_index_reads_the_neighbours_in_its_statement(store, large_archive, monkeypatch):
+    """On the index path too, the best hits' neighbours come with the hits, in one statement."""
+    query, planted = large_archive
+    monkeypatch.setattr(recall, "INDEX_FROM", 1000)
+    args = dict(user_id="big", query_embedding=list(query), query_text="zorblax", limit=10, pool=50)
+    with Statements(store.engine) as seen:
+        found = recall_segments(store.engine, neighbours=1, **args)
+    assert any("hnsw.iterative_scan" in s for s in seen.sql)
+    assert sum("ORDER BY score" in s for s in seen.sql) == 1 and not any("unnest(CAST(:hit_ids" in s for s in seen.sql)
+    assert [s.id for s in found if s.neighbour_of is None][:8] == [s.id for s in recall_segments(store.engine, **args)][
+        :8
+    ]
+
+
 def test_small_archive_recall_stays_exact(store, large_archive):
     query, _ = large_archive
     with Statements(store.engine) as seen:
