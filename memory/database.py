@@ -109,14 +109,19 @@ def _name_connections(engine: Engine) -> None:
         cparams.setdefault("application_name", APPLICATION_NAME.format(pid=os.getpid()))
 
 
-def _send_binary_vectors(engine: Engine) -> None:
-    """Let each new connection of ``engine`` send :class:`memory.vectors.Vector` values in binary
-    (:func:`memory.vectors.register_binary_vectors`; no round trip)."""
+def _binary_vectors_on_connect(dbapi_connection, record) -> None:  # noqa: ARG001 - the event's signature
     from memory.vectors import register_binary_vectors
 
-    @event.listens_for(engine, "connect")
-    def _binary(dbapi_connection, record) -> None:  # noqa: ARG001 - the event's signature
-        register_binary_vectors(dbapi_connection.adapters)
+    register_binary_vectors(dbapi_connection.adapters)
+
+
+def send_binary_vectors(engine: Engine) -> None:
+    """Let each new connection of ``engine`` send :class:`memory.vectors.Vector` values in binary
+    (:func:`memory.vectors.register_binary_vectors`; no round trip). :func:`make_engine` does it,
+    and :class:`memory.store.Store` for an engine made otherwise; a second call changes nothing.
+    Connections the engine's pool opened before the first call cannot send them."""
+    if not event.contains(engine, "connect", _binary_vectors_on_connect):
+        event.listen(engine, "connect", _binary_vectors_on_connect)
 
 
 def _ping_if_idle(engine: Engine, idle_seconds: float) -> None:
@@ -172,7 +177,7 @@ def make_engine(
         raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
     engine = create_engine(url, pool_size=pool_size, max_overflow=0)
     _name_connections(engine)
-    _send_binary_vectors(engine)
+    send_binary_vectors(engine)
     _ping_if_idle(engine, idle_ping_seconds)
     return engine
 

@@ -53,7 +53,7 @@ class KnowledgeSource:
 
 
 _EMBEDDING = Vector()
-"""pgvector's SQLAlchemy type: it writes a Python sequence of floats as a vector literal."""
+"""The vector type: a list of floats goes to the server in binary (:class:`memory.vectors.Vector`)."""
 
 
 def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:

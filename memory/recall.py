@@ -420,7 +420,7 @@ keeps the planner from reaching for the GIN index, whose lists for a common word
 user's rows: at 300,000 segments of 3,000 users that cost 33 ms of server CPU per query)."""
 
 _QUERY_VECTOR = bindparam("q", type_=Vector())
-"""``:q``, the query embedding: pgvector's SQLAlchemy type writes the vector literal."""
+"""``:q``, the query embedding, sent in binary (:class:`memory.vectors.Vector`)."""
 
 _DATED_CTE = """,
 dated_rows AS MATERIALIZED (

@@ -26,7 +26,7 @@ from sqlalchemy import CursorResult, Engine, bindparam, func, text, union_all, u
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
-from memory.database import autocommit_engine, lock_engine, storage_errors
+from memory.database import autocommit_engine, lock_engine, send_binary_vectors, storage_errors
 from memory.fulltext import search_vector
 from memory.vectors import Vector
 
@@ -132,12 +132,15 @@ class Store:
 
     def __init__(self, engine: Engine, *, lock_slots: int | None = None) -> None:
         """Args:
-        engine: the runtime's engine (its pool serves every read and write).
+        engine: the runtime's engine (its pool serves every read and write); its connections
+            are made to send vectors in binary (:func:`memory.database.send_binary_vectors`)
+            if :func:`memory.database.make_engine` did not make it.
         lock_slots: session-level advisory locks held at once by this store, each on its own
             connection outside ``engine``'s pool (:meth:`compaction_lock`); ``None``:
             :data:`DEFAULT_LOCK_SLOTS`.
         """
         self.engine = engine
+        send_binary_vectors(engine)  # an engine not made by make_engine: its vectors too
         self._one = autocommit_engine(engine)
         """For the methods that send one statement (a read, or a write that is atomic alone): it
         is its own transaction, without the ``BEGIN`` and ``COMMIT``/``ROLLBACK`` round trips."""

@@ -8,12 +8,13 @@ by :class:`pgvector.Vector`.
 
 The stored values are the same either way: ``vector`` holds 4-byte floats, and both paths
 round a component to the nearest one (the embedder's components are 4-byte floats already, so
-nothing is rounded at all). Measured on replays of LoCoMo conv-26: see ``docs/evaluation.md``,
-"Replay time".
+nothing is rounded at all). Measured on replays of LoCoMo conv-26: ``docs/evaluation.md``,
+"Vectors in binary, one read of the session's state".
 
 A binary parameter is sent without a type (oid 0), so the server takes the type its context
 gives it: ``CAST(:q AS vector)``, or the ``vector`` column an ``INSERT`` writes. Every
-connection of :func:`memory.database.make_engine` can send them (:func:`register_binary_vectors`).
+connection of :func:`memory.database.make_engine`, or of an engine given to
+:class:`memory.store.Store`, can send them (:func:`memory.database.send_binary_vectors`).
 """
 
 from __future__ import annotations

@@ -119,3 +119,20 @@ def test_vectors_sent_in_binary_store_what_pgvector_text_stores(db_url):
                 conn.execute(text("SELECT CAST(:v AS vector)").bindparams(bindparam("v", [[1.0, 2.0]], type_=Vector())))
     finally:
         engine.dispose()
+
+
+def test_a_store_on_an_engine_not_made_by_make_engine_sends_vectors_too(db_url, embedder):
+    """Vectors go in binary on any engine a Store is given, not only on make_engine's."""
+    from sqlalchemy import create_engine
+
+    from memory.store import Store
+
+    engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        store = Store(engine)
+        store.ensure_session(session_id="s1", user_id="u1")
+        vector = embedder.embed(["hello"])[0]
+        turn = store.add_turn(session_id="s1", role="user", content="hello", tokens=3, vector=vector)
+        assert store.turn_vectors([turn.id])[turn.id] == pytest.approx(vector, abs=1e-7)
+    finally:
+        engine.dispose()
