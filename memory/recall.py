@@ -669,16 +669,18 @@ def turns_apart(segment: RecalledSegment, hit: RecalledSegment) -> int:
     return max(segment.first_seq - hit.last_seq, hit.first_seq - segment.last_seq, 1)
 
 
+ARCHIVE_SIZES = (
+    "coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0) AS archived, "
+    "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass)) AS archive_rows"
+)
+"""The two numbers :func:`index_pays` takes, as ``SELECT`` columns for the user ``:u``: their
+archived segments (``archive_counts``, kept by triggers) and the table's estimated rows."""
+
+
 def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
     """:func:`index_pays` for ``user_id``, read: one primary-key read and one catalog read."""
-    row = conn.execute(
-        text(
-            "SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0), "
-            "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass))"
-        ),
-        {"u": user_id},
-    ).one()
-    return index_pays(int(row[0]), float(row[1] or 0), pool)
+    row = conn.execute(text(f"SELECT {ARCHIVE_SIZES}"), {"u": user_id}).one()
+    return index_pays(int(row.archived), float(row.archive_rows or 0), pool)
 
 
 def index_pays(archived: int, table_rows: float, pool: int) -> bool:

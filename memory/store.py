@@ -28,9 +28,11 @@ from sqlmodel import Session, col, select
 
 from memory.database import autocommit_engine, lock_engine, send_binary_vectors, storage_errors
 from memory.fulltext import search_vector
+from memory.recall import ARCHIVE_SIZES
 from memory.vectors import Vector
 
 if TYPE_CHECKING:
+    from errors import SessionOwnershipError
     from memory.files import FileStore
 from memory.tables import (
     ArchivedSegment,
@@ -127,6 +129,16 @@ def compaction_lock_key(session_id: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
+def _not_yours(session_id: str, user_id: str) -> SessionOwnershipError:
+    """The error for ``user_id``'s work on a session that is another user's."""
+    from errors import SessionOwnershipError
+
+    return SessionOwnershipError(
+        f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
+        session_id=session_id,
+    )
+
+
 class Store:
     """Typed access to the runtime's tables on one SQLAlchemy engine."""
 
@@ -157,7 +169,6 @@ class Store:
             SessionOwnershipError: the session exists but belongs to another user.
             InvalidFieldError: an id or the persona holds NUL or a lone surrogate, or is over 200 characters.
         """
-        from errors import SessionOwnershipError
 
         check_id(session_id, field="session_id")
         check_id(user_id, field="user_id")
@@ -166,10 +177,7 @@ class Store:
         if session is None:
             session = self._create_session(session_id=session_id, user_id=user_id, persona=persona)
         if session.user_id != user_id:
-            raise SessionOwnershipError(
-                f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
-                session_id=session_id,
-            )
+            raise _not_yours(session_id, user_id)
         return session
 
     def _create_session(self, *, session_id: str, user_id: str, persona: str) -> ChatSession:
@@ -217,7 +225,7 @@ class Store:
             SessionClosedError: the session was closed; nothing changed.
             NotFoundError: no such session.
         """
-        from errors import NotFoundError, SessionClosedError, SessionOwnershipError, TurnInProgressError
+        from errors import NotFoundError, SessionClosedError, TurnInProgressError
 
         with storage_errors(session_id), Session(self._one) as db:
             claimed = db.execute(
@@ -239,10 +247,7 @@ class Store:
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
         if user_id is not None and row[1] != user_id:
-            raise SessionOwnershipError(
-                f"Session {session_id!r} belongs to another user, not {user_id!r}. Use a new session id.",
-                session_id=session_id,
-            )
+            raise _not_yours(session_id, user_id)
         if row[0] is not None:
             raise SessionClosedError(
                 f"Session {session_id!r} was closed at {row[0].isoformat()}; start a new session "
@@ -430,8 +435,7 @@ class Store:
                 text(
                     "SELECT s.session_id IS NOT NULL AS found, s.content, s.items, s.first_seq, s.last_seq, "
                     "s.tokens, s.dropped_quotes, s.updated_at, "
-                    "coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0) AS archived, "
-                    "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass)) AS rows, "
+                    f"{ARCHIVE_SIZES}, "
                     "EXISTS (SELECT 1 FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
                     "WHERE t.session_id = :s) AS has_files, "
                     "EXISTS (SELECT 1 FROM knowledge_chunks WHERE persona = :p) AS has_knowledge "
@@ -456,7 +460,7 @@ class Store:
         return SessionReads(
             summary=summary,
             archived_segments=int(row.archived),
-            archive_rows=float(row.rows if row.rows is not None else -1),
+            archive_rows=float(row.archive_rows if row.archive_rows is not None else -1),
             has_files=bool(row.has_files),
             has_knowledge=bool(row.has_knowledge),
         )
