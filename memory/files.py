@@ -775,6 +775,18 @@ class FileStore:
                 db.commit()
 
 
+def session_file_ids(db: Session, session_id: str) -> builtins.list[str]:
+    """The ids of the files the session's turns carry and of its ephemeral files, read in
+    ``db``'s transaction: the candidates a deletion of the session may leave unreferenced."""
+    rows = db.execute(
+        text(
+            "SELECT DISTINCT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+            "WHERE t.session_id = :s UNION SELECT id FROM files WHERE session_id = :s"
+        ).bindparams(s=session_id)
+    ).all()
+    return [r[0] for r in rows]
+
+
 def _in_session(row: FileRow, session_id: str | None) -> bool:
     if session_id is None or _value(row.durability) != Durability.ephemeral.value:
         return True

@@ -129,3 +129,26 @@ def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[flo
         )
         for r in rows
     ]
+
+
+class Knowledge:
+    """The knowledge room: the only writer of ``knowledge_chunks``; every call takes the persona."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def replace_sources(self, *, persona: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
+        """:func:`replace_sources` on this room's database."""
+        replace_sources(self._engine, persona=persona, sources=sources)
+
+    def remove_source(self, *, persona: str, source: str) -> int:
+        """:func:`remove_source` on this room's database."""
+        return remove_source(self._engine, persona=persona, source=source)
+
+    def list_sources(self, *, persona: str) -> list[KnowledgeSource]:
+        """:func:`list_sources` on this room's database."""
+        return list_sources(self._engine, persona=persona)
+
+    def search(self, *, persona: str, query_embedding: Sequence[float], limit: int) -> list[KnowledgeHit]:
+        """:func:`search_chunks` on this room's database."""
+        return search_chunks(self._engine, persona=persona, query_embedding=query_embedding, limit=limit)

@@ -48,7 +48,7 @@ from errors import DatabaseInUseError
 from memory.archive import key_vectors
 from memory.database import ARCHIVE_TABLE, runtime_processes, storage_errors, vector_dimension
 from memory.embeddings import Embedder
-from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl, without_names
+from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl
 from memory.tables import Turn
 from memory.vector_model import TABLE as MODEL_TABLE
 from memory.vector_model import RecordedModel, canonical_name, record_model, recorded_model
@@ -111,6 +111,7 @@ def reembed(
     embedder: Embedder,
     *,
     count_tokens: Callable[[str], int],
+    user_text: Callable[[str, Sequence[str]], str],
     batch: int = BATCH,
     progress: Progress | None = None,
 ) -> Reembedded:
@@ -119,6 +120,9 @@ def reembed(
     Args:
         embedder: the new model; its ``name`` and ``dimension`` are recorded.
         count_tokens: tokens of a text, as the compactor counts them (the key weights may use them).
+        user_text: the text a user's message is embedded from, given the message and the
+            speakers' names (the session's persona name and the user's profile name): the
+            runtime's own rule (:func:`runtime.context.without_names`).
         batch: texts per embedding call and rows per write.
         progress: called after each batch.
 
@@ -150,7 +154,7 @@ def reembed(
         done = Reembedded(previous=previous, model=RecordedModel(canonical_name(embedder.name), new_dim))
         done.dimension_changed = new_dim != old_dim
         done.added_turn_vectors = sorted(missing)
-        done.turn_vectors = _turn_vectors(conn, embedder, missing, batch, report_progress)
+        done.turn_vectors = _turn_vectors(conn, embedder, missing, batch, report_progress, user_text)
         _archive_keys(conn, embedder, plans, count_tokens, batch, report_progress, done)
         done.knowledge_chunks = _knowledge(conn, embedder, batch, report_progress)
         if done.dimension_changed:
@@ -263,11 +267,18 @@ def _change_dimension(conn: Connection, dimension: int) -> None:
         )
 
 
-def _turn_vectors(conn: Connection, embedder: Embedder, missing: set[int], batch: int, progress: Progress) -> int:
+def _turn_vectors(
+    conn: Connection,
+    embedder: Embedder,
+    missing: set[int],
+    batch: int,
+    progress: Progress,
+    user_text: Callable[[str, Sequence[str]], str],
+) -> int:
     """Re-embed every stored turn vector from ``turns.content`` and add one for the ``missing`` turns.
 
     A user's turn is embedded without the speakers' names, as the runtime embeds a message
-    (:func:`memory.recall.without_names`): the session's persona name and the user's profile
+    (``user_text``): the session's persona name and the user's profile
     name. A persona's nickname is not stored, so a nickname in an old message stays in."""
     ids = list(conn.execute(text("SELECT turn_id FROM turn_vectors ORDER BY turn_id")).scalars())
     ids = sorted(set(ids) | missing)
@@ -282,7 +293,7 @@ def _turn_vectors(conn: Connection, embedder: Embedder, missing: set[int], batch
             {"ids": chunk},
         ).fetchall()
         vectors = embedder.embed(
-            [without_names(r.content, [r.persona, r.name or ""]) if r.role == "user" else r.content for r in rows]
+            [user_text(r.content, [r.persona, r.name or ""]) if r.role == "user" else r.content for r in rows]
         )
         conn.execute(
             text(

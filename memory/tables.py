@@ -78,7 +78,7 @@ class ChatSession(SQLModel, table=True):
     closed_by: str | None = Field(default=None, max_length=200)
     """Who closed it: a close-job worker id, or ``api``."""
     turn_owner: str | None = Field(default=None, max_length=64)
-    """The running turn's claim (:meth:`memory.store.Store.claim_turn`); ``None`` when no turn runs."""
+    """The running turn's claim (:meth:`memory.sessions.Sessions.claim`); ``None`` when no turn runs."""
     turn_claimed_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     """When that claim was taken (it lapses after the lease, in case its process died)."""
     last_activity_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))

@@ -167,7 +167,7 @@ def run(turns: int, summary_seconds: float, window: int, modes: list[str]) -> di
                     child.wait(120)
                 if queued is not None:
                     queued.close()
-            state = engine.store.compaction_state(f"s-{mode}")
+            state = engine.store.compaction.state(f"s-{mode}")
             results[mode] = {
                 "compaction_turns": summary(due),
                 "other_turns": summary(other),

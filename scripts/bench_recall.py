@@ -33,7 +33,7 @@ query at a time on one connection, p50 and p95 in milliseconds, and the server's
 (user plus system time of the database's backend processes, from ``/proc``, over all queries)
 and the script's own (``time.process_time``: for recall, the runtime's Python side):
 
-1. ``hybrid recall``: :func:`memory.recall.recall_segments` as a turn calls it with the
+1. ``hybrid recall``: :func:`memory.recall.recall` as a turn calls it with the
    default settings (:data:`RUNTIME_CALL`: 100 candidates, pool 200, 2 neighbours around
    the best 5, 2,000-token budget; vector path chosen by recall, exact for these users),
    and again with the query naming the day of the row it was made from (the date ranker);
@@ -81,7 +81,8 @@ import numpy as np  # noqa: E402
 
 import runtime  # noqa: E402,F401
 from memory.database import make_engine, upgrade  # noqa: E402
-from memory.recall import recall_segments  # noqa: E402
+from memory.recall import RecallQuery  # noqa: E402
+from memory.recall import recall as run_recall  # noqa: E402
 
 DIM = 384
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -272,7 +273,7 @@ def _pct(values: list[float], p: float) -> float:
 
 
 RUNTIME_CALL = {"limit": 100, "pool": 200, "token_budget": 2000, "neighbours": 2}
-""":func:`memory.recall.recall_segments`'s arguments as a turn passes them with the default
+""":func:`memory.recall.recall`'s arguments as a turn passes them with the default
 settings (``COMPANION_RECALL_CANDIDATES`` 100, ``COMPANION_RECALL_POOL`` 200,
 ``COMPANION_RECALL_NEIGHBOURS`` 2) and a 2,000-token memory budget."""
 
@@ -392,14 +393,16 @@ def measure(
 
         def fn(c):
             when = [TimeSpan(start=c[3], end=c[3] + timedelta(days=1), text="that day")] if dated else None
-            return recall_segments(
+            return run_recall(
                 sa_engine,
-                user_id=c[0],
-                query_embedding=c[1],
-                query_text=c[2],
-                when=when,
-                vector_index=vector_index,
-                **call,
+                RecallQuery(
+                    user_id=c[0],
+                    query_embedding=c[1],
+                    query_text=c[2],
+                    when=when,
+                    vector_index=vector_index,
+                    **call,
+                ),
             )
 
         return fn
@@ -439,7 +442,7 @@ def measure(
     for case in cases[:5] + heavy_cases[:2]:  # warm the cache, the plans and recall's pooled connection
         plain(exact_sql, [])(case)
         recall()(case)
-    timed("hybrid recall (recall_segments, runtime call)", recall(), cases)
+    timed("hybrid recall (memory.recall.recall, runtime call)", recall(), cases)
     timed("hybrid recall, query names a day (date ranker)", recall(dated=True), cases)
     exact = timed("exact top-10, user btree", plain(exact_sql, []), cases)
     timed(
@@ -470,13 +473,15 @@ def measure(
                 name,
                 lambda c, vi=vector_index: [
                     h.id
-                    for h in recall_segments(
+                    for h in run_recall(
                         sa_engine,
-                        user_id=c[0],
-                        query_embedding=c[1],
-                        limit=10,
-                        pool=RUNTIME_CALL["pool"],
-                        vector_index=vi,
+                        RecallQuery(
+                            user_id=c[0],
+                            query_embedding=c[1],
+                            limit=10,
+                            pool=RUNTIME_CALL["pool"],
+                            vector_index=vi,
+                        ),
                     )
                 ],
                 heavy_cases,

@@ -61,7 +61,7 @@ moment of this machine hits every size alike), measure in milliseconds:
   and compaction inline when the window is over its cap (``companion serve`` queues it instead:
   a turn that compacts here also embeds and archives the rolled-out turns);
 - **assemble**: :meth:`runtime.turn.Engine.assemble` of the same session (a read);
-- **recall**: the :func:`memory.recall.recall_segments` call inside that ``assemble``;
+- **recall**: the :meth:`memory.segments.Archive.recall` call inside that ``assemble``;
 - **statements per turn**: SQL statements the turn sent (SQLAlchemy ``before_cursor_execute``
   on the store's engine and its advisory-lock engine), median;
 - on code whose recall takes ``vector_index``: that same recall again with the vector ranker
@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -517,9 +518,9 @@ def main(argv: list[str] | None = None) -> int:
     import psycopg
 
     import runtime  # noqa: F401
-    import runtime.turn._gather as gather
     from memory.database import make_engine, upgrade
     from memory.embeddings import BatchingEmbedder, CachingEmbedder, SentenceTransformerEmbedder
+    from memory.recall import RecallQuery
     from memory.store import Store
     from persona import Persona
     from runtime.config import Settings
@@ -586,24 +587,23 @@ def main(argv: list[str] | None = None) -> int:
             embedder=CachingEmbedder(BatchingEmbedder(model)),
             persona=Persona(name="Mira", system_prompt="You are Mira, a kind companion."),
         )
-        statements = Counter(db, store._lock_engine)
+        statements = Counter(db, store.compaction._lock_engine)
         recall_ms: list[float] = []
-        inner = gather.recall_segments
+        archive_type = type(store.archive)
+        inner = archive_type.recall
 
         last_call: dict[str, Any] = {}
 
-        def timed_recall(*a: Any, **k: Any):
-            last_call.update(args=a, kwargs=k)
+        def timed_recall(room: Any, query: Any):
+            last_call.update(room=room, query=query)
             t = time.perf_counter()
             try:
-                return inner(*a, **k)
+                return inner(room, query)
             finally:
                 recall_ms.append(1000 * (time.perf_counter() - t))
 
-        gather.recall_segments = timed_recall
-        import inspect
-
-        paths = "vector_index" in inspect.signature(inner).parameters  # this code can be told which path
+        archive_type.recall = timed_recall  # type: ignore[method-assign]
+        paths = "vector_index" in {f.name for f in dataclasses.fields(RecallQuery)}  # recall can be told which path
         per_statement: dict[int, dict[str, list[float]]] = {n: {} for n in sizes}
         keys = ["turn", "assemble", "recall", "sql"] + (["exact", "index", "overlap"] if paths else [])
         m: dict[int, dict[str, list[float]]] = {n: {k: [] for k in keys} for n in sizes}
@@ -672,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
                     for path in ("exact", "index"):
                         t = time.perf_counter()
                         got[path] = inner(
-                            *last_call["args"], **{**last_call["kwargs"], "vector_index": path == "index"}
+                            last_call["room"], dataclasses.replace(last_call["query"], vector_index=path == "index")
                         )
                         m[n][path].append(1000 * (time.perf_counter() - t))
                     top = {s.id for s in got["exact"][:20]}
@@ -684,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
         table = {}
         for n in sizes:
             row = {k: {"p50": statistics.median(v), "p95": _pct(v, 95)} for k, v in m[n].items() if v}
-            row["segments"] = store.archive_count(user_id=users[n])
+            row["segments"] = store.archive.count(user_id=users[n])
             table[n] = row
             print(
                 f"{n:>12,} {row['segments']:>9,} | {row['turn']['p50']:8.1f} {row['turn']['p95']:7.1f} | "

@@ -101,22 +101,14 @@ import runtime  # noqa: E402,F401  (offline defaults for litellm/tiktoken first)
 from memory import archive  # noqa: E402
 from memory.database import make_engine, upgrade  # noqa: E402
 from memory.fulltext import CJK_METHOD, CJK_METHODS, reindex  # noqa: E402
-from memory.recall import (  # noqa: E402
-    ENRICH_TURNS,
-    EXPAND_HITS,
-    NEIGHBOUR_WEIGHT,
-    RRF_K,
-    SPEAKER_WEIGHT,
-    enrich_query,
-    named_speaker,
-    recall_segments,
-    without_names,
-)
-from memory.store import NewSegment, Store  # noqa: E402
+from memory.recall import EXPAND_HITS, NEIGHBOUR_WEIGHT, RRF_K, SPEAKER_WEIGHT, RecallQuery, recall  # noqa: E402
+from memory.store import NewSegment, NewSummary, Store  # noqa: E402
 from memory.tables import Turn  # noqa: E402
 from runtime.accounting import counter_for  # noqa: E402
 from runtime.compaction import exchanges  # noqa: E402
 from runtime.config import Settings  # noqa: E402
+from runtime.context import enrich_query, named_speaker, without_names  # noqa: E402
+from runtime.context._query_text import ENRICH_TURNS  # noqa: E402
 from runtime.logs import configure_logging  # noqa: E402
 from runtime.service._replay import Conversation, SourceTurn, load_conversations  # noqa: E402
 
@@ -280,7 +272,7 @@ def retrieval_only(
     questions_by = questions_by or embedder
     user_id = f"eval:{conv.id}:{uuid.uuid4().hex[:6]}"
     session_id = f"{user_id}:s"
-    store.ensure_session(session_id=session_id, user_id=user_id, persona=conv.companion_name)
+    store.sessions.ensure(session_id=session_id, user_id=user_id, persona=conv.companion_name)
     source = [*padding, *conv.turns]
     turns = [
         Turn(session_id="-", seq=i + 1, role=t.role, content=t.text, tokens=0, created_at=t.at)
@@ -316,16 +308,12 @@ def retrieval_only(
         )
         for d, v in zip(drafts, vectors, strict=True)
     ]
-    store.commit_compaction(
+    store.compaction.commit(
         session_id=session_id,
         user_id=user_id,
         turn_ids=[],
         segments=segments,
-        summary_content="-",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=1,
-        summary_tokens=1,
+        summary=NewSummary(content="-", items=[], first_seq=1, last_seq=1, tokens=1),
     )
     if args.cjk != CJK_METHOD:  # the store wrote the runtime's CJK lexemes; measure another method
         with store.engine.begin() as conn:
@@ -395,7 +383,7 @@ def _placements(conv_id: str, qa, category: str, evidence: list[int], found) -> 
 
 
 def _pack(found, budget: int):
-    """What :func:`recall_segments` with ``token_budget=budget`` returns: best first while it fits."""
+    """What :func:`memory.recall.recall` with ``token_budget=budget`` returns: best first while it fits."""
     left, out = budget, []
     for s in found:
         if s.tokens <= left:
@@ -441,24 +429,26 @@ def _recall_once(store: Store, user_id: str, question: str, qvec, asked_at, args
         from memory.dates import time_spans
 
         when = time_spans(question, now=asked_at)
-    return recall_segments(
+    return recall(
         store.engine,
-        user_id=user_id,
-        query_embedding=qvec,
-        query_text=question if args.mode == "hybrid" else None,
-        limit=args.pool * 2,
-        pool=args.pool,
-        token_budget=None,
-        neighbours=args.neighbours,
-        expand=args.expand,
-        rrf_k=args.rrf_k,
-        when=when,
-        session_cap=args.session_cap if "diversity" in args.on else None,
-        cjk=args.cjk,
-        vector_index={"auto": None, "exact": False, "index": True}[args.vector],
-        neighbour_weight=args.neighbour_weight,
-        speaker=named_speaker(question, args.names) if "speakers" in args.on else None,
-        speaker_weight=args.speaker_weight,
+        RecallQuery(
+            user_id=user_id,
+            query_embedding=qvec,
+            query_text=question if args.mode == "hybrid" else None,
+            limit=args.pool * 2,
+            pool=args.pool,
+            token_budget=None,
+            neighbours=args.neighbours,
+            expand=args.expand,
+            rrf_k=args.rrf_k,
+            when=when,
+            session_cap=args.session_cap if "diversity" in args.on else None,
+            cjk=args.cjk,
+            vector_index={"auto": None, "exact": False, "index": True}[args.vector],
+            neighbour_weight=args.neighbour_weight,
+            speaker=named_speaker(question, args.names) if "speakers" in args.on else None,
+            speaker_weight=args.speaker_weight,
+        ),
     )
 
 

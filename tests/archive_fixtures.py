@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from memory.store import NewSegment, Store
+from memory.store import NewSegment, NewSummary, Store
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -23,8 +23,8 @@ def archive_segments(
     """Store ``contents`` as one-turn segments (seqs 1, 2, …) of ``session_id``, the i-th dated
     ``T0 + i * step`` with embedding ``vectors[i]`` and ``tokens(content)`` tokens, in one
     compaction commit with a placeholder summary."""
-    store.ensure_session(session_id=session_id, user_id=user_id)
-    store.commit_compaction(
+    store.sessions.ensure(session_id=session_id, user_id=user_id)
+    store.compaction.commit(
         session_id=session_id,
         user_id=user_id,
         turn_ids=[],
@@ -39,9 +39,5 @@ def archive_segments(
             )
             for i, (c, v) in enumerate(zip(contents, vectors, strict=True))
         ],
-        summary_content="s",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=len(contents),
-        summary_tokens=1,
+        summary=NewSummary(content="s", items=[], first_seq=1, last_seq=len(contents), tokens=1),
     )

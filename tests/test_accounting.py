@@ -10,7 +10,7 @@ def test_usage_is_stored_and_used_as_the_next_turns_baseline(make_engine_for, st
     fake_llm.prompt_tokens = 500
     fake_llm.script.extend(["Nice to meet you, Ana.", "Lisbon is lovely."])
     engine.turn(user_id="u1", session_id="s1", message="Hi, I'm Ana.")
-    first_reply = store.turns("s1")[-1]
+    first_reply = store.turns.of_session("s1")[-1]
     assert first_reply.usage_prompt_tokens == 500 and first_reply.usage_completion_tokens == 7
     raw_first = first_reply.request_estimate_tokens
     assert raw_first == engine.counter.count_messages(fake_llm.requests[0]["messages"])

@@ -125,7 +125,7 @@ def test_an_invalid_message_is_refused_before_anything_is_stored(alice, api_engi
         "type": "InvalidMessageError",
         "reason": "nul_byte",
     }
-    assert api_engine.store.turns(session["id"]) == []
+    assert api_engine.store.turns.of_session(session["id"]) == []
 
 
 # -- users and sessions ---------------------------------------------------------------
@@ -196,11 +196,11 @@ def test_a_client_that_disconnects_mid_stream_loses_nothing(alice, fake_llm, api
                 if line.startswith("event: delta"):
                     break  # hang up after the first piece
         deadline = time.monotonic() + 30
-        while len(api_engine.store.turns(session["id"])) < 2 and time.monotonic() < deadline:
+        while len(api_engine.store.turns.of_session(session["id"])) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
     finally:
         fake_llm.stream_delay = 0.0
-    turns = api_engine.store.turns(session["id"])
+    turns = api_engine.store.turns.of_session(session["id"])
     assert [(t.role, t.content, t.interrupted) for t in turns] == [
         ("user", "Tell me a story.", False),
         ("assistant", reply, False),
@@ -225,7 +225,7 @@ def test_closing_rolls_the_session_into_its_summary_and_refuses_new_turns(alice,
     assert closed["rolled_turns"] == 2 and closed["summarized"] and closed["session"]["closed_by"] == "api"
     summary = http.get(f"/v1/sessions/{session['id']}/summary").json()
     assert "I love hiking in Sintra." in summary["content"]
-    assert summary["items"] == api_engine.store.summary(session["id"]).items  # the entries as stored
+    assert summary["items"] == api_engine.store.compaction.summary(session["id"]).items  # the entries as stored
     assert [(i["seq"], i["role"], i["text"]) for i in summary["items"]][0] == (1, "user", "I love hiking in Sintra.")
     assert set(summary["items"][0]) == {"seq", "role", "date", "text"}
     refused = http.post(f"/v1/sessions/{session['id']}/messages", json={"content": "Hello again"})
@@ -271,11 +271,11 @@ def test_deleting_a_session_removes_all_its_rows_and_nothing_else(alice, fake_ll
 def test_the_breaker_can_be_reset(alice, api_engine):
     http, session = alice
     for _ in range(3):
-        api_engine.store.record_compaction_failure(session["id"], error="SummarizationError: test", threshold=3)
-    assert api_engine.store.compaction_state(session["id"]).breaker_opened_at is not None
+        api_engine.store.compaction.record_failure(session["id"], error="SummarizationError: test", threshold=3)
+    assert api_engine.store.compaction.state(session["id"]).breaker_opened_at is not None
     body = http.post(f"/v1/sessions/{session['id']}/breaker/reset").json()
     assert body == {"session_id": session["id"], "state": "closed", "consecutive_failures": 0, "compactions": 0}
-    assert api_engine.store.compaction_state(session["id"]).breaker_opened_at is None
+    assert api_engine.store.compaction.state(session["id"]).breaker_opened_at is None
 
 
 # -- isolation between apps -----------------------------------------------------------
@@ -310,6 +310,6 @@ def test_one_apps_key_cannot_reach_another_apps_users_or_sessions(api_server, ne
         b_session = b.post("/v1/sessions", json={"user_id": "alice"}).json()
         assert [s["id"] for s in b.get("/v1/users/alice/sessions").json()] == [b_session["id"]]
         assert [s["id"] for s in a.get("/v1/users/alice/sessions").json()] == [sid]
-    turns = api_engine.store.turns(sid)
+    turns = api_engine.store.turns.of_session(sid)
     assert [t.content for t in turns if t.role == "user"] == ["A secret of app A."]
-    assert api_engine.store.get_session(sid).closed_at is None
+    assert api_engine.store.sessions.get(sid).closed_at is None

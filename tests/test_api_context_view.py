@@ -25,7 +25,7 @@ def test_context_says_why_each_segment_was_recalled_and_which_key_fired_each_lor
         user = fill_archive(engine, key, session["id"])
         context = http.get(f"/v1/sessions/{session['id']}/context").json()
 
-    assert engine.store.archive_count(user_id=user.id) > 0
+    assert engine.store.archive.count(user_id=user.id) > 0
     recalled = context["recalled"]
     assert recalled, context["sources"]["memory"]
     assert context["sources"]["memory"]["items"] == len(recalled)

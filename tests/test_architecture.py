@@ -106,3 +106,87 @@ def test_every_package_exports_its_public_names():
         if init.parent.name in ("memory",):
             continue  # storage modules are imported by module (memory.store, memory.recall, ...)
         assert exported, f"{init.relative_to(REPO)} has no __all__"
+
+
+OUTSIDE_STORAGE = ("runtime", "persona", "prompts")
+DATABASE_CALLS = {"execute", "exec", "begin", "scalars", "scalar", "exec_driver_sql"}
+
+
+def _python_files(*packages: str) -> list[Path]:
+    return sorted(p for package in packages for p in (REPO / package).rglob("*.py"))
+
+
+def test_sql_lives_in_the_storage_rooms_only():
+    """Outside ``memory/`` no code runs a statement, opens a transaction, builds SQL text or
+    reaches through a store to its engine: every table's SQL has one owner in ``memory/``."""
+    found = []
+    for path in _python_files(*OUTSIDE_STORAGE):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in DATABASE_CALLS:
+                    found.append(f"{where}: .{node.func.attr}(...)")
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.split(".")[0] in ("sqlalchemy", "sqlmodel")
+            ):
+                names = {alias.name for alias in node.names}
+                if names - {"Engine"}:  # the engine's type, for wiring, is all a caller may name
+                    found.append(f"{where}: from {node.module} import {sorted(names - {'Engine'})}")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "engine"
+                and isinstance(node.value, (ast.Name, ast.Attribute))
+                and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr) == "store"
+            ):
+                found.append(f"{where}: store.engine")
+    assert found == []
+
+
+MODULE_LINES = 600
+"""A module of product code stays under this many lines, unless it is one of the few below."""
+LARGE_MODULES = {
+    "runtime/accounting/_tokens.py": 1483,
+    "memory/files.py": 828,
+    "runtime/compaction/_summarizers.py": 622,
+    "runtime/turn/_runner.py": 617,
+}
+"""Modules over :data:`MODULE_LINES`, each with its current size: they may only shrink."""
+
+PARAMETERS = 10
+"""A product function takes at most this many parameters besides ``self``/``cls``; more travel
+as a value object."""
+MANY_PARAMETERS = {"runtime/context/_assemble.py:assemble_context": 17, "runtime/turn/_runner.py:__init__": 11}
+"""Functions over :data:`PARAMETERS`, each with its current count: they may only lose some."""
+
+PRODUCT = ("memory", "runtime", "persona", "prompts", "errors.py")
+
+
+def _product_files() -> list[Path]:
+    return sorted(
+        p
+        for name in PRODUCT
+        for p in ((REPO / name).rglob("*.py") if (REPO / name).is_dir() else [REPO / name])
+        if p.exists()
+    )
+
+
+def test_product_modules_stay_small():
+    sizes = {str(p.relative_to(REPO)): len(p.read_text(encoding="utf-8").splitlines()) for p in _product_files()}
+    over = {name: n for name, n in sizes.items() if n > LARGE_MODULES.get(name, MODULE_LINES)}
+    assert over == {}
+
+
+def test_product_functions_take_few_parameters():
+    over = {}
+    for path in _product_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+                count = len([n for n in names if n not in ("self", "cls")])
+                key = f"{path.relative_to(REPO)}:{node.name}"
+                if count > MANY_PARAMETERS.get(key, PARAMETERS):
+                    over[key] = count
+    assert over == {}

@@ -108,9 +108,9 @@ def test_first_turn_inlines_small_text_and_points_to_binary_then_folds(files_env
     report = second.context.sources
     assert report["retrieval"].tokens > 0 and report["retrieval"].items == 2
     # recent excludes the folded block: the same turns without files cost what recent reports
-    engine.store.ensure_session(session_id="plain", user_id="u1")
-    for t in engine.store.turns("s1")[:3]:  # as the second request saw them
-        engine.store.add_turn(session_id="plain", role=t.role, content=t.content, tokens=t.tokens)
+    engine.store.sessions.ensure(session_id="plain", user_id="u1")
+    for t in engine.store.turns.of_session("s1")[:3]:  # as the second request saw them
+        engine.store.turns.add(session_id="plain", role=t.role, content=t.content, tokens=t.tokens)
     plain = engine.assemble(user_id="u1", session_id="plain")
     assert abs(report["recent"].tokens - plain.sources["recent"].tokens) <= 3
     assert second.context.total_tokens + second.context.reply_reserve <= second.context.window
@@ -200,7 +200,7 @@ def test_foreign_or_unknown_attachment_fails_before_anything_is_stored(
         engine.turn(user_id="u1", session_id="s1", message="look", attachments=[mine, bad])
     assert info.value.file_id == bad and bad in str(info.value)
     assert _rows(store, "turns") == 0 and _rows(store, "turn_files") == 0
-    assert store.get_session("s1") is None
+    assert store.sessions.get("s1") is None
     assert fake_llm.requests == []
 
 
@@ -267,7 +267,7 @@ def test_files_of_rolled_out_turns_stay_listed_with_the_summary(files_env, store
     filler = "I keep telling you about the garden, the tomatoes and the long evenings by the sea. " * 3
     for i in range(12):
         engine.turn(user_id="u1", session_id="s1", message=f"{i}: {filler}", reply=f"reply {i}: lovely, go on.")
-    first = store.turns("s1")[0]
+    first = store.turns.of_session("s1")[0]
     assert first.state != TurnState.context  # compaction rolled the turn with the file out
     context = engine.assemble(user_id="u1", session_id="s1")
     system = "\n".join(m["content"] for m in context.messages if m["role"] == "system")
@@ -285,8 +285,8 @@ def test_session_reads_say_whether_the_session_has_files(files_env, store):
     """Assembling skips reading files only while no turn of the session carries one."""
     engine = files_env.build()
     engine.turn(user_id="u1", session_id="s1", message="no files yet")
-    assert not store.session_reads("s1", user_id="u1", persona=engine.persona.name).has_files
+    assert not store.assembly.session("s1", user_id="u1", persona=engine.persona.name).has_files
     md = files_env.upload("u1", "list.md", ff.markdown_bytes())
     engine.turn(user_id="u1", session_id="s1", message="one file", attachments=[md])
-    assert store.session_reads("s1", user_id="u1", persona=engine.persona.name).has_files
-    assert not store.session_reads("s2", user_id="u1", persona=engine.persona.name).has_files
+    assert store.assembly.session("s1", user_id="u1", persona=engine.persona.name).has_files
+    assert not store.assembly.session("s2", user_id="u1", persona=engine.persona.name).has_files

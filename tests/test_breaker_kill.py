@@ -65,8 +65,8 @@ def test_sigkill_during_compaction_loses_no_turn_and_leaves_no_half_written_summ
     add_exchanges(store, 8)
     assert compact(compactor(store, embedder, ExtractiveSummarizer())).summarized  # an existing summary to protect
     add_exchanges(store, 6, start=8)
-    before, state_before = snapshot(store), store.compaction_state("s1")
-    turns_before = [(t.seq, t.content) for t in store.turns("s1")]
+    before, state_before = snapshot(store), store.compaction.state("s1")
+    turns_before = [(t.seq, t.content) for t in store.turns.of_session("s1")]
     arrived, release = threading.Event(), threading.Event()
     fake_llm.responder = lambda body: (arrived.set(), release.wait(60), "{}")[2]
 
@@ -99,9 +99,9 @@ def test_sigkill_during_compaction_loses_no_turn_and_leaves_no_half_written_summ
             proc.kill()
         proc.wait(30)
 
-    assert [(t.seq, t.content) for t in store.turns("s1")] == turns_before  # no turn lost
+    assert [(t.seq, t.content) for t in store.turns.of_session("s1")] == turns_before  # no turn lost
     assert snapshot(store) == before  # no archive row, summary or turn state half-written
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert (state.consecutive_failures, state.compactions, state.breaker_opened_at) == (
         state_before.consecutive_failures,
         state_before.compactions,

@@ -112,7 +112,7 @@ def test_chat_streams_replies_shows_the_context_and_quits(chats):
     # both replies were streamed, with usage asked for; /quit ended it before "never read"
     assert [_last_user(r) for r in run.requests] == ["Hello, I'm Ana.", "I just moved to Lisbon."]
     assert all(r["stream"] is True and r["stream_options"] == {"include_usage": True} for r in run.requests)
-    turns = store.turns("chat-1")
+    turns = store.turns.of_session("chat-1")
     assert [(t.role, t.content) for t in turns] == [
         ("user", "Hello, I'm Ana."),
         ("assistant", "Nice to meet you, Ana. Welcome!"),
@@ -129,7 +129,7 @@ def test_chat_ends_cleanly_at_end_of_input_and_carries_on_after_a_model_error(ch
     assert "refused the request (HTTP 400)" in run.result.stderr
     assert "Mira> Still here." in run.result.stdout
     assert len(run.requests) == 2  # a bad request is not retried
-    assert [t.role for t in store.turns("chat-2")] == ["user", "user", "assistant"]
+    assert [t.role for t in store.turns.of_session("chat-2")] == ["user", "user", "assistant"]
 
 
 def test_chat_with_an_unknown_model_and_no_window_is_a_clear_error_at_start(chats):
@@ -137,4 +137,4 @@ def test_chat_with_an_unknown_model_and_no_window_is_a_clear_error_at_start(chat
     run = runs["unknown"]
     assert run.result.returncode == 2
     assert "openai/fake" in run.result.stderr and "COMPANION_CONTEXT_WINDOW" in run.result.stderr
-    assert run.requests == [] and store.get_session("chat-3") is None
+    assert run.requests == [] and store.sessions.get("chat-3") is None

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from errors import ModelCallError, SummarizationError
-from memory.recall import recall_segments
+from memory.recall import RecallQuery, recall
 from memory.tables import TurnState
 from runtime.accounting import counter_for
 from runtime.compaction import Compactor, ExtractiveSummarizer, LiteLLMSummarizer, map_summarizer_error, plan_rollout
@@ -59,14 +59,14 @@ def user_text(i: int, words: int = 20) -> str:
 
 
 def add_exchanges(store, n: int, *, session="s1", user="u1", words=20, first_user: str | None = None, start=0):
-    store.ensure_session(session_id=session, user_id=user, persona="Mira")
+    store.sessions.ensure(session_id=session, user_id=user, persona="Mira")
     for i in range(start, start + n):
         content = first_user if (first_user and i == start) else user_text(i, words)
         for role, body in (
             ("user", content),
             ("assistant", f"reply {i}: " + " ".join(f"answer{i}y{j}" for j in range(words))),
         ):
-            store.add_turn(
+            store.turns.add(
                 session_id=session,
                 role=role,
                 content=body,
@@ -89,10 +89,10 @@ def compact(c: Compactor, *, session="s1", user="u1", recent_cap=300, summary_ca
 
 def snapshot(store, session="s1"):
     """Everything a compaction may change, for before/after comparisons."""
-    summary = store.summary(session)
+    summary = store.compaction.summary(session)
     return (
-        [(t.seq, t.state) for t in store.turns(session)],
-        [(s.first_seq, s.content) for s in store.segments(session_id=session)],
+        [(t.seq, t.state) for t in store.turns.of_session(session)],
+        [(s.first_seq, s.content) for s in store.archive.segments(session_id=session)],
         None if summary is None else (summary.content, summary.items, summary.last_seq),
     )
 
@@ -120,20 +120,20 @@ def test_summarizer_that_always_fails_is_called_three_times_over_ten_turns_then_
         ]
     assert len(summary_requests(fake_llm)) == 3
     assert len(fake_llm.requests) - 3 == 10  # every turn was answered by the model
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.consecutive_failures == 3 and state.breaker_opened_at is not None
     assert len(state.recent_errors) == 3 and all("HTTP 500" in e for e in state.recent_errors)
     assert [sum(not c.ok for c in r.compactions) for r in results].count(1) == 3  # one attempt per turn at most
     for r in results:
         assert not r.context.overflow and r.context.total_tokens + r.context.reply_reserve <= 1024
     # history intact: nothing deleted, every user turn in the window or archived verbatim
-    turns = store.turns("s1")
+    turns = store.turns.of_session("s1")
     assert len(turns) == 20
-    assert store.summary("s1") is None  # no summary was ever valid
+    assert store.compaction.summary("s1") is None  # no summary was ever valid
     assert any(t.state == TurnState.archived for t in turns)
     users, found = user_turn_coverage(engine, "s1")
     assert users == found == 10
-    recent = engine.store.turns("s1", state=TurnState.context)
+    recent = engine.store.turns.of_session("s1", state=TurnState.context)
     assert sum(t.tokens for t in recent) <= engine.budgets.recent  # archiving kept the window in its cap
     opened = [e for e in events if e["event"] == "breaker.opened"]
     assert len(opened) == 1 and opened[0]["session_id"] == "s1" and len(opened[0]["reasons"]) == 3
@@ -160,13 +160,13 @@ def test_a_success_resets_the_failure_count(store, embedder, fake_llm):
     fake_llm.script.extend([(500, "down"), (500, "down")])
     c = compactor(store, embedder, model_summarizer(fake_llm))
     assert not compact(c).ok and not compact(c).ok
-    assert store.compaction_state("s1").consecutive_failures == 2
+    assert store.compaction.state("s1").consecutive_failures == 2
     fake_llm.responder = lambda body: model_json(
         quotes=[(1, user_text(0))], profile=["The user writes numbered messages."]
     )
     with capture_logs() as events:
         assert compact(c).ok
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.consecutive_failures == 0 and state.recent_errors == [] and state.breaker_opened_at is None
     assert any(e["event"] == "breaker.failures_cleared" and e["session_id"] == "s1" for e in events)
 
@@ -182,7 +182,7 @@ def test_a_timeout_counts_as_a_failure(store, embedder, fake_llm):
     finally:
         release.set()
     assert not outcome.ok and "Timeout" in outcome.error
-    assert store.compaction_state("s1").consecutive_failures == 1
+    assert store.compaction.state("s1").consecutive_failures == 1
     assert snapshot(store) == before
 
 
@@ -193,7 +193,7 @@ def test_half_open_retry_after_the_cooldown_closes_or_reopens_the_breaker(store,
     c = compactor(store, embedder, model_summarizer(fake_llm), breaker_cooldown=60, clock=lambda: now[0])
     for _ in range(3):
         compact(c)
-    opened_at = store.compaction_state("s1").breaker_opened_at
+    opened_at = store.compaction.state("s1").breaker_opened_at
     now[0] = opened_at + timedelta(seconds=30)
     assert compact(c).summarized is False  # still open: archived only, no summarizer call
     assert len(summary_requests(fake_llm)) == 3
@@ -206,19 +206,19 @@ def test_half_open_retry_after_the_cooldown_closes_or_reopens_the_breaker(store,
         "breaker.half_open",
         "breaker.reopened",
     ]
-    reopened = store.compaction_state("s1").breaker_opened_at
+    reopened = store.compaction.state("s1").breaker_opened_at
     assert reopened > opened_at
     add_exchanges(store, 6, start=14)
     now[0] = reopened + timedelta(seconds=61)
-    newest_user = max(t.seq for t in store.turns("s1", state=TurnState.context) if t.role == "user")
+    newest_user = max(t.seq for t in store.turns.of_session("s1", state=TurnState.context) if t.role == "user")
     fake_llm.responder = lambda body: model_json(profile=["The user likes numbered lists."])
     with capture_logs() as events:
         outcome = compact(c)
     assert outcome.ok and outcome.summarized
     assert "breaker.closed" in [e["event"] for e in events]
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.breaker_opened_at is None and state.consecutive_failures == 0
-    assert newest_user in {t.seq for t in store.turns("s1", state=TurnState.context)}
+    assert newest_user in {t.seq for t in store.turns.of_session("s1", state=TurnState.context)}
 
 
 def test_without_a_cooldown_the_breaker_stays_open_until_reset(store, embedder, fake_llm):
@@ -232,7 +232,7 @@ def test_without_a_cooldown_the_breaker_stays_open_until_reset(store, embedder, 
     now[0] = T0 + timedelta(days=365)
     compact(c)
     assert len(summary_requests(fake_llm)) == 3
-    store.reset_breaker("s1")
+    store.compaction.reset_breaker("s1")
     add_exchanges(store, 6, start=14)
     fake_llm.responder = lambda body: model_json(profile=["The user likes numbered lists."])
     assert compact(c).summarized
@@ -244,13 +244,13 @@ def test_breaker_cli_shows_and_resets_the_state(store, db_url, monkeypatch, caps
 
     add_exchanges(store, 1)
     for _ in range(3):
-        store.record_compaction_failure("s1", error="SummarizationError: Summary rejected: it is empty", threshold=3)
+        store.compaction.record_failure("s1", error="SummarizationError: Summary rejected: it is empty", threshold=3)
     monkeypatch.setenv("DATABASE_URL", db_url)
     assert main(["breaker", "show", "s1"]) == 0
     shown = capsys.readouterr().out
     assert "open" in shown and "3" in shown and "it is empty" in shown
     assert main(["breaker", "reset", "s1"]) == 0
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.breaker_opened_at is None and state.consecutive_failures == 0 and state.recent_errors == []
     assert main(["breaker", "show", "nope"]) == 2
 
@@ -293,7 +293,7 @@ def test_a_summary_that_fails_validation_is_rejected_and_changes_nothing_but_the
     outcome = compact(compactor(store, embedder, model_summarizer(fake_llm)))
     assert not outcome.ok and reason in outcome.error
     assert snapshot(store) == before  # no archive, no summary, no turn state changed
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.consecutive_failures == 1 and state.compactions == 0 and reason in state.last_error
 
 
@@ -303,7 +303,7 @@ def test_exact_quotes_with_only_whitespace_normalized_are_accepted(store, embedd
     fake_llm.responder = lambda body: model_json(quotes=[(3, quote)], profile=["The user counts words."])
     outcome = compact(compactor(store, embedder, model_summarizer(fake_llm)))
     assert outcome.ok and outcome.summarized
-    assert quote in store.summary("s1").content
+    assert quote in store.compaction.summary("s1").content
 
 
 def test_every_litellm_error_maps_to_summarization_error():
@@ -340,20 +340,20 @@ def test_every_litellm_error_maps_to_summarization_error():
 # -- caps, merging, what never rolls out -------------------------------------------------
 def test_summary_over_its_cap_keeps_the_newest_quotes_and_drops_the_oldest_to_the_archive(store, embedder, fake_llm):
     add_exchanges(store, 10, words=30)
-    rolled_users = [(t.seq, t.content) for t in store.turns("s1") if t.role == "user"][:7]
+    rolled_users = [(t.seq, t.content) for t in store.turns.of_session("s1") if t.role == "user"][:7]
     fake_llm.responder = lambda body: model_json(
         quotes=rolled_users, profile=["The user writes long numbered messages."]
     )
     with capture_logs() as events:
         outcome = compact(compactor(store, embedder, model_summarizer(fake_llm)), recent_cap=500, summary_cap=300)
     assert outcome.ok and outcome.dropped_quotes >= 1
-    summary = store.summary("s1")
+    summary = store.compaction.summary("s1")
     assert summary.tokens <= 300 and COUNTER.count_text(summary.content) <= 300
     kept = [i["seq"] for i in summary.items if i["role"] == "user"]
     dropped = [seq for seq, _ in rolled_users if seq not in kept]
     assert kept and dropped and max(dropped) < min(kept)  # the oldest left, the newest stayed
     assert summary.dropped_quotes == len(dropped) == outcome.dropped_quotes
-    archive = "\n".join(s.content for s in store.segments(session_id="s1"))
+    archive = "\n".join(s.content for s in store.archive.segments(session_id="s1"))
     for seq, content in rolled_users:
         assert content in archive  # every dropped quote is still there verbatim
         if seq in dropped:
@@ -366,9 +366,9 @@ def test_extractive_summary_over_its_cap_keeps_the_newest_quotes(store, embedder
     add_exchanges(store, 12, words=30)
     outcome = compact(compactor(store, embedder, ExtractiveSummarizer()), recent_cap=500, summary_cap=200)
     assert outcome.ok and outcome.dropped_quotes >= 1
-    summary = store.summary("s1")
+    summary = store.compaction.summary("s1")
     assert summary.tokens <= 200
-    rolled = [t for t in store.turns("s1") if t.state == TurnState.summarized and t.role == "user"]
+    rolled = [t for t in store.turns.of_session("s1") if t.state == TurnState.summarized and t.role == "user"]
     kept = {i["seq"] for i in summary.items if i["role"] == "user"}
     assert rolled[-1].seq in kept and rolled[0].seq not in kept
     assert summary.dropped_quotes == outcome.dropped_quotes
@@ -403,20 +403,20 @@ def test_five_compactions_keep_the_summary_flat_within_its_cap_and_the_name_reco
             reply=f"reply {i}",
             at=T0 + timedelta(minutes=i),
         )
-        summary = store.summary("s1")
+        summary = store.compaction.summary("s1")
         if summary is not None and (not contents or contents[-1] != summary.content):
             contents.append(summary.content)
             assert summary.tokens <= cap and COUNTER.count_text(summary.content) <= cap
             assert summary.content.count("<summary") == 1 and summary.content.count("</summary>") == 1
-    assert store.compaction_state("s1").compactions >= 5 and len(contents) >= 5
+    assert store.compaction.state("s1").compactions >= 5 and len(contents) >= 5
     if kind == "model":
         assert all(
             "<summary" not in r["messages"][-1]["content"] for r in summary_requests(fake_llm)
         )  # merged from items
-        assert "Ana Souza" in store.summary("s1").content  # the profile fact was carried through every merge
-    name_in_summary = "Ana Souza" in store.summary("s1").content
-    recalled = recall_segments(
-        store.engine, user_id="u1", query_embedding=engine.embedder.embed(["What is my name?"])[0], limit=3
+        assert "Ana Souza" in store.compaction.summary("s1").content  # the profile fact was carried through every merge
+    name_in_summary = "Ana Souza" in store.compaction.summary("s1").content
+    recalled = recall(
+        store.engine, RecallQuery(user_id="u1", query_embedding=engine.embedder.embed(["What is my name?"])[0], limit=3)
     )
     assert name_in_summary or any(NAME_TURN in s.content for s in recalled)
     users, found = user_turn_coverage(engine, "s1")
@@ -425,8 +425,8 @@ def test_five_compactions_keep_the_summary_flat_within_its_cap_and_the_name_reco
 
 def test_latest_user_turn_and_last_exchanges_never_roll_out(store):
     add_exchanges(store, 6, words=40)
-    store.add_turn(session_id="s1", role="user", content=user_text(99, 40), tokens=200, created_at=T0)
-    turns = store.turns("s1", state=TurnState.context)
+    store.turns.add(session_id="s1", role="user", content=user_text(99, 40), tokens=200, created_at=T0)
+    turns = store.turns.of_session("s1", state=TurnState.context)
     for keep in (0, 1, 2, 3):
         groups = plan_rollout(turns, cap=10, target=0.1, keep_exchanges=keep)
         rolled = {t.seq for g in groups for t in g}
@@ -450,11 +450,11 @@ def test_a_turn_larger_than_the_recent_cap_is_cut_for_the_summarizer_and_archive
     first = seen[0][0]
     assert first.cut and first.chars == len(huge) and huge.startswith(first.text)
     assert COUNTER.count_text(first.text) <= 300
-    summary = store.summary("s1")
+    summary = store.compaction.summary("s1")
     quote = next(i for i in summary.items if i["seq"] == 1)
     assert huge.startswith(quote["text"]) and quote["cut_of"] == len(huge)
     assert "the whole turn is archived" in summary.content
-    assert any(huge in s.content for s in store.segments(session_id="s1"))
+    assert any(huge in s.content for s in store.archive.segments(session_id="s1"))
 
 
 def test_no_summarizer_call_when_there_is_nothing_to_roll_out(store, embedder):
@@ -467,7 +467,7 @@ def test_no_summarizer_call_when_there_is_nothing_to_roll_out(store, embedder):
             raise AssertionError("called")
 
     assert compact(compactor(store, embedder, Exploding()), recent_cap=10) is None  # only kept exchanges
-    assert store.compaction_state("s1").consecutive_failures == 0
+    assert store.compaction.state("s1").consecutive_failures == 0
 
 
 # -- one compaction at a time ---------------------------------------------------------
@@ -496,10 +496,10 @@ def test_concurrent_compactions_of_one_session_summarize_once_and_lose_no_turn(s
     first.join(10)
     assert results["second"] is None and any(e["event"] == "compaction.skipped" for e in events)
     assert results["first"].ok and len(calls) == 1
-    turns = store.turns("s1")
+    turns = store.turns.of_session("s1")
     assert [t.seq for t in turns] == list(range(1, 23))  # nothing lost
     summarized = {t.seq for t in turns if t.state == TurnState.summarized}
-    archived = {s for seg in store.segments(session_id="s1") for s in range(seg.first_seq, seg.last_seq + 1)}
+    archived = {s for seg in store.archive.segments(session_id="s1") for s in range(seg.first_seq, seg.last_seq + 1)}
     assert summarized == archived == {t.seq for t in calls[0]}  # each rolled turn archived exactly once
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM archived_segments")).scalar() == len(summarized)

@@ -116,7 +116,7 @@ def jobs(store, session_id: str | None = None) -> list[tuple[str, str]]:
 
 
 def over_cap(store, session_id: str) -> bool:
-    return sum(t.tokens for t in store.turns(session_id, state=TurnState.context)) > BUDGETS.recent
+    return sum(t.tokens for t in store.turns.of_session(session_id, state=TurnState.context)) > BUDGETS.recent
 
 
 def turn(engine: Engine, i: int, session_id: str = "s1") -> float:
@@ -148,14 +148,14 @@ def test_the_reply_returns_while_a_slow_summary_runs_and_the_job_compacts_afterw
             i += 1
             assert i < 20, "no compaction ran"
         # the turns returned while the summarizer was still answering: nothing is compacted yet
-        assert store.compaction_state("s1").compactions == 0
+        assert store.compaction.state("s1").compactions == 0
         deadline = time.monotonic() + 30
-        while store.compaction_state("s1").compactions == 0 and time.monotonic() < deadline:
+        while store.compaction.state("s1").compactions == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
     # one job per queued batch of turns; a turn added while the first job ran may have queued a second
-    done = store.compaction_state("s1").compactions
+    done = store.compaction.state("s1").compactions
     assert done >= 1 and len(summary_requests(fake_llm)) >= done
-    assert store.summary("s1") is not None and store.segments(session_id="s1")
+    assert store.compaction.summary("s1") is not None and store.archive.segments(session_id="s1")
 
 
 def test_a_compaction_turn_waits_for_the_summary_inline_but_not_queued(build, store, fake_llm):
@@ -164,13 +164,13 @@ def test_a_compaction_turn_waits_for_the_summary_inline_but_not_queued(build, st
     inline = build(queued=False)
     turn(inline, 0, "warm-up")
     seconds = [turn(inline, i, "inline") for i in range(6)]
-    assert store.compaction_state("inline").compactions >= 1
+    assert store.compaction.state("inline").compactions >= 1
     assert max(seconds) >= 2.0  # the compaction turn waited for the summary
     asked = len(summary_requests(fake_llm))
     queued = build()
     for i in range(6):
         turn(queued, i, "queued")
-    assert jobs(store, "queued") and store.compaction_state("queued").compactions == 0
+    assert jobs(store, "queued") and store.compaction.state("queued").compactions == 0
     # no queued turn asked for a summary, so none waited for one (wall time is not asserted: a loaded
     # machine can make a turn slow for other reasons; scripts/bench_compaction_queue.py measures it)
     assert len(summary_requests(fake_llm)) == asked
@@ -185,7 +185,7 @@ def test_a_session_has_at_most_one_waiting_compaction_job(build, store, fake_llm
     turns_until_queued(engine, store, "s2")
     assert jobs(store) == [("todo", "compaction:s1"), ("todo", "compaction:s2")]
     drain(engine)
-    assert store.compaction_state("s1").compactions == 1 and store.compaction_state("s2").compactions == 1
+    assert store.compaction.state("s1").compactions == 1 and store.compaction.state("s2").compactions == 1
     assert not over_cap(store, "s1") and not over_cap(store, "s2")
     assert jobs(store) == []  # done jobs are deleted
 
@@ -209,7 +209,7 @@ def test_two_workers_never_run_one_sessions_jobs_at_once(build, store, fake_llm)
         drain(engine, name="w2")  # a second worker, while the first still compacts
         first.join(60)
     assert not [e for e in events if e["event"] == "compaction.skipped"]
-    assert store.compaction_state("s1").compactions == 2
+    assert store.compaction.state("s1").compactions == 2
     assert not over_cap(store, "s1")
     assert jobs(store) == []
 
@@ -218,7 +218,7 @@ def test_the_prompt_says_a_summary_is_pending_until_the_job_has_run(build, store
     slow_summaries(fake_llm, 0.0)
     engine = build()
     turns_until_queued(engine, store)
-    waiting = [t.seq for t in store.turns("s1", state=TurnState.context)]
+    waiting = [t.seq for t in store.turns.of_session("s1", state=TurnState.context)]
     context = engine.assemble(user_id="u1", session_id="s1")
     assert context.pending_turns > 0
     assert "their summary is still being written" in context.source_text["summary"]
@@ -237,7 +237,7 @@ def test_inline_compaction_leaves_no_summary_pending(build, store, fake_llm):
     engine = build(queued=False)
     for i in range(8):
         turn(engine, i)
-    assert store.compaction_state("s1").compactions >= 1
+    assert store.compaction.state("s1").compactions >= 1
     context = engine.assemble(user_id="u1", session_id="s1")
     assert context.pending_turns == 0 and jobs(store) == []
 
@@ -247,7 +247,7 @@ def test_a_failed_summary_queues_the_sessions_next_job_with_a_backoff(build, sto
     engine = build()
     turns_until_queued(engine, store)
     drain(engine)
-    assert store.compaction_state("s1").consecutive_failures == 1  # counted by the breaker
+    assert store.compaction.state("s1").consecutive_failures == 1  # counted by the breaker
     with store.engine.connect() as conn:
         status, args, wait = conn.execute(
             text("SELECT status::text, args, scheduled_at - now() FROM procrastinate_jobs")
@@ -269,7 +269,7 @@ def test_serve_runs_a_queue_worker_for_its_lifespan(build, store, fake_llm):
         deadline = time.monotonic() + 30
         while (over_cap(store, "s1") or jobs(store)) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert store.compaction_state("s1").compactions >= 1 and not over_cap(store, "s1")
+        assert store.compaction.state("s1").compactions >= 1 and not over_cap(store, "s1")
     assert jobs(store) == []
 
 
@@ -299,11 +299,11 @@ def test_a_job_left_by_a_killed_worker_is_put_back_and_then_compacts(build, stor
     turns_until_queued(engine, store)
     _kill_worker_of_running_jobs(store)
     drain(engine)  # the dead job holds the session's lock: no worker can run a job of it
-    assert jobs(store) == [("doing", "compaction:s1")] and store.compaction_state("s1").compactions == 0
+    assert jobs(store) == [("doing", "compaction:s1")] and store.compaction.state("s1").compactions == 0
     assert _recover(store) == 1
     assert jobs(store) == [("todo", "compaction:s1")]
     drain(engine)
-    assert store.compaction_state("s1").compactions == 1 and jobs(store) == [] and not over_cap(store, "s1")
+    assert store.compaction.state("s1").compactions == 1 and jobs(store) == [] and not over_cap(store, "s1")
 
 
 def test_a_dead_job_whose_session_has_a_newer_waiting_job_is_dropped_for_it(build, store, fake_llm):
@@ -318,4 +318,4 @@ def test_a_dead_job_whose_session_has_a_newer_waiting_job_is_dropped_for_it(buil
     assert _recover(store) == 1
     assert jobs(store) == [("failed", "compaction:s1"), ("todo", "compaction:s1")]
     drain(engine)
-    assert store.compaction_state("s1").compactions == 1 and not over_cap(store, "s1")
+    assert store.compaction.state("s1").compactions == 1 and not over_cap(store, "s1")

@@ -74,7 +74,7 @@ def test_deleting_a_session_deletes_only_files_no_other_session_references(files
     assert not _exists(files_env, f1)
     assert _exists(files_env, f2) and _exists(files_env, f3)
     assert files_env.files.blobs.get(blob1) is None  # its bytes went with it
-    assert store.get_session("A") is None and store.turns("A") == []
+    assert store.sessions.get("A") is None and store.turns.of_session("A") == []
     with store.engine.connect() as conn:
         left = {r[0] for r in conn.execute(text("SELECT file_id FROM turn_files")).all()}
         assert conn.execute(text("SELECT count(*) FROM compaction_state WHERE session_id = 'A'")).scalar() == 0
@@ -109,7 +109,7 @@ def test_edit_and_resend_keeps_earlier_files_and_cleans_replaced_ones_after_trun
     result = engine.edit_turn(
         user_id="u1", session_id="S", seq=second.user_turn.seq, message="second, edited", attachments=[new]
     )
-    turns = store.turns("S")
+    turns = store.turns.of_session("S")
     assert [(t.role, t.content) for t in turns][:3] == [
         ("user", "first"),
         ("assistant", "got it"),
@@ -134,7 +134,7 @@ def test_resending_with_the_same_file_keeps_it(files_env, store):
         user_id="u1", session_id="S", seq=turn.user_turn.seq, message="look again", attachments=[doc], reply="ok"
     )
     assert _exists(files_env, doc)
-    assert [t.content for t in store.turns("S")] == ["look again", "ok"]
+    assert [t.content for t in store.turns.of_session("S")] == ["look again", "ok"]
 
 
 @pytest.mark.parametrize(
@@ -151,7 +151,7 @@ def test_a_bad_edit_changes_nothing(files_env, store, seq, attachments, error):
     engine.turn(user_id="u1", session_id="S", message="look", attachments=[doc], reply="ok")
     with pytest.raises(error):
         engine.edit_turn(user_id="u1", session_id="S", seq=seq, message="edited", attachments=attachments, reply="x")
-    assert [t.content for t in store.turns("S")] == ["look", "ok"]
+    assert [t.content for t in store.turns.of_session("S")] == ["look", "ok"]
     assert _exists(files_env, doc)
 
 
@@ -179,4 +179,4 @@ def test_cli_session_delete_reports_counts_and_checks_the_owner(
     assert main(["session", "delete", "S", "--user", "u1"]) == 0
     out = capsys.readouterr().out
     assert "turns: 2" in out and "files: 1" in out
-    assert store.get_session("S") is None and not _exists(files_env, doc)
+    assert store.sessions.get("S") is None and not _exists(files_env, doc)

@@ -20,8 +20,8 @@ from memory.embeddings import (
     declared_dimension,
     model_path,
 )
-from memory.recall import without_names
 from runtime.config import Settings
+from runtime.context import without_names
 from runtime.service import CATEGORIES, load_conversations, open_embedder, replay_conversation
 from tests.conftest import SAMPLE
 
@@ -230,7 +230,7 @@ def test_a_replay_whose_embedder_fails_raises_and_stores_no_turn(make_engine_for
     conv = load_conversations(SAMPLE)[0]
     with pytest.raises(RuntimeError, match="model broke"):
         replay_conversation(engine, conv, run_id="t")
-    assert store.turns(f"replay:{conv.id}:t:session") == []
+    assert store.turns.of_session(f"replay:{conv.id}:t:session") == []
 
 
 def test_a_replays_timeline_reads_the_stored_state_only_after_a_compaction(
@@ -239,13 +239,13 @@ def test_a_replays_timeline_reads_the_stored_state_only_after_a_compaction(
     """With compaction inline, a step that compacted nothing leaves the archive, the summary and the
     breaker as the step before saw them: the timeline reads them again only after a compaction."""
     reads: list[str] = []
-    count = store.archive_count
+    count = store.archive.count
 
     def counted(**kwargs):
         reads.append(kwargs["user_id"])
         return count(**kwargs)
 
-    monkeypatch.setattr(store, "archive_count", counted)
+    monkeypatch.setattr(store.archive, "count", counted)
     engine = make_engine_for(window=1024)
     engine.embedder = CachingEmbedder(embedder)
     engine = engine.derive(window=1024)

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import text
 
 from errors import InvalidMessageError, ModelCallError
-from memory.recall import recall_segments
-from memory.store import NewSegment
+from memory.recall import RecallQuery, recall
+from memory.store import NewSegment, NewSummary
 from memory.tables import TurnState
 from runtime.compaction import exchanges
 from runtime.service import load_conversations, replay_conversation, user_turn_coverage
@@ -28,7 +28,7 @@ def test_turns_are_stored_in_order_with_gap_free_seqs(make_engine_for, store, fa
     fake_llm.script.extend(["one", "two", "three"])
     for i, message in enumerate(["first", "second", "third"]):
         engine.turn(user_id="u1", session_id="s1", message=message, at=T0 + timedelta(minutes=i))
-    turns = store.turns("s1")
+    turns = store.turns.of_session("s1")
     assert [t.seq for t in turns] == [1, 2, 3, 4, 5, 6]
     assert [(t.role, t.content) for t in turns] == [
         ("user", "first"),
@@ -50,12 +50,12 @@ def test_user_turn_stays_stored_when_the_reply_step_raises(make_engine_for, stor
     with pytest.raises(ModelCallError) as info:
         engine.turn(user_id="u1", session_id="s1", message="are you there?")
     assert info.value.session_id == "s1"
-    turns = store.turns("s1")
+    turns = store.turns.of_session("s1")
     assert [(t.role, t.content) for t in turns] == [("user", "are you there?")]
     # the next turn carries on after the stored user turn
     fake_llm.script.append("yes")
     engine.turn(user_id="u1", session_id="s1", message="hello?")
-    assert [t.role for t in store.turns("s1")] == ["user", "user", "assistant"]
+    assert [t.role for t in store.turns.of_session("s1")] == ["user", "user", "assistant"]
 
 
 @pytest.mark.parametrize(
@@ -84,14 +84,14 @@ def test_bad_message_gets_clear_error_and_nothing_is_stored(make_engine_for, sto
     # a bad message for a brand-new session creates nothing either
     with pytest.raises(InvalidMessageError):
         engine.turn(user_id="u2", session_id="s2", message=message)
-    assert store.get_session("s2") is None
+    assert store.sessions.get("s2") is None
 
 
 def test_bad_reply_in_replay_is_rejected_before_the_user_turn_is_stored(make_engine_for, store):
     engine = make_engine_for()
     with pytest.raises(InvalidMessageError):
         engine.turn(user_id="u1", session_id="s1", message="hi", reply="bad\x00reply")
-    assert store.get_session("s1") is None
+    assert store.sessions.get("s1") is None
 
 
 def _chat(engine, n, *, session="s1", user="u1", words=15):
@@ -108,15 +108,15 @@ def _chat(engine, n, *, session="s1", user="u1", words=15):
 def test_compaction_never_splits_an_exchange_and_never_deletes_a_turn(make_engine_for, store):
     engine = make_engine_for(window=1024)
     _chat(engine, 30)
-    turns = store.turns("s1")
+    turns = store.turns.of_session("s1")
     assert len(turns) == 60  # nothing deleted
-    assert engine.store.compaction_state("s1").compactions >= 2
+    assert engine.store.compaction.state("s1").compactions >= 2
     summarized = [t for t in turns if t.state == TurnState.summarized]
     in_context = [t for t in turns if t.state == TurnState.context]
     assert summarized and in_context
     assert max(t.seq for t in summarized) < min(t.seq for t in in_context)  # a clean boundary
     assert in_context[0].role == "user"  # the recent window starts at an exchange
-    segments = store.segments(session_id="s1")
+    segments = store.archive.segments(session_id="s1")
     for segment in segments:  # segments hold only rolled-out turns, verbatim
         group = [t for t in turns if segment.first_seq <= t.seq <= segment.last_seq]
         assert group and all(t.state == TurnState.summarized for t in group)
@@ -133,13 +133,13 @@ def test_compaction_never_splits_an_exchange_and_never_deletes_a_turn(make_engin
 def test_summary_stays_flat_and_within_its_cap_over_many_compactions(make_engine_for, store):
     engine = make_engine_for(window=1024)
     _chat(engine, 40)
-    summary = store.summary("s1")
+    summary = store.compaction.summary("s1")
     assert summary is not None
     assert summary.tokens <= engine.budgets.summary
     assert summary.content.count("<summary") == 1  # never nested
     for item in summary.items:
         if item["role"] == "user":
-            source = next(t for t in store.turns("s1") if t.seq == item["seq"])
+            source = next(t for t in store.turns.of_session("s1") if t.seq == item["seq"])
             assert item["text"] in source.content  # an exact quote
             assert f'"{item["text"]}"' in summary.content
 
@@ -178,16 +178,16 @@ def test_oversized_current_message_is_cut_with_a_notice(make_engine_for, store):
     assert not context.overflow
     assert "This message was cut" in context.messages[-1]["content"]
     assert context.sources["recent"].cut
-    assert store.turns("s1")[0].content == long  # stored whole; only the prompt copy is cut
+    assert store.turns.of_session("s1")[0].content == long  # stored whole; only the prompt copy is cut
 
 
 def test_recall_never_returns_another_users_segment_even_when_it_scores_higher(store, embedder):
-    store.ensure_session(session_id="sa", user_id="alice")
-    store.ensure_session(session_id="sb", user_id="bob")
+    store.sessions.ensure(session_id="sa", user_id="alice")
+    store.sessions.ensure(session_id="sb", user_id="bob")
     query = "my dog Rex loves the beach at sunset"
     texts = {"alice": "User: I planted tomatoes in the garden today", "bob": f"User: {query}"}
     for user, session in (("alice", "sa"), ("bob", "sb")):
-        store.commit_compaction(
+        store.compaction.commit(
             session_id=session,
             user_id=user,
             turn_ids=[],
@@ -201,14 +201,10 @@ def test_recall_never_returns_another_users_segment_even_when_it_scores_higher(s
                     embedding=embedder.embed([texts[user]])[0],
                 )
             ],
-            summary_content="s",
-            summary_items=[],
-            summary_first_seq=1,
-            summary_last_seq=2,
-            summary_tokens=1,
+            summary=NewSummary(content="s", items=[], first_seq=1, last_seq=2, tokens=1),
         )
     vector = embedder.embed([query])[0]
-    bobs = recall_segments(store.engine, user_id="bob", query_embedding=vector, limit=5)
-    found = recall_segments(store.engine, user_id="alice", query_embedding=vector, limit=5)
+    bobs = recall(store.engine, RecallQuery(user_id="bob", query_embedding=vector, limit=5))
+    found = recall(store.engine, RecallQuery(user_id="alice", query_embedding=vector, limit=5))
     assert [s.content for s in found] == [texts["alice"]]
     assert bobs[0].distance < found[0].distance  # bob's segment is the better match, yet never alice's

@@ -48,9 +48,9 @@ def test_structured_file_read_call_runs_and_its_result_is_not_stored(files_env, 
     if stream:
         assert "".join(pieces) == reply
     # only the final text is stored: no tool call, no file text in any turn
-    stored = "\n".join(t.content for t in store.turns("s1"))
+    stored = "\n".join(t.content for t in store.turns.of_session("s1"))
     assert "This is body page 3" not in stored.replace(reply, "")
-    assert [t.role for t in store.turns("s1")] == ["user", "assistant"]
+    assert [t.role for t in store.turns.of_session("s1")] == ["user", "assistant"]
 
 
 def test_no_tool_is_offered_without_files_in_the_context(files_env, fake_llm):
@@ -113,7 +113,7 @@ def test_pseudo_tool_call_text_in_a_reply_is_neither_executed_nor_cached(files_e
     fake_llm.script.extend([fake, "fine"])
     engine.turn(user_id="u1", session_id="s1", message="open it", attachments=[pdf])
     assert len(fake_llm.requests) == 1  # the look-alike call ran nothing
-    assert store.turns("s1")[-1].content == fake  # stored as the model's ordinary text
+    assert store.turns.of_session("s1")[-1].content == fake  # stored as the model's ordinary text
     assert not any(is_placeholder(line) for line in fake.splitlines())
     engine.turn(user_id="u1", session_id="s1", message="and?")
     history = fake_llm.requests[-1]["messages"]

@@ -113,8 +113,8 @@ def test_claim_is_won_once_and_parse_result_is_stored(files):
 
 
 def _turn(store, session_id: str, user_id: str) -> int:
-    store.ensure_session(session_id=session_id, user_id=user_id)
-    return store.add_turn(session_id=session_id, role="user", content="see file", tokens=3).id
+    store.sessions.ensure(session_id=session_id, user_id=user_id)
+    return store.turns.add(session_id=session_id, role="user", content="see file", tokens=3).id
 
 
 def test_delete_removes_turn_file_rows_and_the_unused_blob(files, store):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from sqlalchemy import event, text
 
-import memory.recall as recall
-from memory.recall import recall_segments
+import memory.recall as recall_module
+from memory.recall import RecallQuery, recall
 from memory.tables import TurnState
 from tests.archive_fixtures import archive_segments
 
@@ -84,11 +84,11 @@ def large_archive(store):
 
 def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, large_archive, monkeypatch):
     query, planted = large_archive
-    monkeypatch.setattr(recall, "INDEX_FROM", 1000)
+    monkeypatch.setattr(recall_module, "INDEX_FROM", 1000)
     args = dict(user_id="big", query_embedding=list(query), query_text="zorblax", limit=10, pool=50)
-    exact = recall_segments(store.engine, vector_index=False, **args)
+    exact = recall(store.engine, RecallQuery(vector_index=False, **args))
     with Statements(store.engine) as seen:
-        chosen = recall_segments(store.engine, **args)
+        chosen = recall(store.engine, RecallQuery(**args))
     assert any("hnsw.iterative_scan" in s for s in seen.sql), "2,000 of 2,500 rows: the index path is chosen"
     # the planner reads the HNSW index only when recall orders by the index's own expression
     # (half-precision keys, migration 0017); otherwise it would sort every row of the user
@@ -112,21 +112,21 @@ def test_large_archive_recall_over_the_index_finds_the_exact_top_hits(store, lar
 def test_recall_over_the_index_reads_the_neighbours_in_its_statement(store, large_archive, monkeypatch):
     """On the index path too, the best hits' neighbours come with the hits, in one statement."""
     query, planted = large_archive
-    monkeypatch.setattr(recall, "INDEX_FROM", 1000)
+    monkeypatch.setattr(recall_module, "INDEX_FROM", 1000)
     args = dict(user_id="big", query_embedding=list(query), query_text="zorblax", limit=10, pool=50)
     with Statements(store.engine) as seen:
-        found = recall_segments(store.engine, neighbours=1, **args)
+        found = recall(store.engine, RecallQuery(neighbours=1, **args))
     assert any("hnsw.iterative_scan" in s for s in seen.sql)
     assert sum("ORDER BY score" in s for s in seen.sql) == 1 and not any("unnest(CAST(:hit_ids" in s for s in seen.sql)
-    assert [s.id for s in found if s.neighbour_of is None][:8] == [s.id for s in recall_segments(store.engine, **args)][
-        :8
-    ]
+    assert [s.id for s in found if s.neighbour_of is None][:8] == [
+        s.id for s in recall(store.engine, RecallQuery(**args))
+    ][:8]
 
 
 def test_small_archive_recall_stays_exact(store, large_archive):
     query, _ = large_archive
     with Statements(store.engine) as seen:
-        hits = recall_segments(store.engine, user_id="other", query_embedding=list(query), limit=5)
+        hits = recall(store.engine, RecallQuery(user_id="other", query_embedding=list(query), limit=5))
     assert len(hits) == 5
     assert not any("hnsw" in s for s in seen.sql), "500 segments are below INDEX_FROM: exact search"
 
@@ -137,13 +137,13 @@ def test_archive_count_follows_inserts_and_deletes(store, large_archive):
             return dict(conn.execute(text("SELECT user_id, segments FROM archive_counts")).all())
 
     assert counts() == {"big": 2000, "other": 500}
-    store.delete_session("other:s")
+    store.sessions.delete("other:s")
     assert counts() == {"big": 2000}
 
 
 def _history(store, *, session_id: str, turns: int, context: int) -> None:
     """``turns`` turns in one statement, the newest ``context`` in the recent window."""
-    store.ensure_session(session_id=session_id, user_id="u-" + session_id)
+    store.sessions.ensure(session_id=session_id, user_id="u-" + session_id)
     with store.engine.begin() as conn:
         conn.execute(
             text(
@@ -160,7 +160,7 @@ def _history(store, *, session_id: str, turns: int, context: int) -> None:
 def test_recent_window_read_uses_the_partial_index(store):
     _history(store, session_id="long", turns=20_000, context=6)
     with Statements(store.engine) as seen:
-        window = store.turns("long", state=TurnState.context)
+        window = store.turns.of_session("long", state=TurnState.context)
     assert [t.seq for t in window] == list(range(19_995, 20_001))
     sql, params = next((s, p) for s, p in zip(seen.sql, seen.params, strict=True) if "FROM turns" in s)
     with store.engine.connect() as conn:
@@ -171,7 +171,7 @@ def test_recent_window_read_uses_the_partial_index(store):
 def _turn_statements(engine, session_id: str, n: int) -> list[int]:
     out = []
     for i in range(n):
-        with Statements(engine.store.engine, engine.store._lock_engine) as seen:
+        with Statements(engine.store.engine, engine.store.compaction._lock_engine) as seen:
             engine.turn(user_id="u1", session_id=session_id, message=f"Hello number {i}", reply="Hi!")
         out.append(len(seen.sql))
     return out
@@ -183,7 +183,7 @@ def test_statements_per_turn_are_few_and_do_not_grow(make_engine_for):
     early = _turn_statements(engine, "s1", 3)
     later = _turn_statements(engine, "s1", 3)
     # 11: assembling reads the summary, the archive's size and whether there are files or
-    # knowledge in one statement (Store.session_reads), and reads no files and searches no
+    # knowledge in one statement (Store.assembly.session), and reads no files and searches no
     # knowledge when there are none; the claim's UPDATE checks the session's user, so an
     # existing session is not read first. With each of those read on its own a turn took 15.
     # These short follow-ups read the vector of the user turn before them (the enriched query's)
@@ -228,7 +228,7 @@ def test_a_compaction_reads_the_turns_it_rolls_out_not_the_history(store, embedd
             session_id="long", user_id="u-long", recent_cap=100, summary_cap=200, assistant_name="Mira"
         )
     assert outcome is not None and outcome.ok and outcome.summarized
-    summary = store.summary("long")
+    summary = store.compaction.summary("long")
     assert summary is not None and any(i.get("role") == "user" for i in summary.items), "user quotes were validated"
     # the recent window (40 turns), the summary, the quoted turns: not the 19,960 rolled-out turns
     assert read.rows < 200, read.rows
@@ -280,19 +280,19 @@ def test_session_reads_answer_as_the_reads_they_replace(make_engine_for, embedde
     engine = make_engine_for(window=1024)
     store, persona = engine.store, engine.persona.name
     engine.turn(user_id="u1", session_id="s1", message="Hello there", reply="Hi!")
-    first = store.session_reads("s1", user_id="u1", persona=persona)
+    first = store.assembly.session("s1", user_id="u1", persona=persona)
     assert first.summary is None and first.archived_segments == 0
     assert not first.has_files and not first.has_knowledge
     for i in range(14):  # a 1,024-token window compacts within these
         engine.turn(user_id="u1", session_id="s1", message=f"Message {i}: " + "tell me more " * 20, reply="Sure. " * 30)
-    reads = store.session_reads("s1", user_id="u1", persona=persona)
-    assert reads.summary is not None and reads.summary.model_dump() == store.summary("s1").model_dump()
-    assert reads.archived_segments == store.archive_count(user_id="u1") > 0
-    assert not store.session_reads("s1", user_id="u2", persona=persona).archived_segments  # the user's own
+    reads = store.assembly.session("s1", user_id="u1", persona=persona)
+    assert reads.summary is not None and reads.summary.model_dump() == store.compaction.summary("s1").model_dump()
+    assert reads.archived_segments == store.archive.count(user_id="u1") > 0
+    assert not store.assembly.session("s1", user_id="u2", persona=persona).archived_segments  # the user's own
     replace_sources(
         store.engine,
         persona=persona,
         sources={"notes.md": [NewChunk(content="a fact", tokens=2, embedding=embedder.embed(["a fact"])[0])]},
     )
-    assert store.session_reads("s1", user_id="u1", persona=persona).has_knowledge
-    assert not store.session_reads("s1", user_id="u1", persona="another persona").has_knowledge
+    assert store.assembly.session("s1", user_id="u1", persona=persona).has_knowledge
+    assert not store.assembly.session("s1", user_id="u1", persona="another persona").has_knowledge

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from memory.fulltext import cjk_terms, reindex
-from memory.recall import recall_segments
+from memory.recall import RecallQuery, recall
 from tests.archive_fixtures import archive_segments
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,14 +41,16 @@ def _archive(store, embedder, *, user_id: str, contents: list[str]) -> None:
 
 def _by_text(store, embedder, user_id: str, query: str, **kw):
     """Recall's hits for ``query`` that matched by full text, best first."""
-    hits = recall_segments(
+    hits = recall(
         store.engine,
-        user_id=user_id,
-        query_embedding=embedder.embed([query])[0],
-        query_text=query,
-        limit=10,
-        pool=10,
-        **kw,
+        RecallQuery(
+            user_id=user_id,
+            query_embedding=embedder.embed([query])[0],
+            query_text=query,
+            limit=10,
+            pool=10,
+            **kw,
+        ),
     )
     return sorted((h for h in hits if h.text_rank is not None), key=lambda h: h.text_rank)
 

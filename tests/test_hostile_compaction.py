@@ -42,9 +42,9 @@ def test_extractive_summaries_are_accepted_at_every_window(make_engine_for, stor
             engine.turn(user_id="u1", session_id="s1", message=sentence_message(i), at=T0 + timedelta(minutes=i))
     failed = [e for e in events if e["event"] == "compaction.failed"]
     assert failed == [], [e.get("reason") for e in failed]
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.consecutive_failures == 0 and state.breaker_opened_at is None
-    summary = store.summary("s1")
+    summary = store.compaction.summary("s1")
     assert summary is not None and summary.items
     assert summary.tokens <= engine.budgets.summary
 
@@ -98,10 +98,10 @@ def test_the_model_summarizer_turns_off_every_hidden_retry_as_the_reply_path_doe
 
 
 def _fill_session(store, n: int = 8):
-    store.ensure_session(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
     for i in range(n):
         for role, body in (("user", sentence_message(i, 200)), ("assistant", f"Reply {i}. " + "more words " * 20)):
-            store.add_turn(
+            store.turns.add(
                 session_id="s1",
                 role=role,
                 content=body,
@@ -139,7 +139,7 @@ def test_a_bug_in_the_summarizer_propagates_with_its_traceback_and_is_not_counte
             compactor.maybe_compact(
                 session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira"
             )
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.consecutive_failures == 0 and state.breaker_opened_at is None
 
 
@@ -156,7 +156,7 @@ def test_a_storage_error_during_compaction_propagates_and_is_not_counted(store, 
     with pytest.raises(StorageError):
         compactor.maybe_compact(session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira")
     monkeypatch.undo()
-    state = store.compaction_state("s1")
+    state = store.compaction.state("s1")
     assert state.consecutive_failures == 0 and state.breaker_opened_at is None
 
 
@@ -173,4 +173,4 @@ def test_a_summarizer_failure_still_counts(store, embedder):
         session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira"
     )
     assert outcome is not None and not outcome.ok
-    assert store.compaction_state("s1").consecutive_failures == 1
+    assert store.compaction.state("s1").consecutive_failures == 1

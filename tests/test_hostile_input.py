@@ -115,7 +115,7 @@ def test_the_python_api_refuses_odd_ids_and_profile_fields_naming_the_field(make
     with pytest.raises(InvalidFieldError) as caught:
         Profiles(store.engine).set("u1", facts=["fine", bad * 2])
     assert caught.value.field == "facts[1]"
-    assert store.turns("s1") == []
+    assert store.turns.of_session("s1") == []
 
 
 def test_the_cli_refuses_a_lone_surrogate_in_an_id(db_url, monkeypatch, capsys):

@@ -296,7 +296,7 @@ def test_switch_text_to_vision_and_back(images_env):
     assert len(images_env.calls()) == 1
 
     vision = images_env.build(model="openai/fake-model", vision_models=("openai/fake-model",))
-    seq = vision.store.turns("sw")[0].seq  # regenerate the text model's turn with the vision model
+    seq = vision.store.turns.of_session("sw")[0].seq  # regenerate the text model's turn with the vision model
     context = vision.edit_turn(user_id="u1", session_id="sw", seq=seq, message="here", attachments=[photo]).context
     users = [m for m in context.messages if m["role"] == "user"]
     assert len(image_parts(users[-1])) == 1  # pixels again, although a transcript is cached

@@ -104,7 +104,7 @@ def test_two_workers_close_200_idle_sessions_exactly_once(db_url, embedder):
     assert closed_by == {**{s: "w0" for s in a}, **{s: "w1" for s in b}}
     assert per_session == {s: 2 for s in ids}  # each session's two turns archived once, never twice
     assert left == 0
-    assert all("I like green tea." in (workers[0].store.summary(s).content) for s in ids[:3])
+    assert all("I like green tea." in (workers[0].store.compaction.summary(s).content) for s in ids[:3])
 
 
 def test_sessions_active_within_the_threshold_stay_open(db_url, embedder):
@@ -114,7 +114,7 @@ def test_sessions_active_within_the_threshold_stay_open(db_url, embedder):
     report = close_idle_sessions(worker_engine(db_url, embedder), idle_seconds=6 * HOUR, worker_id="w")
     assert sorted(report.closed) == sorted(idle)
     store = Store(engine)
-    assert all(store.get_session(s).closed_at is None for s in fresh)
+    assert all(store.sessions.get(s).closed_at is None for s in fresh)
     # measured from a later "now", the fresh ones are idle too
     later = close_idle_sessions(
         worker_engine(db_url, embedder), idle_seconds=6 * HOUR, now=utcnow() + timedelta(hours=6)
@@ -126,12 +126,12 @@ def test_with_the_breaker_open_the_close_archives_only(db_url, embedder):
     ids = seed_idle_sessions(make_engine(db_url), 1, turns_each=4)
     engine = worker_engine(db_url, embedder)
     for _ in range(3):
-        engine.store.record_compaction_failure(ids[0], error="SummarizationError: test", threshold=3)
+        engine.store.compaction.record_failure(ids[0], error="SummarizationError: test", threshold=3)
     report = close_idle_sessions(engine, idle_seconds=6 * HOUR, worker_id="w")
     assert report.closed == ids and report.rolled_turns == 4
-    assert engine.store.summary(ids[0]) is None
-    assert {t.state for t in engine.store.turns(ids[0])} == {TurnState.archived}
-    assert len(engine.store.segments(session_id=ids[0])) == 4
+    assert engine.store.compaction.summary(ids[0]) is None
+    assert {t.state for t in engine.store.turns.of_session(ids[0])} == {TurnState.archived}
+    assert len(engine.store.archive.segments(session_id=ids[0])) == 4
 
 
 def test_a_closed_session_refuses_new_turns(make_engine_for, fake_llm):
@@ -142,7 +142,7 @@ def test_a_closed_session_refuses_new_turns(make_engine_for, fake_llm):
     assert close_idle_sessions(engine, idle_seconds=6 * HOUR, worker_id="w").closed == ["s-closed"]
     with pytest.raises(SessionClosedError):
         engine.turn(user_id="ana", session_id="s-closed", message="Are you there?")
-    assert len(engine.store.turns("s-closed")) == 1
+    assert len(engine.store.turns.of_session("s-closed")) == 1
     assert fake_llm.requests == []
 
 
@@ -159,7 +159,7 @@ def test_a_returning_user_starts_from_the_previous_summary_and_it_stays_valid(ma
 
     second = directory.start_session(user_id=user.id, persona=PERSONA.name)
     assert second.carried_from == first.id
-    carried = engine.store.summary(second.id)
+    carried = engine.store.compaction.summary(second.id)
     assert [i["text"] for i in carried.items if i["role"] == "user"] == [
         "My dog is called Pixel.",
         "I work as a nurse in Braga.",
@@ -175,8 +175,8 @@ def test_a_returning_user_starts_from_the_previous_summary_and_it_stays_valid(ma
         engine.turn(
             user_id=user.id, session_id=second.id, message=f"Today's story part {i}: " + "la " * 20, reply="Mm."
         )
-    summary = engine.store.summary(second.id)
-    state = engine.store.compaction_state(second.id)
+    summary = engine.store.compaction.summary(second.id)
+    state = engine.store.compaction.state(second.id)
     assert (state.compactions >= 1, state.consecutive_failures) == (True, 0)
     assert summary.last_seq > 0 and summary.content.count("<summary") == 1
     assert "My dog is called Pixel." in summary.content
@@ -213,7 +213,7 @@ def test_close_idle_once_from_the_command_line(db_url, fake_llm):
     assert done.returncode == 0, done.stderr
     assert "claimed 3, closed 3, failed 0" in done.stdout
     store = Store(make_engine(db_url))
-    assert [store.get_session(s).closed_by for s in ids] == ["cron-1"] * 3
+    assert [store.sessions.get(s).closed_by for s in ids] == ["cron-1"] * 3
 
 
 def test_jobs_run_starts_the_scheduler_and_ctrl_c_exits_cleanly(db_url, fake_llm):
@@ -254,18 +254,20 @@ def test_jobs_run_starts_the_scheduler_and_ctrl_c_exits_cleanly(db_url, fake_llm
 
 
 def test_a_new_session_by_id_through_the_engine_also_starts_from_the_previous_summary(make_engine_for, fake_llm):
-    """The CLI and Python API name sessions themselves (``Store.ensure_session``): a new one
+    """The CLI and Python API name sessions themselves (``Sessions.ensure``): a new one
     carries over too, and an existing session never gets a second copy."""
     engine = make_engine_for(budgets=Budgets.create(recent=200, summary=800))
     for line in ["My dog is called Pixel.", "I work as a nurse in Braga."]:
         engine.turn(user_id="bea", session_id="bea-1", message=line, reply="Noted.")
     close_idle_sessions(engine, idle_seconds=0, now=utcnow() + timedelta(seconds=1), worker_id="w")
     engine.turn(user_id="bea", session_id="bea-2", message="I'm back!", reply="Welcome back.")
-    assert engine.store.get_session("bea-2").carried_from == "bea-1"
+    assert engine.store.sessions.get("bea-2").carried_from == "bea-1"
     context = engine.assemble(user_id="bea", session_id="bea-2")
     assert "My dog is called Pixel." in context.source_text["summary"]
     engine.turn(user_id="bea", session_id="bea-2", message="Still here.", reply="Good.")
-    assert engine.store.summary("bea-2").content.count('User: "My dog is called Pixel."') == 1  # one quote, not two
+    assert (
+        engine.store.compaction.summary("bea-2").content.count('User: "My dog is called Pixel."') == 1
+    )  # one quote, not two
     # another user's new session carries nothing over
     engine.turn(user_id="cai", session_id="cai-1", message="Hello", reply="Hi.")
-    assert engine.store.summary("cai-1") is None and engine.store.get_session("cai-1").carried_from is None
+    assert engine.store.compaction.summary("cai-1") is None and engine.store.sessions.get("cai-1").carried_from is None

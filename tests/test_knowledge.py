@@ -22,7 +22,7 @@ COUNTER = counter_for("gpt-4o-mini")
 
 def _add(store, embedder, persona, *paths, max_tokens=120):
     return add_files(
-        store.engine, persona=persona, paths=list(paths), embedder=embedder, counter=COUNTER, max_tokens=max_tokens
+        store.knowledge, persona=persona, paths=list(paths), embedder=embedder, counter=COUNTER, max_tokens=max_tokens
     )
 
 

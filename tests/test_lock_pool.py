@@ -35,14 +35,14 @@ def test_held_compaction_locks_leave_the_whole_pool_to_reads_and_writes(db_url):
     engine.pool._timeout = 3  # a starved pool fails in 3 s instead of 30
     store = Store(engine)
     try:
-        store.ensure_session(session_id="s1", user_id="u1")
-        store.ensure_session(session_id="s2", user_id="u1")
+        store.sessions.ensure(session_id="s1", user_id="u1")
+        store.sessions.ensure(session_id="s2", user_id="u1")
         inside = threading.Event()
         done = threading.Event()
         outcome: dict = {}
 
         def other_compaction() -> None:
-            with store.compaction_lock("s2") as held:
+            with store.compaction.lock("s2") as held:
                 outcome["s2_held"] = held
                 inside.set()
                 done.wait(10)
@@ -50,13 +50,13 @@ def test_held_compaction_locks_leave_the_whole_pool_to_reads_and_writes(db_url):
         holder = threading.Thread(target=other_compaction)
         holder.start()
         assert inside.wait(10)
-        with store.compaction_lock("s1") as held:
+        with store.compaction.lock("s1") as held:
             assert held and outcome["s2_held"]
-            assert store.summary("s1") is None  # a read inside the lock, from the pool's one connection
-            assert store.compaction_state("s2").consecutive_failures == 0
+            assert store.compaction.summary("s1") is None  # a read inside the lock, from the pool's one connection
+            assert store.compaction.state("s2").consecutive_failures == 0
         done.set()
         holder.join(10)
-        with store.compaction_lock("s1") as again:
+        with store.compaction.lock("s1") as again:
             assert again  # released
     finally:
         engine.dispose()

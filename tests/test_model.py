@@ -50,14 +50,14 @@ def engine_with(store, embedder, fake_llm):
 
 def _fill(engine: Engine, session_id: str, exchanges: int) -> None:
     """Stored history, written straight to the store (no model, no embedding, no compaction)."""
-    engine.store.ensure_session(session_id=session_id, user_id="u1", persona=engine.persona.name)
+    engine.store.sessions.ensure(session_id=session_id, user_id="u1", persona=engine.persona.name)
     for i in range(exchanges):
         for role, text in (
             ("user", f"message {i}: I keep telling you about my garden and the tomatoes " + "and more " * 12),
             ("assistant", f"reply {i}: that sounds lovely, tell me about the tomatoes " + "yes " * 12),
         ):
             tokens = engine.counter.count_message({"role": role, "content": text})
-            engine.store.add_turn(session_id=session_id, role=role, content=text, tokens=tokens)
+            engine.store.turns.add(session_id=session_id, role=role, content=text, tokens=tokens)
 
 
 # -- classification ---------------------------------------------------------------
@@ -204,12 +204,12 @@ def test_streamed_and_whole_replies_are_stored_identically(engine_with, store, f
         "interrupted",
         "state",
     )
-    a, b = store.turns("whole")[-1], store.turns("streamed")[-1]
+    a, b = store.turns.of_session("whole")[-1], store.turns.of_session("streamed")[-1]
     assert {f: getattr(a, f) for f in fields} == {f: getattr(b, f) for f in fields}
     assert b.content == text and b.usage_prompt_tokens == fake_llm.prompt_tokens and b.usage_completion_tokens == 7
     assert b.interrupted is False
     assert streamed.assistant_turn.content == whole.assistant_turn.content
-    assert [t.role for t in store.turns("streamed")] == ["user", "assistant"]  # stored once
+    assert [t.role for t in store.turns.of_session("streamed")] == ["user", "assistant"]  # stored once
 
 
 def test_streamed_usage_is_stored_and_used_as_the_next_turns_baseline(engine_with, store, fake_llm):
@@ -218,7 +218,7 @@ def test_streamed_usage_is_stored_and_used_as_the_next_turns_baseline(engine_wit
     try:
         fake_llm.script.extend(["Nice to meet you, Ana.", "Lisbon is lovely."])
         engine.turn(user_id="u1", session_id="s1", message="Hi, I'm Ana.", on_delta=lambda _: None)
-        first = store.turns("s1")[-1]
+        first = store.turns.of_session("s1")[-1]
         assert first.usage_prompt_tokens == 500 and first.usage_completion_tokens == 7
         assert first.request_estimate_tokens == engine.counter.count_messages(fake_llm.requests[0]["messages"])
 
@@ -269,7 +269,7 @@ def test_wordings_about_other_limits_are_not_overflows(status, message):
 def test_an_overflow_leads_to_one_harder_compaction_then_success(engine_with, store, fake_llm):
     engine = engine_with(window=1024)
     _fill(engine, "s1", 10)
-    before = store.turns("s1")
+    before = store.turns.of_session("s1")
     fake_llm.script.extend([OVERFLOW["openai"], "Shorter now, and it fits."])
     result = engine.turn(user_id="u1", session_id="s1", message="Do you remember my garden?")
 
@@ -284,7 +284,7 @@ def test_an_overflow_leads_to_one_harder_compaction_then_success(engine_with, st
     assert result.assistant_turn.content == "Shorter now, and it fits."
     assert result.assistant_turn.request_messages == len(fake_llm.requests[1]["messages"])
     assert result.context.messages == fake_llm.requests[1]["messages"]
-    after = store.turns("s1")
+    after = store.turns.of_session("s1")
     assert len(after) == len(before) + 2  # nothing deleted
     assert any(t.state != TurnState.context for t in after)  # rolled out, still stored
 
@@ -300,7 +300,7 @@ def test_every_providers_overflow_wording_is_recovered_from(engine_with, store, 
 def test_two_overflows_are_a_clear_error_and_the_history_is_intact(engine_with, store, fake_llm):
     engine = engine_with(window=1024, retries=3)
     _fill(engine, "s1", 4)
-    before = [(t.seq, t.role, t.content) for t in store.turns("s1")]
+    before = [(t.seq, t.role, t.content) for t in store.turns.of_session("s1")]
     fake_llm.script.extend([OVERFLOW["azure"], OVERFLOW["vllm-prompt"], "never asked for"])
     with pytest.raises(ContextOverflowError) as info:
         engine.turn(user_id="u1", session_id="s1", message="Still there?")
@@ -309,7 +309,7 @@ def test_two_overflows_are_a_clear_error_and_the_history_is_intact(engine_with, 
     assert error.session_id == "s1" and error.window == 1024 and error.provider_limit == 1024
     assert len(error.sent_tokens) == 2 and error.sent_tokens[1] < error.sent_tokens[0]
     assert "twice" in str(error) and "COMPANION_CONTEXT_WINDOW" in str(error) and "1024" in str(error)
-    after = [(t.seq, t.role, t.content) for t in store.turns("s1")]
+    after = [(t.seq, t.role, t.content) for t in store.turns.of_session("s1")]
     assert after[: len(before)] == before and after[-1][1:] == ("user", "Still there?")
 
 
@@ -353,7 +353,7 @@ def test_timeouts_are_retried_within_bounds_then_a_clear_error(engine_with, stor
     assert len(fake_llm.requests) == 4 and info.value.attempts == 3
     assert elapsed < 2.5  # three 0.3 s timeouts and two short waits, not three 1.5 s hangs
     assert "Timeout" in str(info.value) and "3 attempts" in str(info.value)
-    assert [t.role for t in store.turns("s1")][-1] == "user"  # the user turn is kept
+    assert [t.role for t in store.turns.of_session("s1")][-1] == "user"  # the user turn is kept
 
 
 def test_retries_stop_at_the_retry_time_limit(engine_with, store, fake_llm):
@@ -402,7 +402,7 @@ def test_auth_errors_and_bad_requests_fail_fast_with_one_request(engine_with, st
     assert info.value.status == error.status and "'openai/fake-model'" in str(info.value)
     if expected is ModelAuthError:
         assert "OPENAI_API_KEY" in str(info.value)
-    assert [t.role for t in store.turns("s1")] == ["user"]
+    assert [t.role for t in store.turns.of_session("s1")] == ["user"]
 
 
 # -- cut streams ------------------------------------------------------------------
@@ -414,7 +414,7 @@ def test_a_stream_cut_halfway_stores_what_arrived_marked_interrupted(engine_with
 
     assert "".join(pieces) == "Once upon a time "
     assert len(fake_llm.requests) == 1  # what was shown is not asked for again
-    turns = store.turns("s1")
+    turns = store.turns.of_session("s1")
     assert [(t.role, t.content, t.interrupted) for t in turns] == [
         ("user", "Tell me a story.", False),
         ("assistant", "Once upon a time ", True),

@@ -37,7 +37,7 @@ def test_creator_notes_are_absent_from_every_prompt(make_engine_for, fake_llm, t
     for i in range(12):  # enough to compact: summary requests go to the same fake server
         fake_llm.script.append(f"reply {i} " + "words " * 20)
         engine.turn(user_id="u1", session_id="s1", message=f"message {i} about the lamp " + "more " * 20)
-    assert engine.store.compaction_state("s1").compactions >= 1
+    assert engine.store.compaction.state("s1").compactions >= 1
     assert len(fake_llm.requests) == 12
     for request in fake_llm.requests:
         assert "SECRET-CREATOR-NOTE" not in json.dumps(request, ensure_ascii=False)
@@ -52,7 +52,10 @@ def test_first_message_opens_a_new_session_once_with_macros(make_engine_for, sto
     assert engine.greet(user_id="u1", session_id="s1") is None  # not twice
     fake_llm.script.append("Thanks!")
     engine.turn(user_id="u1", session_id="s1", message="Hello!")
-    assert [(t.role, t.content) for t in store.turns("s1")][:2] == [("assistant", greeting.content), ("user", "Hello!")]
+    assert [(t.role, t.content) for t in store.turns.of_session("s1")][:2] == [
+        ("assistant", greeting.content),
+        ("user", "Hello!"),
+    ]
     sent = fake_llm.requests[-1]["messages"]
     assert "You are Aria. Stay in character." in sent[0]["content"]
     assert "Ana visits the lighthouse in autumn." in sent[0]["content"]  # {{user}} from the pinned profile
@@ -68,7 +71,7 @@ def test_an_alternate_greeting_opens_the_session_when_chosen(make_engine_for, st
     engine.set_profile(user_id="u1", name="Ana")
     with pytest.raises(InvalidRequestError) as info:
         engine.greet(user_id="u1", session_id="s1", greeting=3)
-    assert info.value.field == "greeting" and store.turns("s1") == []
+    assert info.value.field == "greeting" and store.turns.of_session("s1") == []
     greeting = engine.greet(user_id="u1", session_id="s1", greeting=1)
     assert greeting is not None and greeting.content == "A storm, Ana. Ari lit the lamp."
 
@@ -76,7 +79,7 @@ def test_an_alternate_greeting_opens_the_session_when_chosen(make_engine_for, st
 def test_a_persona_without_first_message_greets_nothing(make_engine_for, store, tmp_path):
     engine = _engine(make_engine_for, tmp_path, card=v2_card(first_mes=""))
     assert engine.greet(user_id="u1", session_id="s1") is None
-    assert store.turns("s1") == []
+    assert store.turns.of_session("s1") == []
 
 
 def test_persona_show_prints_the_rendered_persona_with_tokens(tmp_path):

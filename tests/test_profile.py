@@ -62,7 +62,7 @@ def test_profile_is_learned_from_the_summary_and_user_facts_survive(make_engine_
             reply="ok " * 20,
             at=T0 + timedelta(minutes=i),
         )
-    assert store.compaction_state("s1").compactions >= 1
+    assert store.compaction.state("s1").compactions >= 1
     profile = engine.profiles.get("u1")
     assert profile.facts == ["Prefers tea."]  # user-set, untouched
     assert profile.learned == ["The user works as a nurse."]  # merged once, duplicate of a user fact skipped

@@ -64,7 +64,7 @@ def test_readme_python_example_runs_two_turns_and_prints_the_context_by_source(d
     # and the turns are stored: two exchanges in the session the example names
     store = Store(make_engine(db_url))
     try:
-        turns = store.turns("ana-1")
+        turns = store.turns.of_session("ana-1")
         assert [t.role for t in turns] == ["user", "assistant", "user", "assistant"]
     finally:
         store.engine.dispose()

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from memory.archive import build_segments
 from memory.fulltext import cjk_terms
-from memory.recall import NEIGHBOUR_WEIGHT, RRF_K, recall_segments
+from memory.recall import NEIGHBOUR_WEIGHT, RRF_K, RecallQuery, recall
 from memory.tables import Turn
 from tests.archive_fixtures import T0, archive_segments
 
@@ -55,13 +55,15 @@ def _archive(store, embedder, *, user_id: str, session_id: str, contents: list[s
 
 
 def _recall(store, embedder, user_id: str, query: str, *, hybrid: bool = True, **kw):
-    return recall_segments(
+    return recall(
         store.engine,
-        user_id=user_id,
-        query_embedding=embedder.embed([query])[0],
-        query_text=query if hybrid else None,
-        limit=kw.pop("limit", 5),
-        **kw,
+        RecallQuery(
+            user_id=user_id,
+            query_embedding=embedder.embed([query])[0],
+            query_text=query if hybrid else None,
+            limit=kw.pop("limit", 5),
+            **kw,
+        ),
     )
 
 

@@ -11,10 +11,11 @@ import pytest
 
 from memory.archive import build_segments
 from memory.dates import time_spans
-from memory.recall import enrich_query, named_speaker, recall_segments, without_names
-from memory.store import NewSegment
+from memory.recall import RecallQuery, recall
+from memory.store import NewSegment, NewSummary
 from memory.tables import Turn
 from persona import Persona
+from runtime.context import enrich_query, named_speaker, without_names
 
 NOW = datetime(2023, 5, 20, 20, 0, tzinfo=UTC)
 """A Saturday evening: when the test messages are said."""
@@ -22,9 +23,9 @@ NOW = datetime(2023, 5, 20, 20, 0, tzinfo=UTC)
 
 def _archive(store, embedder, *, user_id: str, session_id: str, dated: list[tuple[datetime, str]]) -> None:
     """Archive one segment per ``(date, content)``, keyed by its content, as an older session."""
-    store.ensure_session(session_id=session_id, user_id=user_id)
+    store.sessions.ensure(session_id=session_id, user_id=user_id)
     vectors = embedder.embed([c for _, c in dated])
-    store.commit_compaction(
+    store.compaction.commit(
         session_id=session_id,
         user_id=user_id,
         turn_ids=[],
@@ -32,11 +33,7 @@ def _archive(store, embedder, *, user_id: str, session_id: str, dated: list[tupl
             NewSegment(first_seq=i + 1, last_seq=i + 1, content=c, tokens=len(c) // 2 + 1, session_date=at, embedding=v)
             for i, ((at, c), v) in enumerate(zip(dated, vectors, strict=True))
         ],
-        summary_content="s",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=len(dated),
-        summary_tokens=1,
+        summary=NewSummary(content="s", items=[], first_seq=1, last_seq=len(dated), tokens=1),
     )
 
 
@@ -87,8 +84,9 @@ def test_a_chinese_date_question_recalls_the_segment_of_that_day_first(make_engi
 
     question = "我5月3号下午去了哪里？"
     context = engine.assemble(user_id="zh", session_id="zh-now", pending=question)
-    undated = recall_segments(
-        store.engine, user_id="zh", query_embedding=embedder.embed([question])[0], query_text=question, limit=4
+    undated = recall(
+        store.engine,
+        RecallQuery(user_id="zh", query_embedding=embedder.embed([question])[0], query_text=question, limit=4),
     )
 
     assert _best(context).content == days[2][1]
@@ -139,8 +137,9 @@ def test_a_follow_up_recalls_what_the_turns_before_it_are_about(
     engine.add_turn(user_id="f", session_id="f-now", role="assistant", content=earlier[1], at=NOW)
 
     context = engine.assemble(user_id="f", session_id="f-now", pending=follow_up)
-    bare = recall_segments(
-        store.engine, user_id="f", query_embedding=embedder.embed([follow_up])[0], query_text=follow_up, limit=3
+    bare = recall(
+        store.engine,
+        RecallQuery(user_id="f", query_embedding=embedder.embed([follow_up])[0], query_text=follow_up, limit=3),
     )
 
     assert _best(context).content == wanted
@@ -171,9 +170,9 @@ def test_segments_labelled_with_the_users_name_let_a_name_only_question_find_the
     assert [d.content for d in drafts][:2] == [f"Caroline: {said[0][1]}", f"Melanie: {said[1][1]}"]
     assert "Caroline:" in drafts[1].key  # the key holds the turn around it with its speaker
 
-    store.ensure_session(session_id="n", user_id="caroline")
+    store.sessions.ensure(session_id="n", user_id="caroline")
     vectors = embedder.embed([d.key for d in drafts])
-    store.commit_compaction(
+    store.compaction.commit(
         session_id="n",
         user_id="caroline",
         turn_ids=[],
@@ -183,15 +182,12 @@ def test_segments_labelled_with_the_users_name_let_a_name_only_question_find_the
             )
             for d, v in zip(drafts, vectors, strict=True)
         ],
-        summary_content="s",
-        summary_items=[],
-        summary_first_seq=1,
-        summary_last_seq=4,
-        summary_tokens=1,
+        summary=NewSummary(content="s", items=[], first_seq=1, last_seq=4, tokens=1),
     )
     question = "What did Caroline paint?"
-    found = recall_segments(
-        store.engine, user_id="caroline", query_embedding=embedder.embed([question])[0], query_text=question, limit=4
+    found = recall(
+        store.engine,
+        RecallQuery(user_id="caroline", query_embedding=embedder.embed([question])[0], query_text=question, limit=4),
     )
     assert found[0].content == f"Caroline: {said[0][1]}"
 
@@ -214,10 +210,10 @@ def test_a_question_about_two_days_recalls_both_days_first(store, embedder):
     vector = embedder.embed([question])[0]
     spans = time_spans(question, now=NOW)
 
-    dated = recall_segments(
-        store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6, when=spans
+    dated = recall(
+        store.engine, RecallQuery(user_id="two", query_embedding=vector, query_text=question, limit=6, when=spans)
     )
-    undated = recall_segments(store.engine, user_id="two", query_embedding=vector, query_text=question, limit=6)
+    undated = recall(store.engine, RecallQuery(user_id="two", query_embedding=vector, query_text=question, limit=6))
 
     assert [s.text for s in spans] == ["5月3号", "5月5号"]
     assert {s.content for s in dated[:2]} == {days[2][1], days[4][1]}
@@ -326,7 +322,7 @@ def test_a_users_message_is_stored_with_the_vector_of_its_text_without_the_speak
 
     unnamed = without_names(said, ["Melanie", "Caroline"])
     assert "Melanie" not in unnamed and "Caroline" not in unnamed
-    assert store.turn_vectors([turn.id])[turn.id] == pytest.approx(embedder.embed([unnamed])[0], abs=1e-6)
+    assert store.turns.vectors([turn.id])[turn.id] == pytest.approx(embedder.embed([unnamed])[0], abs=1e-6)
 
 
 def test_a_name_without_a_letter_or_digit_names_nobody():
@@ -353,13 +349,15 @@ def test_a_question_that_names_the_character_recalls_the_characters_lines_first(
 
     question = "What has Melanie painted so far?"
     context = engine.assemble(user_id="sp", session_id="sp-now", pending=question)
-    plain = recall_segments(
+    plain = recall(
         store.engine,
-        user_id="sp",
-        query_embedding=embedder.embed([question])[0],
-        query_text=question,
-        limit=4,
-        speaker_weight=1.0,
+        RecallQuery(
+            user_id="sp",
+            query_embedding=embedder.embed([question])[0],
+            query_text=question,
+            limit=4,
+            speaker_weight=1.0,
+        ),
     )
 
     assert _best(context).content == SAID[2]
@@ -380,8 +378,9 @@ def test_the_named_speakers_neighbours_rank_before_the_other_speakers(store, emb
     vector = embedder.embed([question])[0]
 
     def recall(**speaker):
-        found = recall_segments(
-            store.engine, user_id="nb", query_embedding=vector, query_text=question, limit=1, neighbours=2, **speaker
+        found = recall(
+            store.engine,
+            RecallQuery(user_id="nb", query_embedding=vector, query_text=question, limit=1, neighbours=2, **speaker),
         )
         return [s.content for s in found]
 
@@ -392,4 +391,6 @@ def test_the_named_speakers_neighbours_rank_before_the_other_speakers(store, emb
 def test_a_speaker_weight_that_is_not_positive_and_finite_is_refused(store, embedder):
     for weight in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="speaker_weight"):
-            recall_segments(store.engine, user_id="nobody", query_embedding=[0.0] * 384, limit=1, speaker_weight=weight)
+            recall(
+                store.engine, RecallQuery(user_id="nobody", query_embedding=[0.0] * 384, limit=1, speaker_weight=weight)
+            )

@@ -18,6 +18,7 @@ from memory.knowledge import NewChunk, replace_sources
 from memory.profiles import Profiles
 from memory.reembed import reembed
 from memory.vector_model import RecordedModel, check_model, recorded_model
+from runtime.context import without_names
 from tests.test_turn_vectors import COUNTER, add_exchanges, compact, compactor
 
 CHUNKS = ["Mira grew up by the sea.", "Mira's favourite food is miso soup.", "Mira plays the cello."]
@@ -67,11 +68,11 @@ def fill(store, embedder) -> None:
     turns = add_exchanges(store, 5)
     assert compact(c).ok
     recent_user = turns[-2]
-    store.add_turn_vectors({recent_user.id: embedder.embed([recent_user.content])[0]})
-    store.ensure_session(session_id="s1", user_id="u1", persona="Mira")
+    store.turns.add_vectors({recent_user.id: embedder.embed([recent_user.content])[0]})
+    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
     for i in range(5, 9):
         for role, body in (("user", f"On day {i} I repotted the basil."), ("assistant", f"Basil day {i}, nice!")):
-            store.add_turn(session_id="s1", role=role, content=body, tokens=COUNTER.count_text(body) + 4)
+            store.turns.add(session_id="s1", role=role, content=body, tokens=COUNTER.count_text(body) + 4)
     assert compact(c).ok
     vectors = embedder.embed(CHUNKS)
     chunks = [
@@ -90,7 +91,12 @@ def test_reembed_rewrites_every_vector_and_records_the_model(store, embedder):
     progress: list[tuple[str, int, int]] = []
 
     result = reembed(
-        store.engine, negated, count_tokens=COUNTER.count_text, batch=4, progress=lambda *a: progress.append(a)
+        store.engine,
+        negated,
+        count_tokens=COUNTER.count_text,
+        user_text=without_names,
+        batch=4,
+        progress=lambda *a: progress.append(a),
     )
 
     after = snapshot(store)
@@ -114,15 +120,15 @@ def test_reembed_rewrites_every_vector_and_records_the_model(store, embedder):
 
 def test_reembed_embeds_a_users_message_without_the_speakers_names(store, embedder):
     check_model(store.engine, model_name=embedder.name, model_dim=embedder.dimension)
-    store.ensure_session(session_id="named", user_id="caroline", persona="Mira")
+    store.sessions.ensure(session_id="named", user_id="caroline", persona="Mira")
     Profiles(store.engine).set("caroline", name="Caroline")
     said = "Mira, Caroline here: I repotted the basil today."
-    turn = store.add_turn(session_id="named", role="user", content=said, tokens=12, vector=embedder.embed([said])[0])
-    reply = store.add_turn(session_id="named", role="assistant", content="Caroline, the basil thanks you!", tokens=9)
-    store.add_turn_vectors({reply.id: embedder.embed([reply.content])[0]})
+    turn = store.turns.add(session_id="named", role="user", content=said, tokens=12, vector=embedder.embed([said])[0])
+    reply = store.turns.add(session_id="named", role="assistant", content="Caroline, the basil thanks you!", tokens=9)
+    store.turns.add_vectors({reply.id: embedder.embed([reply.content])[0]})
     recording = Transformed(embedder, "recording-minilm", lambda v: v)
 
-    reembed(store.engine, recording, count_tokens=COUNTER.count_text)
+    reembed(store.engine, recording, count_tokens=COUNTER.count_text, user_text=without_names)
 
     unnamed = ", here: I repotted the basil today."
     assert unnamed in recording.texts and said not in recording.texts
@@ -144,7 +150,11 @@ def test_an_interrupted_reembed_changes_nothing(store, embedder):
 
     with pytest.raises(KeyboardInterrupt):
         reembed(
-            store.engine, Transformed(embedder, "negated-minilm", fail_late), count_tokens=COUNTER.count_text, batch=4
+            store.engine,
+            Transformed(embedder, "negated-minilm", fail_late),
+            count_tokens=COUNTER.count_text,
+            user_text=without_names,
+            batch=4,
         )
     assert snapshot(store) == before
     assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
@@ -170,14 +180,24 @@ def test_reembed_refuses_while_another_runtime_process_is_connected(store, db_ur
     try:
         assert holder.stdout.readline().strip() == "connected"
         with pytest.raises(DatabaseInUseError, match=rf"pid {holder.pid}\b") as refused:
-            reembed(store.engine, Transformed(embedder, "negated-minilm", negate), count_tokens=COUNTER.count_text)
+            reembed(
+                store.engine,
+                Transformed(embedder, "negated-minilm", negate),
+                count_tokens=COUNTER.count_text,
+                user_text=without_names,
+            )
         assert refused.value.processes == 1
         assert snapshot(store) == before
         assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
     finally:
         holder.communicate("", timeout=60)  # its engine's connections close as it exits
 
-    reembed(store.engine, Transformed(embedder, "negated-minilm", negate), count_tokens=COUNTER.count_text)
+    reembed(
+        store.engine,
+        Transformed(embedder, "negated-minilm", negate),
+        count_tokens=COUNTER.count_text,
+        user_text=without_names,
+    )
     assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
 
 
@@ -185,7 +205,7 @@ def test_reembed_to_another_dimension_changes_the_columns_and_rebuilds_the_index
     fill(store, embedder)
     small = Transformed(embedder, "minilm-first-8", first_eight, dimension=8)
 
-    result = reembed(store.engine, small, count_tokens=COUNTER.count_text)
+    result = reembed(store.engine, small, count_tokens=COUNTER.count_text, user_text=without_names)
 
     assert result.dimension_changed
     for table in ("turn_vectors", "archived_segments", "knowledge_chunks"):

@@ -48,8 +48,8 @@ def _run(code: str, *args: str, db_url: str, tmp_path: Path) -> dict:
     ],
 )
 def test_a_command_that_embeds_nothing_imports_no_embedder(store, db_url, tmp_path, argv, heavy_allowed):
-    store.ensure_session(session_id="s1", user_id="u1")
-    store.add_turn(session_id="s1", role="user", content="I adopted a puppy called Biscuit.", tokens=10)
+    store.sessions.ensure(session_id="s1", user_id="u1")
+    store.turns.add(session_id="s1", role="user", content="I adopted a puppy called Biscuit.", tokens=10)
     result = _run(_CLI_PROBE, *argv, db_url=db_url, tmp_path=tmp_path)
     assert result["code"] == 0
     assert [m for m in result["heavy"] if m not in heavy_allowed] == []

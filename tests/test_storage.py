@@ -130,9 +130,9 @@ def test_a_store_on_an_engine_not_made_by_make_engine_sends_vectors_too(db_url, 
     engine = create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
         store = Store(engine)
-        store.ensure_session(session_id="s1", user_id="u1")
+        store.sessions.ensure(session_id="s1", user_id="u1")
         vector = embedder.embed(["hello"])[0]
-        turn = store.add_turn(session_id="s1", role="user", content="hello", tokens=3, vector=vector)
-        assert store.turn_vectors([turn.id])[turn.id] == pytest.approx(vector, abs=1e-7)
+        turn = store.turns.add(session_id="s1", role="user", content="hello", tokens=3, vector=vector)
+        assert store.turns.vectors([turn.id])[turn.id] == pytest.approx(vector, abs=1e-7)
     finally:
         engine.dispose()

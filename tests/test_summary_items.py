@@ -138,10 +138,10 @@ def test_profile_facts_are_the_texts_of_profile_notes_in_order():
 
 
 def _exchanges(store, first: int, n: int) -> None:
-    store.ensure_session(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
     for i in range(first, first + n):
         for role, body in (("user", f"user line {i}: I like thing{i}."), ("assistant", f"Reply {i}. More words.")):
-            store.add_turn(
+            store.turns.add(
                 session_id="s1",
                 role=role,
                 content=body,
@@ -168,7 +168,7 @@ def test_a_merge_carries_every_stored_entry_over_as_the_same_json(store, embedde
 
     _exchanges(store, 0, 6)
     assert compact().summarized
-    first = store.summary("s1").items
+    first = store.compaction.summary("s1").items
     # rows as older code and the model summarizer wrote them, next to the extractive ones
     old = [
         {"role": "note", "section": "profile", "text": "Likes thing0.", "date": "2026-03-01", "seq": 1},
@@ -185,7 +185,7 @@ def test_a_merge_carries_every_stored_entry_over_as_the_same_json(store, embedde
         db.commit()
     _exchanges(store, 6, 6)
     assert compact().summarized
-    merged = store.summary("s1").items
+    merged = store.compaction.summary("s1").items
     assert merged[:2] == old[:2]  # the notes, then every earlier line still in the summary, unchanged
     assert [i for i in merged if i in old[2:]] == old[2:]
     assert len(merged) > len(old)

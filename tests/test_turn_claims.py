@@ -53,7 +53,7 @@ def slow_engine(store, embedder):
 
 
 def transcript(engine: Engine, session_id: str) -> list[tuple[str, str]]:
-    return [(t.role, t.content) for t in engine.store.turns(session_id)]
+    return [(t.role, t.content) for t in engine.store.turns.of_session(session_id)]
 
 
 def test_concurrent_turns_on_one_session_never_cross(slow_engine):
@@ -96,7 +96,7 @@ def test_a_turn_while_another_runs_is_refused_and_stores_nothing(slow_engine):
             close_session(engine, "s", closed_by="test")
         assert first.result(timeout=60).assistant_turn.content == "echo: first"
     assert transcript(engine, "s") == [("assistant", "Hello!"), ("user", "first"), ("assistant", "echo: first")]
-    assert engine.store.get_session("s").closed_at is None
+    assert engine.store.sessions.get("s").closed_at is None
 
 
 def test_edit_and_resend_is_one_step_for_other_turns(slow_engine):
@@ -127,27 +127,27 @@ def test_the_close_job_skips_a_session_whose_turn_is_running(slow_engine):
     try:
         report = close_idle_sessions(engine, idle_seconds=3600, batch=10, worker_id="w1")
         assert report.closed == []
-        assert engine.store.get_session("s").closed_at is None
+        assert engine.store.sessions.get("s").closed_at is None
     finally:
         claim.release()
     report = close_idle_sessions(engine, idle_seconds=3600, batch=10, worker_id="w1")
     assert report.closed == ["s"]
     with pytest.raises(SessionClosedError):
         engine.turn(user_id="u", session_id="s", message="too late")
-    assert [t.content for t in engine.store.turns("s")] == ["Hello!"]
+    assert [t.content for t in engine.store.turns.of_session("s")] == ["Hello!"]
 
 
 def test_a_claim_whose_process_died_lapses(slow_engine):
     engine = slow_engine(0.0, turn_lease_seconds=5)
     engine.add_turn(user_id="u", session_id="s", role="assistant", content="Hello!")
-    engine.store.claim_turn("s", owner="dead-process", lease_seconds=5)
+    engine.store.sessions.claim("s", owner="dead-process", lease_seconds=5)
     with pytest.raises(TurnInProgressError):
         engine.turn(user_id="u", session_id="s", message="hi")
     stale = datetime.now(UTC) - timedelta(seconds=6)
     with engine.store.engine.begin() as conn:
         conn.execute(text("UPDATE sessions SET turn_claimed_at = :t WHERE id = 's'"), {"t": stale})
     assert engine.turn(user_id="u", session_id="s", message="hi").assistant_turn.content == "echo: hi"
-    assert engine.store.turns("s", state=TurnState.context)[-1].content == "echo: hi"
+    assert engine.store.turns.of_session("s", state=TurnState.context)[-1].content == "echo: hi"
 
 
 def test_a_turn_on_a_busy_session_waits_for_it_within_the_bound(slow_engine):
@@ -188,7 +188,7 @@ def test_a_claim_knows_its_sessions_user_and_breaker(make_engine_for, store, def
             engine.turn(user_id="u1", session_id="s1", message="Still here.", reply="Good.", claim=claim)
     finally:
         claim.release()
-    assert [t.content for t in store.turns("s1")] == ["Hello there.", "Hi!", "Still here.", "Good."]
+    assert [t.content for t in store.turns.of_session("s1")] == ["Hello there.", "Hi!", "Still here.", "Good."]
     assert [e["breaker_state"] for e in logs if e["event"] == "turn.completed"] == ["open"]
 
 
@@ -210,7 +210,7 @@ def test_a_claim_on_another_session_is_refused(make_engine_for, store):
             assert raised.value.field == "claim"
     finally:
         claim.release()
-    assert [t.content for t in store.turns("sx")] == ["Mine.", "Yes."]
+    assert [t.content for t in store.turns.of_session("sx")] == ["Mine.", "Yes."]
 
 
 def test_a_turn_on_another_users_session_is_refused_without_claiming_it(make_engine_for, store):
@@ -224,6 +224,6 @@ def test_a_turn_on_another_users_session_is_refused_without_claiming_it(make_eng
     with store.engine.connect() as conn:
         owner = conn.execute(text("SELECT turn_owner FROM sessions WHERE id = 's1'")).scalar()
     assert owner is None
-    assert [t.content for t in store.turns("s1")] == ["Hello there.", "Hi!"]
+    assert [t.content for t in store.turns.of_session("s1")] == ["Hello there.", "Hi!"]
     engine.turn(user_id="u2", session_id="s2", message="My own.", reply="Welcome.")
-    assert store.get_session("s2").user_id == "u2"
+    assert store.sessions.get("s2").user_id == "u2"

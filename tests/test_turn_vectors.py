@@ -15,10 +15,11 @@ from sqlalchemy import event, text
 
 from memory.archive import build_segments, compose, key_vectors, key_weights
 from memory.embeddings import SentenceTransformerEmbedder
-from memory.recall import enrich_query, enrichment
+from memory.store import RequestRecord
 from memory.tables import TurnState
 from runtime.accounting import counter_for
 from runtime.compaction import Compactor, ExtractiveSummarizer
+from runtime.context import enrich_query, enrichment
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 COUNTER = counter_for("gpt-4o-mini")
@@ -59,7 +60,7 @@ def recorded_sql(engine) -> Iterator[list[str]]:
 
 
 def add_exchanges(store, n: int, *, session="s1", user="u1"):
-    store.ensure_session(session_id=session, user_id=user, persona="Mira")
+    store.sessions.ensure(session_id=session, user_id=user, persona="Mira")
     turns = []
     for i in range(n):
         for role, body in (
@@ -67,7 +68,7 @@ def add_exchanges(store, n: int, *, session="s1", user="u1"):
             ("assistant", f"That sounds lovely, tell me how the {i} seedlings grow!"),
         ):
             turns.append(
-                store.add_turn(
+                store.turns.add(
                     session_id=session,
                     role=role,
                     content=body,
@@ -122,7 +123,7 @@ def test_the_user_turns_stored_vector_is_its_recall_query_embedding(make_engine_
     engine = make_engine_for(window=4096)
     result = engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
     assert result.user_turn.id is not None and result.assistant_turn.id is not None
-    stored = store.turn_vectors([result.user_turn.id, result.assistant_turn.id])
+    stored = store.turns.vectors([result.user_turn.id, result.assistant_turn.id])
     assert list(stored) == [result.user_turn.id]  # the reply is embedded when it is archived
     assert stored[result.user_turn.id] == pytest.approx(embedder.embed(["My sister Ana moved to Lisbon."])[0], abs=1e-6)
 
@@ -153,7 +154,7 @@ def test_a_user_turn_added_without_a_reply_stores_its_vector_too(make_engine_for
     added = engine.add_turn(user_id="u1", session_id="s1", role="user", content="Her flat has a view of the river.")
     reply = engine.add_turn(user_id="u1", session_id="s1", role="assistant", content="Lovely.")
     assert added.id is not None and reply.id is not None
-    assert list(store.turn_vectors([added.id, reply.id])) == [added.id]  # a reply is embedded when archived
+    assert list(store.turns.vectors([added.id, reply.id])) == [added.id]  # a reply is embedded when archived
     fresh = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
     inspecting = make_engine_for(window=4096)
     inspecting.embedder = fresh
@@ -193,7 +194,7 @@ def test_a_follow_up_embeds_only_the_turns_without_a_stored_vector(make_engine_f
 
 def test_a_compaction_whose_turns_have_stored_vectors_embeds_nothing_and_composes_the_keys(store, embedder):
     turns = add_exchanges(store, 6)
-    store.add_turn_vectors({t.id: v for t, v in zip(turns, embedder.embed([t.content for t in turns]), strict=True)})
+    store.turns.add_vectors({t.id: v for t, v in zip(turns, embedder.embed([t.content for t in turns]), strict=True)})
     recording = Recording(embedder)
     outcome = compact(compactor(store, recording))
     assert outcome is not None and outcome.ok and outcome.rolled_turns >= 4
@@ -202,7 +203,7 @@ def test_a_compaction_whose_turns_have_stored_vectors_embeds_nothing_and_compose
     groups = [rolled[i : i + 2] for i in range(0, len(rolled), 2)]
     expected = key_vectors(
         groups,
-        [v for t in rolled for v in [store.turn_vectors([t.id])[t.id]]],
+        [v for t in rolled for v in [store.turns.vectors([t.id])[t.id]]],
         tokens=[COUNTER.count_text(t.content) for t in rolled],
     )
     stored = archived_vectors(store)
@@ -214,13 +215,13 @@ def test_a_compaction_whose_turns_have_stored_vectors_embeds_nothing_and_compose
 def test_a_compaction_embeds_the_turns_without_a_vector_in_one_call_and_stores_them(store, embedder):
     turns = add_exchanges(store, 6)
     users = [t for t in turns if t.role == "user"]
-    store.add_turn_vectors({t.id: v for t, v in zip(users, embedder.embed([t.content for t in users]), strict=True)})
+    store.turns.add_vectors({t.id: v for t, v in zip(users, embedder.embed([t.content for t in users]), strict=True)})
     recording = Recording(embedder)
     outcome = compact(compactor(store, recording))
     assert outcome is not None and outcome.ok
     rolled = turns[: outcome.rolled_turns]
     assert recording.calls == [[t.content for t in rolled if t.role == "assistant"]]
-    stored = store.turn_vectors(t.id for t in turns)
+    stored = store.turns.vectors(t.id for t in turns)
     assert set(stored) == {t.id for t in rolled} | {t.id for t in users}
     for t in rolled:
         assert stored[t.id] == pytest.approx(embedder.embed([t.content])[0], abs=1e-6)
@@ -232,7 +233,7 @@ def test_deleting_or_editing_turns_deletes_their_vectors(make_engine_for, store)
     engine.edit_turn(user_id="u1", session_id="s1", seq=first.user_turn.seq, message="I like black tea.", reply="Ok.")
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM turn_vectors")).scalar() == 1
-    store.delete_session("s1")
+    store.sessions.delete("s1")
     with store.engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM turn_vectors")).scalar() == 0
 
@@ -265,15 +266,15 @@ def test_the_migration_adds_turn_vectors_and_downgrades_cleanly(store):
 def test_window_turns_reads_the_recent_window_and_the_newest_usage_turns_in_one_statement(store):
     """Assembling reads the recent window and the calibration's turns (the newest with reported
     usage, rolled out or not) in one statement: the same turns as reading each on its own."""
-    store.ensure_session(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
     turns = [
-        store.add_turn(
+        store.turns.add(
             session_id="s1",
             role=role,
             content=f"{role} {i}",
             tokens=5,
             created_at=T0 + timedelta(minutes=i),
-            usage_prompt_tokens=100 + i if role == "assistant" and i % 3 else None,
+            request=RequestRecord(prompt_tokens=100 + i if role == "assistant" and i % 3 else None),
         )
         for i in range(12)
         for role in ("user", "assistant")
@@ -282,10 +283,14 @@ def test_window_turns_reads_the_recent_window_and_the_newest_usage_turns_in_one_
         conn.execute(
             text("UPDATE turns SET state = 'summarized' WHERE session_id = 's1' AND seq <= 16"),
         )
-    with recorded_sql(store._one) as sent:
-        window, usage = store.window_turns("s1", usage_limit=4)
+    with recorded_sql(store.turns._one) as sent:
+        window, usage = store.turns.window("s1", usage_limit=4)
     assert len(sent) == 1
-    assert [t.seq for t in window] == [t.seq for t in store.turns("s1", state=TurnState.context)] == list(range(17, 25))
+    assert (
+        [t.seq for t in window]
+        == [t.seq for t in store.turns.of_session("s1", state=TurnState.context)]
+        == list(range(17, 25))
+    )
     with_usage = [t for t in reversed(turns) if t.usage_prompt_tokens is not None]
     assert [t.seq for t in usage] == [t.seq for t in with_usage[:4]]
     assert any(t.seq <= 16 for t in usage)  # a rolled-out turn still counts for calibration
@@ -306,16 +311,16 @@ def test_an_embedder_failure_stores_no_turn(make_engine_for, store):
 
     engine.embedder = Failing()
     broken = engine.derive(window=4096)
-    before = [(t.seq, t.content) for t in store.turns("s1")]
+    before = [(t.seq, t.content) for t in store.turns.of_session("s1")]
     with pytest.raises(RuntimeError):
         broken.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
     with pytest.raises(RuntimeError):
         broken.edit_turn(user_id="u1", session_id="s1", seq=1, message="My brother moved.", reply="Oh!")
     with pytest.raises(RuntimeError):
         broken.turn(user_id="u1", session_id="s-new", message="A first message.", reply="Hi!")
-    assert [(t.seq, t.content) for t in store.turns("s1")] == before
-    assert store.get_session("s1").turn_owner is None  # no claim left behind
-    assert store.get_session("s-new") is None  # not even the session
+    assert [(t.seq, t.content) for t in store.turns.of_session("s1")] == before
+    assert store.sessions.get("s1").turn_owner is None  # no claim left behind
+    assert store.sessions.get("s-new") is None  # not even the session
 
 
 def test_a_turn_reads_its_recent_window_once(make_engine_for, store):
@@ -333,4 +338,4 @@ def test_a_turn_reads_its_recent_window_once(make_engine_for, store):
         engine.turn(user_id="u1", session_id="s1", message=f"{i}: {long}", reply=f"Reply {i}: {long}") for i in range(8)
     ]
     assert any(r.compactions for r in results)
-    assert store.compaction_state("s1").compactions >= 1
+    assert store.compaction.state("s1").compactions >= 1

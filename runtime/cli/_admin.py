@@ -13,7 +13,7 @@ def cmd_session_delete(args: argparse.Namespace) -> int:
     from runtime.service import open_engine
 
     engine = open_engine(_settings(), with_model=False)
-    if engine.store.get_session(args.session) is None:
+    if engine.store.sessions.get(args.session) is None:
         print(f"error: no session {args.session!r}", file=sys.stderr)
         return EXIT_USAGE
     counts = engine.delete_session(user_id=args.user, session_id=args.session)
@@ -41,6 +41,7 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
     from memory.reembed import reembed
     from memory.vector_model import recorded_model
     from runtime.accounting import counter_for
+    from runtime.context import without_names
     from runtime.service import connect
 
     if args.batch < 1:
@@ -73,7 +74,12 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
     counter = counter_for(settings.model)
     try:
         result = reembed(
-            database.engine, embedder, count_tokens=counter.count_text, batch=args.batch, progress=progress
+            database.engine,
+            embedder,
+            count_tokens=counter.count_text,
+            user_text=without_names,
+            batch=args.batch,
+            progress=progress,
         )
     except KeyboardInterrupt:
         print("interrupted: nothing was changed (one transaction); run it again to re-embed", file=sys.stderr)
@@ -94,7 +100,7 @@ def _breaker_store(session: str):
     from runtime.service import connect
 
     store = Store(connect(settings).engine)
-    if store.get_session(session) is None:
+    if store.sessions.get(session) is None:
         print(f"error: no session {session!r}", file=sys.stderr)
         return None
     return store
@@ -104,7 +110,7 @@ def cmd_breaker_show(args: argparse.Namespace) -> int:
     store = _breaker_store(args.session)
     if store is None:
         return EXIT_USAGE
-    state = store.compaction_state(args.session)
+    state = store.compaction.state(args.session)
     opened = state.breaker_opened_at
     print(f"breaker {'open since ' + opened.isoformat() if opened else 'closed'} for {args.session}")
     print(f"consecutive failures: {state.consecutive_failures}; successful compactions: {state.compactions}")

@@ -39,7 +39,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     engine = open_engine(settings)
     if args.window is not None:
         engine = engine.derive(window=args.window)
-    session = engine.store.get_session(args.session)
+    session = engine.store.sessions.get(args.session)
     if session is None:
         print(f"error: no session {args.session!r}", file=sys.stderr)
         return EXIT_USAGE
@@ -80,7 +80,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     litellm.suppress_debug_info = True  # its "Give Feedback" banners would land in the conversation on stdout
     persona = load_persona(Path(args.persona)) if args.persona else None
     engine = open_engine(settings, persona=persona)
-    existing = engine.store.get_session(args.session)
+    existing = engine.store.sessions.get(args.session)
     if existing is not None and existing.user_id != args.user:
         print(
             f"error: session {args.session!r} belongs to user {existing.user_id!r}, not {args.user!r}", file=sys.stderr

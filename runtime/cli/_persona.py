@@ -58,7 +58,7 @@ def cmd_kb_add(args: argparse.Namespace) -> int:
     texts = read_documents([Path(f).expanduser() for f in args.files])
     engine = _kb_engine()
     added = add_texts(
-        engine.store.engine,
+        engine.store.knowledge,
         persona=persona,
         texts=texts,
         embedder=engine.embedder,
@@ -71,10 +71,8 @@ def cmd_kb_add(args: argparse.Namespace) -> int:
 
 
 def cmd_kb_list(args: argparse.Namespace) -> int:
-    from memory.knowledge import list_sources
-
     persona = _persona_name(args.persona)
-    sources = list_sources(_kb_engine().store.engine, persona=persona)
+    sources = _kb_engine().store.knowledge.list_sources(persona=persona)
     if not sources:
         print(f"{persona}: no knowledge files")
     for item in sources:
@@ -85,10 +83,8 @@ def cmd_kb_list(args: argparse.Namespace) -> int:
 
 
 def cmd_kb_remove(args: argparse.Namespace) -> int:
-    from memory.knowledge import remove_source
-
     persona = _persona_name(args.persona)
-    deleted = remove_source(_kb_engine().store.engine, persona=persona, source=Path(args.file).name)
+    deleted = _kb_engine().store.knowledge.remove_source(persona=persona, source=Path(args.file).name)
     if not deleted:
         print(f"error: {persona} has no knowledge file {Path(args.file).name!r}", file=sys.stderr)
         return EXIT_USAGE

@@ -14,7 +14,7 @@ the user's when the turn was stored, the others here (one call, stored in the sa
 Guarantees:
 
 - **Atomic, only after success.** The archive, the new summary and the turn states
-  change in one transaction (:meth:`~memory.store.Store.commit_compaction`), and only
+  change in one transaction (:meth:`~memory.compaction.Compactions.commit`), and only
   once a summary was made and passed :func:`~runtime.compaction.validate_summary`.
   A failed compaction changes nothing but the failure count. Nothing is deleted.
 - **One at a time per session**, across processes: the work runs under a PostgreSQL
@@ -51,7 +51,7 @@ import structlog
 from errors import SummarizationError
 from memory.archive import build_segments, key_vectors
 from memory.embeddings import Embedder
-from memory.store import NewSegment, Store
+from memory.store import NewSegment, NewSummary, Store
 from memory.tables import CompactionState, Turn, TurnState, utcnow
 from prompts import render
 from runtime.accounting import TokenCounter, longest_fitting_prefix
@@ -89,8 +89,8 @@ class CompactionOutcome:
 def reset_breaker(store: Store, session_id: str) -> CompactionState:
     """Close the session's breaker and clear its failure count (``companion breaker reset``,
     ``POST /v1/sessions/{id}/breaker/reset``); logs ``breaker.reset`` with the reasons it clears."""
-    before = store.compaction_state(session_id)
-    state = store.reset_breaker(session_id)
+    before = store.compaction.state(session_id)
+    state = store.compaction.reset_breaker(session_id)
     log.info(
         "breaker.reset",
         session_id=session_id,
@@ -207,7 +207,7 @@ class Compactor:
     def due(self, *, session_id: str, recent_cap: int) -> bool:
         """True if the session's recent window is over ``recent_cap`` tokens with exchanges that
         may roll out: a compaction would do something now. A read, without the lock."""
-        return self.due_in(self.store.turns(session_id, state=TurnState.context), recent_cap=recent_cap)
+        return self.due_in(self.store.turns.of_session(session_id, state=TurnState.context), recent_cap=recent_cap)
 
     def due_in(self, window: Sequence[Turn], *, recent_cap: int) -> bool:
         """:meth:`due` for a recent window already read (the turns in state ``context``, in seq order)."""
@@ -225,15 +225,15 @@ class Compactor:
         other exception (a bug) propagates as it is, and neither is counted by the breaker.
         """
         plan_args: dict[str, Any] = dict(cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges)
-        if not plan_rollout(self.store.turns(session_id, state=TurnState.context), **plan_args):
+        if not plan_rollout(self.store.turns.of_session(session_id, state=TurnState.context), **plan_args):
             return None  # the common case, decided without taking the lock
-        with self.store.compaction_lock(session_id) as held:
+        with self.store.compaction.lock(session_id) as held:
             if not held:
                 log.info("compaction.skipped", session_id=session_id, reason="lock_held")
                 return None
             # everything is read again under the lock: another process may have compacted
-            state = self.store.compaction_state(session_id)
-            groups = plan_rollout(self.store.turns(session_id, state=TurnState.context), **plan_args)
+            state = self.store.compaction.state(session_id)
+            groups = plan_rollout(self.store.turns.of_session(session_id, state=TurnState.context), **plan_args)
             if not groups:
                 return None
             breaker = self.breaker_state(state)
@@ -276,14 +276,14 @@ class Compactor:
         Raises:
             StorageError: the database failed.
         """
-        with self.store.compaction_lock(session_id) as held:
+        with self.store.compaction.lock(session_id) as held:
             if not held:
                 log.info("compaction.skipped", session_id=session_id, reason="lock_held")
                 return CompactionOutcome(session_id=session_id, ok=False, error="compaction_lock_held")
-            groups = exchanges(self.store.turns(session_id, state=TurnState.context))
+            groups = exchanges(self.store.turns.of_session(session_id, state=TurnState.context))
             if not groups:
                 return None
-            state = self.store.compaction_state(session_id)
+            state = self.store.compaction.state(session_id)
             breaker = self.breaker_state(state)
             if breaker == "open":
                 return self._archive_only(session_id, user_id, groups, assistant_name, state)
@@ -300,7 +300,7 @@ class Compactor:
             if outcome.ok:
                 return outcome
             archived = self._archive_only(
-                session_id, user_id, groups, assistant_name, self.store.compaction_state(session_id)
+                session_id, user_id, groups, assistant_name, self.store.compaction.state(session_id)
             )
             return CompactionOutcome(
                 session_id=session_id,
@@ -325,7 +325,7 @@ class Compactor:
         """
         drafts = build_segments(groups, assistant_name=assistant_name)
         turns = [t for g in groups for t in g]
-        stored = self.store.turn_vectors(t.id for t in turns if t.id is not None)
+        stored = self.store.turns.vectors(t.id for t in turns if t.id is not None)
         missing = [t for t in turns if t.id is None or t.id not in stored]
         texts = list(dict.fromkeys(t.content for t in missing))
         fresh = dict(zip(texts, self.embedder.embed(texts), strict=True)) if texts else {}
@@ -361,10 +361,10 @@ class Compactor:
         boundary = rolled[-1].seq
         inputs = [cut_for_summarizer(t, limit=recent_cap, counter=self.counter) for t in rolled]
         inputs = [i for i in inputs if i.text.strip()]
-        previous = self.store.summary(session_id)
+        previous = self.store.compaction.summary(session_id)
         prev_items = items_from_json(previous.items, session_id=session_id) if previous else []
         in_summary = {i.seq for i in prev_items if i.seq is not None}
-        omitted_before = self.store.rolled_out_count(session_id, excluding=in_summary)
+        omitted_before = self.store.turns.rolled_out_count(session_id, excluding=in_summary)
         try:
             if not inputs:  # never call a summarizer on nothing
                 raise SummarizationError("the turns to roll out hold no text", session_id=session_id)
@@ -380,8 +380,8 @@ class Compactor:
             # the texts of the turns the draft quotes (all of the user's, if a note quotes words);
             # quotes carried over from the previous session count as the user's
             user_turns = {
-                **self.store.carried_quotes(session_id),
-                **self.store.user_turn_texts(session_id, through_seq=boundary, seqs=turns_to_check(draft)),
+                **self.store.compaction.carried_quotes(session_id),
+                **self.store.turns.user_texts(session_id, through_seq=boundary, seqs=turns_to_check(draft)),
             }
             validate_summary(
                 draft,
@@ -397,17 +397,19 @@ class Compactor:
             return self._failed(session_id, f"{type(exc).__name__}: {exc}", breaker)
         segments, turn_vectors = self._segments(groups, assistant_name)
         tokens = self.counter.count_text(draft.content)
-        self.store.commit_compaction(
+        self.store.compaction.commit(
             session_id=session_id,
             user_id=user_id,
             turn_ids=[t.id for t in rolled if t.id is not None],
             segments=segments,
-            summary_content=draft.content,
-            summary_items=items_to_json(draft.items),
-            summary_first_seq=previous.first_seq if previous else rolled[0].seq,
-            summary_last_seq=boundary,
-            summary_tokens=tokens,
-            dropped_quotes=len(draft.dropped_quote_seqs),
+            summary=NewSummary(
+                content=draft.content,
+                items=items_to_json(draft.items),
+                first_seq=previous.first_seq if previous else rolled[0].seq,
+                last_seq=boundary,
+                tokens=tokens,
+                dropped_quotes=len(draft.dropped_quote_seqs),
+            ),
             turn_vectors=turn_vectors,
         )
         if draft.dropped_quote_seqs:
@@ -458,7 +460,7 @@ class Compactor:
         """Breaker open: archive the oldest exchanges verbatim without a summarizer."""
         rolled = [t for g in groups for t in g]
         segments, turn_vectors = self._segments(groups, assistant_name)
-        self.store.commit_archive(
+        self.store.compaction.commit_archive(
             session_id=session_id,
             user_id=user_id,
             turn_ids=[t.id for t in rolled if t.id is not None],
@@ -485,7 +487,7 @@ class Compactor:
         )
 
     def _failed(self, session_id: str, error: str, breaker: BreakerState) -> CompactionOutcome:
-        state = self.store.record_compaction_failure(session_id, error=error, threshold=self.breaker_threshold)
+        state = self.store.compaction.record_failure(session_id, error=error, threshold=self.breaker_threshold)
         is_open = state.breaker_opened_at is not None
         reasons = list(state.recent_errors or [])
         log.warning(

@@ -22,11 +22,16 @@ from runtime.context._image_markers import TRANSCRIPT_MARKERS, dedupe, marker, r
 from runtime.context._lorebook import Scan, key_matches, match_entries, scan_text
 from runtime.context._persona import DEFAULT_USER_NAME, macro_context, render_persona
 from runtime.context._profile import render_profile, summary_profile_facts
+from runtime.context._query_text import enrich_query, enrichment, named_speaker, without_names
 from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth, retrieval_items
 from runtime.context._trim import fit_messages
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
 __all__ = [
+    "enrich_query",
+    "enrichment",
+    "named_speaker",
+    "without_names",
     "AssembledContext",
     "Scan",
     "insert_at_depth",

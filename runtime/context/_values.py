@@ -59,7 +59,7 @@ class RecalledItem:
     """1-based rank by full-text score; ``None`` if no query term matched."""
     score: float = 0.0
     """Reciprocal-rank-fusion score over the rankers (times the speaker weight for a segment of the
-    speaker the message names, :func:`memory.recall.recall_segments`); 0 for a neighbour."""
+    speaker the message names, :func:`memory.recall.recall`); 0 for a neighbour."""
     neighbour_of: int | None = None
     """For a segment added next to a hit, the hit's id."""
 

@@ -22,7 +22,7 @@ import structlog
 
 from errors import KnowledgeFileError
 from memory.embeddings import Embedder
-from memory.knowledge import NewChunk, replace_sources
+from memory.knowledge import Knowledge, NewChunk
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 
 log = structlog.get_logger("companion.knowledge")
@@ -213,7 +213,13 @@ def split_document(text: str, *, max_tokens: int, counter: TokenCounter) -> list
 
 
 def add_files(
-    engine, *, persona: str, paths: Sequence[Path], embedder: Embedder, counter: TokenCounter, max_tokens: int
+    knowledge: Knowledge,
+    *,
+    persona: str,
+    paths: Sequence[Path],
+    embedder: Embedder,
+    counter: TokenCounter,
+    max_tokens: int,
 ) -> list[AddedFile]:
     """Add files to ``persona``'s knowledge base, each under its file name.
 
@@ -222,19 +228,30 @@ def add_files(
     of the same file name left (so adding a file twice never duplicates).
 
     Args:
-        engine: the SQLAlchemy engine.
+        knowledge: the knowledge room (``store.knowledge``).
 
     Raises:
         KnowledgeFileError: a bad file (nothing was written).
         StorageError: the database failed (nothing was written).
     """
     return add_texts(
-        engine, persona=persona, texts=read_documents(paths), embedder=embedder, counter=counter, max_tokens=max_tokens
+        knowledge,
+        persona=persona,
+        texts=read_documents(paths),
+        embedder=embedder,
+        counter=counter,
+        max_tokens=max_tokens,
     )
 
 
 def add_texts(
-    engine, *, persona: str, texts: Mapping[str, str], embedder: Embedder, counter: TokenCounter, max_tokens: int
+    knowledge: Knowledge,
+    *,
+    persona: str,
+    texts: Mapping[str, str],
+    embedder: Embedder,
+    counter: TokenCounter,
+    max_tokens: int,
 ) -> list[AddedFile]:
     """Add already read files (file name -> text, from :func:`read_documents`) to ``persona``'s
     knowledge base: chunked, embedded and written in one transaction, as :func:`add_files`.
@@ -250,7 +267,7 @@ def add_texts(
             NewChunk(content=piece, tokens=counter.count_text(piece), embedding=vec)
             for piece, vec in zip(pieces, vectors, strict=False)
         ]
-    replace_sources(engine, persona=persona, sources=sources)
+    knowledge.replace_sources(persona=persona, sources=sources)
     added = [AddedFile(source=n, chunks=len(c), tokens=sum(x.tokens for x in c)) for n, c in sources.items()]
     log.info("knowledge.added", persona=persona, files=len(added), chunks=sum(a.chunks for a in added))
     return added

@@ -38,29 +38,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import structlog
-from sqlalchemy import text
 
-from errors import CompanionError, NotFoundError, SessionClosedError, TurnInProgressError
-from memory.database import storage_errors
+from errors import CompanionError
 from memory.tables import utcnow
 from runtime.compaction import CompactionOutcome
 from runtime.turn import Engine
 
 log = structlog.get_logger("companion.jobs")
-
-_CLAIM = text(
-    "SELECT id, user_id, persona FROM sessions "
-    "WHERE closed_at IS NULL AND last_activity_at < :cutoff AND NOT (id = ANY(:skip)) "
-    "AND (turn_owner IS NULL OR turn_claimed_at < now() - make_interval(secs => :lease)) "
-    "ORDER BY last_activity_at, id LIMIT :n FOR NO KEY UPDATE SKIP LOCKED"
-)
-_LOCK_ONE = text(
-    "SELECT id, user_id, persona, closed_at, "
-    "(turn_owner IS NOT NULL AND turn_owner <> :owner "
-    "AND turn_claimed_at >= now() - make_interval(secs => :lease)) AS busy "
-    "FROM sessions WHERE id = :s FOR NO KEY UPDATE"
-)
-_MARK_CLOSED = text("UPDATE sessions SET closed_at = :at, closed_by = :by WHERE id = :s")
 
 
 def default_worker_id() -> str:
@@ -111,7 +95,7 @@ def _log_closed(engine: Engine, session_id: str, worker: str, outcome: Compactio
         rolled_turns=outcome.rolled_turns if outcome else 0,
         segments=outcome.segments if outcome else 0,
         summarized=bool(outcome and outcome.summarized),
-        breaker_state=engine.compactor.breaker_state(engine.store.compaction_state(session_id)),
+        breaker_state=engine.compactor.breaker_state(engine.store.compaction.state(session_id)),
     )
 
 
@@ -144,18 +128,16 @@ def close_idle_sessions(
     report = CloseReport(worker_id=worker)
     while limit is None or report.claimed < limit:
         size = batch if limit is None else min(batch, limit - report.claimed)
-        with storage_errors(), engine.store.engine.connect() as conn:
-            rows = conn.execute(
-                _CLAIM,
-                {"cutoff": cutoff, "skip": list(report.failed), "n": size, "lease": engine.settings.turn_lease_seconds},
-            ).all()
-            if not rows:
-                conn.rollback()
+        with engine.store.sessions.idle_batch(
+            cutoff=cutoff, skip=list(report.failed), limit=size, lease_seconds=engine.settings.turn_lease_seconds
+        ) as idle:
+            if not idle.sessions:
                 break
-            report.claimed += len(rows)
-            for session_id, user_id, persona in rows:
+            report.claimed += len(idle.sessions)
+            for session in idle.sessions:
+                session_id = session.session_id
                 try:
-                    outcome = _roll_out(engine, session_id, user_id, persona)
+                    outcome = _roll_out(engine, session_id, session.user_id, session.persona)
                 except CompanionError as exc:
                     outcome = CompactionOutcome(session_id=session_id, ok=False, error=f"{type(exc).__name__}: {exc}")
                 if outcome is not None and not outcome.ok:
@@ -164,11 +146,10 @@ def close_idle_sessions(
                         "job.session_failed", session_id=session_id, worker=worker, error=(outcome.error or "")[:300]
                     )
                     continue
-                conn.execute(_MARK_CLOSED, {"at": utcnow(), "by": worker, "s": session_id})
+                idle.close(session_id, by=worker)
                 report.closed.append(session_id)
                 report.rolled_turns += outcome.rolled_turns if outcome else 0
                 _log_closed(engine, session_id, worker, outcome)
-            conn.commit()
     log.info(
         "job.run_completed",
         worker=worker,
@@ -197,29 +178,19 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
     from errors import TurnError
 
     # the same rule as turns: wait (COMPANION_TURN_WAIT_SECONDS) for a running turn, then refuse
-    with engine.claim(session_id) as claim, storage_errors(session_id), engine.store.engine.connect() as conn:
-        row = conn.execute(
-            _LOCK_ONE, {"s": session_id, "lease": engine.settings.turn_lease_seconds, "owner": claim.owner}
-        ).first()
-        if row is None:
-            raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
-        if row.closed_at is not None:
-            raise SessionClosedError(
-                f"Session {session_id!r} was closed already at {row.closed_at.isoformat()}.", session_id=session_id
-            )
-        if row.busy:  # a turn in flight: its user turn and reply are stored whole before any close
-            raise TurnInProgressError(
-                f"Session {session_id!r} is running a turn; close it when the turn has ended. Nothing was changed.",
-                session_id=session_id,
-            )
-        outcome = _roll_out(engine, session_id, row.user_id, row.persona)
+    with (
+        engine.claim(session_id) as claim,
+        engine.store.sessions.locked_for_close(
+            session_id, owner=claim.owner, lease_seconds=engine.settings.turn_lease_seconds
+        ) as locked,
+    ):
+        outcome = _roll_out(engine, session_id, locked.session.user_id, locked.session.persona)
         if outcome is not None and not outcome.ok:
             raise TurnError(
                 f"Session {session_id!r} could not be closed now ({outcome.error}); try again shortly.",
                 session_id=session_id,
             )
-        conn.execute(_MARK_CLOSED, {"at": utcnow(), "by": closed_by, "s": session_id})
-        conn.commit()
+        locked.close(by=closed_by)
     _log_closed(engine, session_id, closed_by, outcome)
     return outcome
 

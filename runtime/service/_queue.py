@@ -352,7 +352,7 @@ class QueueWorker:
             self._ready.set()
 
     async def _main(self) -> None:
-        app = build_app(self.engine.store.engine, blueprints={**BLUEPRINTS, "maintenance": maintenance_blueprint})
+        app = build_app(self.engine.store.conninfo(), blueprints={**BLUEPRINTS, "maintenance": maintenance_blueprint})
         async with app.open_async():
             self._loop = asyncio.get_running_loop()
             self._task = asyncio.create_task(
@@ -389,7 +389,7 @@ class QueueWorker:
 def drain(engine: Engine, *, concurrency: int = 1, name: str = "drain") -> None:
     """Run the queue's jobs until none is left to take now, then return (tests, scripts, and a
     one-shot ``companion jobs run --once``)."""
-    app = build_app(engine.store.engine)
+    app = build_app(engine.store.conninfo())
 
     async def main() -> None:
         async with app.open_async():

@@ -28,10 +28,9 @@ import structlog
 from errors import ConfigurationError, InvalidFieldError, InvalidMessageError
 from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
-from memory.recall import without_names
 from memory.tables import TurnState
 from persona import Persona
-from runtime.context import AssembledContext
+from runtime.context import AssembledContext, without_names
 from runtime.turn import Engine, InlineCompaction, validate_message
 
 log = structlog.get_logger("companion.replay")
@@ -347,11 +346,11 @@ def replay_conversation(
     finally:
         if ahead is not None:
             ahead.stop()
-    state = engine.store.compaction_state(session_id)
+    state = engine.store.compaction.state(session_id)
     report.compactions = state.compactions
     report.compaction_failures = state.consecutive_failures
-    report.archived_segments = engine.store.archive_count(user_id=user_id)
-    summary = engine.store.summary(session_id)
+    report.archived_segments = engine.store.archive.count(user_id=user_id)
+    summary = engine.store.compaction.summary(session_id)
     report.summary_tokens = summary.tokens if summary else 0
     report.user_turns, report.user_turns_recoverable = user_turn_coverage(engine, session_id)
     _evaluate(engine, conv, report)
@@ -438,8 +437,8 @@ def _point(engine: Engine, report: ReplayReport, context, previous: TurnPoint | 
             sources={name: r.tokens for name, r in context.sources.items()} if context is not None else None,
             total_tokens=context.total_tokens if context is not None else None,
         )
-    state = engine.store.compaction_state(report.session_id)
-    summary = engine.store.summary(report.session_id)
+    state = engine.store.compaction.state(report.session_id)
+    summary = engine.store.compaction.summary(report.session_id)
     return TurnPoint(
         turn=report.turns,
         sources={name: r.tokens for name, r in context.sources.items()} if context is not None else None,
@@ -447,7 +446,7 @@ def _point(engine: Engine, report: ReplayReport, context, previous: TurnPoint | 
         reply_reserve=engine.budgets.reply_reserve,
         compactions=state.compactions,
         compaction_failures=state.consecutive_failures,
-        archived_segments=engine.store.archive_count(user_id=report.user_id),
+        archived_segments=engine.store.archive.count(user_id=report.user_id),
         summary_tokens=summary.tokens if summary else 0,
     )
 
@@ -501,10 +500,10 @@ def _evaluate(engine: Engine, conv: Conversation, report: ReplayReport) -> None:
 
 def user_turn_coverage(engine: Engine, session_id: str) -> tuple[int, int]:
     """(user turns, those found verbatim in the recent window, the summary or an archived segment)."""
-    turns = engine.store.turns(session_id)
-    summary = engine.store.summary(session_id)
+    turns = engine.store.turns.of_session(session_id)
+    summary = engine.store.compaction.summary(session_id)
     summary_text = summary.content if summary else ""
-    archive = "\n".join(s.content for s in engine.store.segments(session_id=session_id))
+    archive = "\n".join(s.content for s in engine.store.archive.segments(session_id=session_id))
     users = [t for t in turns if t.role == "user"]
     found = sum(1 for t in users if t.state == TurnState.context or t.content in summary_text or t.content in archive)
     return len(users), found

@@ -91,7 +91,7 @@ def session_attachments(
     """The attachment blocks of the user turns in ``turns``, the files of the session's
     rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read;
     ``has_files`` ``False`` (no turn of the session carries a file) skips reading the files."""
-    rows = store.turn_attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN) if has_files else {}
+    rows = store.turns.attachments(session_id, head_chars=settings.inline_file_chars + HEAD_MARGIN) if has_files else {}
     blocks: dict[int, TurnBlocks] = {}
     images: dict[int, list[AttachedFile]] = {}
     for turn in turns:
@@ -119,7 +119,7 @@ def session_attachments(
                 earlier[row.file_id] = attached(row)
     named = placeholder_ids(t.content for t in turns)
     if named:
-        live = store.existing_file_ids(named, user_id=user_id)
+        live = store.turns.existing_file_ids(named, user_id=user_id)
         if live != named:
             turns = [
                 t.model_copy(update={"content": strip_placeholders(t.content, keep=live.__contains__)}) for t in turns

@@ -196,7 +196,7 @@ class Engine(EngineParts):
 
     def delete_session(self, *, user_id: str, session_id: str) -> dict[str, int]:
         """Delete a session and everything of it, and the files no other session references
-        (:meth:`memory.store.Store.delete_session`). Returns counts by kind.
+        (:meth:`memory.sessions.Sessions.delete`). Returns counts by kind.
 
         Raises:
             SessionOwnershipError: the session belongs to another user (nothing deleted).

@@ -5,11 +5,11 @@ For one session it reads the recent window (less the oldest exchanges over the `
 that no compaction has rolled out yet: they stay out of view, and the summary block says their
 summary is pending), then in one more statement the summary, the archive's size (for recall's
 choice of path) and whether the session has files and the persona knowledge
-(:meth:`memory.store.Store.session_reads`: what is absent is not read again). It runs each turn
+(:meth:`memory.assembly.AssemblyReads.session`: what is absent is not read again). It runs each turn
 extension's ``gather``, takes the query's vector for recall and the knowledge base (the newest
 user message's stored :class:`~memory.tables.TurnVector`; the message embedded when it has
 none, as a pending one; a follow-up's enriched query composed from the vectors of the turns it
-joins, :func:`memory.recall.enrichment`), recalls archive segments within the ``memory`` budget
+joins, :func:`runtime.context.enrichment`), recalls archive segments within the ``memory`` budget
 (excluding turns still in view), fires lorebook entries, reads the pinned profile and the
 calibration baseline, then calls :func:`runtime.context.assemble_context` and each extension's
 ``finish``.
@@ -24,17 +24,9 @@ from types import EllipsisType
 from memory.archive import USER_LABEL, compose, key_weights
 from memory.dates import time_spans
 from memory.embeddings import Embedder
-from memory.knowledge import KnowledgeHit, search_chunks
+from memory.knowledge import KnowledgeHit
 from memory.profiles import Profiles
-from memory.recall import (
-    SESSION_CAP,
-    enrich_query,
-    enrichment,
-    index_pays,
-    named_speaker,
-    recall_segments,
-    without_names,
-)
+from memory.recall import SESSION_CAP, Exclusion, RecallPreset, index_pays
 from memory.store import Store
 from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
@@ -52,9 +44,13 @@ from runtime.context import (
     Scan,
     SummaryText,
     assemble_context,
+    enrich_query,
+    enrichment,
     macro_context,
     match_entries,
+    named_speaker,
     retrieval_items,
+    without_names,
 )
 from runtime.turn._extensions import Gathered, TurnExtension
 
@@ -111,6 +107,13 @@ class ContextGatherer:
         self.budgets = budgets
         self.window = window
         self.extensions = list(extensions)
+        self.recall_preset = RecallPreset(
+            limit=settings.recall_candidates,
+            pool=settings.recall_pool,
+            neighbours=settings.recall_neighbours,
+            session_cap=SESSION_CAP,
+        )
+        """The engine's recall settings: :data:`memory.recall.ENGINE_PRESET` at the default settings."""
 
     def assemble(
         self,
@@ -134,7 +137,7 @@ class ContextGatherer:
         ``profile``: the user's profile as the turn read it (``None``: the user has none); ``...``
         (the default) reads it."""
         budgets = budgets or self.budgets
-        stored, usage = self.store.window_turns(session_id, usage_limit=CALIBRATION_WINDOW)
+        stored, usage = self.store.turns.window(session_id, usage_limit=CALIBRATION_WINDOW)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
         # same exchanges a compaction would roll out now (it runs after the reply)
         hidden = plan_rollout(
@@ -144,7 +147,7 @@ class ContextGatherer:
             keep_exchanges=self.settings.keep_exchanges,
         )
         out_of_view = sum(len(g) for g in hidden)
-        reads = self.store.session_reads(session_id, user_id=user_id, persona=self.persona.name)
+        reads = self.store.assembly.session(session_id, user_id=user_id, persona=self.persona.name)
         gathered = Gathered(turns=stored[out_of_view:], files=reads.has_files)
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
@@ -185,22 +188,20 @@ class ContextGatherer:
                 if context_turns
                 else vector
             )
-            segments = recall_segments(
-                self.store.engine,
-                user_id=user_id,
-                query_embedding=recall_vector,
-                query_text=recall_query,
-                when=time_spans(query, now=_aware(asked_at)),
-                session_cap=SESSION_CAP,
-                limit=self.settings.recall_candidates,
-                pool=self.settings.recall_pool,
-                vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.settings.recall_pool),
-                # memory may also take what the persona, summary and retrieval leave idle
-                token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
-                neighbours=self.settings.recall_neighbours,
-                exclude_session_id=session_id if first_recent is not None else None,
-                exclude_from_seq=first_recent,
-                speaker=named_speaker(query, names),
+            segments = self.store.archive.recall(
+                self.recall_preset.query(
+                    user_id=user_id,
+                    query_embedding=recall_vector,
+                    query_text=recall_query,
+                    when=time_spans(query, now=_aware(asked_at)),
+                    vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.settings.recall_pool),
+                    # memory may also take what the persona, summary and retrieval leave idle
+                    token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
+                    exclude=Exclusion(session_id=session_id, from_seq=first_recent)
+                    if first_recent is not None
+                    else None,
+                    speaker=named_speaker(query, names),
+                )
             )
             recalled = [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
         calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
@@ -270,7 +271,7 @@ class ContextGatherer:
         reusable = [t.id for t, text in wanted if t is not None and t.id is not None and stored.get(t.id) == text]
         known = known or {}
         found = {i: known[i] for i in reusable if i in known}
-        found.update(self.store.turn_vectors(i for i in reusable if i not in found))
+        found.update(self.store.turns.vectors(i for i in reusable if i not in found))
         vectors: list[list[float] | None] = [
             found.get(t.id) if t is not None and t.id is not None and t.id in reusable else None for t, text in wanted
         ]
@@ -309,8 +310,7 @@ class ContextGatherer:
         )
         fired = match_entries(book, Scan(current=query, previous=previous, depth=depth))
         hits = (
-            search_chunks(
-                self.store.engine,
+            self.store.knowledge.search(
                 persona=self.persona.name,
                 query_embedding=vector,
                 limit=self.settings.knowledge_chunks,

@@ -42,7 +42,6 @@ import structlog
 
 from errors import FileParseError
 from memory.files import FileStore, StoredFile
-from memory.images import Transcripts
 from memory.store import Store
 from memory.tables import Turn, TurnState
 from prompts import render
@@ -134,7 +133,7 @@ class TurnImages:
         self.model = model
         self.vision = sees_images(model, settings.vision_models)
         """True: pixels go to the reply model; False: transcripts do."""
-        self.transcripts = Transcripts(store.engine)
+        self.transcripts = store.transcripts
         self.transcriber = transcriber or Transcriber(settings)
         self.spec = image_read_spec()
         self.spec_tokens = counter.count_text(json.dumps(self.spec, ensure_ascii=False))
@@ -177,11 +176,11 @@ class TurnImages:
         chain (0 on the vision path or when all are known)."""
         if self.vision or self.files is None:
             return 0
-        turns = self.store.turns(session_id, state=TurnState.context)
+        turns = self.store.turns.of_session(session_id, state=TurnState.context)
         newest = next((t for t in reversed(turns) if t.role == "user"), None)
         if newest is None:
             return 0
-        rows = self.store.turn_attachments(session_id, head_chars=0).get(newest.id or -1, [])
+        rows = self.store.turns.attachments(session_id, head_chars=0).get(newest.id or -1, [])
         images = [attached(r) for r in rows if _is_image(r.mime)]
         if not images:
             return 0

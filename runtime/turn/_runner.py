@@ -46,14 +46,13 @@ from errors import (
 )
 from memory.files import FileStore, StoredFile
 from memory.profiles import Profiles
-from memory.recall import without_names
-from memory.store import ClaimedSession, Store
+from memory.store import ClaimedSession, RequestRecord, Store
 from memory.tables import Turn, UserProfile
 from memory.validation import check_id
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
-from runtime.context import AssembledContext, summary_profile_facts
+from runtime.context import AssembledContext, summary_profile_facts, without_names
 from runtime.llm import Replier, Reply, Tools
 from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
@@ -102,7 +101,7 @@ class _Read:
 
 class TurnClaim:
     """One claim on a session: while it is held no other turn, edit or greeting of the session
-    runs (:meth:`memory.store.Store.claim_turn`). Release it once, when the work has ended.
+    runs (:meth:`memory.sessions.Sessions.claim`). Release it once, when the work has ended.
 
     A busy session is tried again, with pauses, for up to ``wait_seconds``; then
     :class:`~errors.TurnInProgressError`. No connection is held while waiting. ``session``: the
@@ -123,7 +122,7 @@ class TurnClaim:
         pause = CLAIM_POLL_SECONDS[0]
         while True:
             try:
-                self.session: ClaimedSession = store.claim_turn(
+                self.session: ClaimedSession = store.sessions.claim(
                     session_id, owner=self.owner, lease_seconds=lease_seconds, user_id=user_id
                 )
                 return
@@ -135,7 +134,7 @@ class TurnClaim:
                 pause = min(pause * 2, CLAIM_POLL_SECONDS[1])
 
     def release(self) -> None:
-        self.store.release_turn(self.session_id, owner=self.owner)
+        self.store.sessions.release(self.session_id, owner=self.owner)
 
     def __enter__(self) -> TurnClaim:
         return self
@@ -216,16 +215,16 @@ class TurnRunner:
             with self._claim_for(user_id, session_id) as own:
                 return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, own)
         if claim.session.user_id != user_id:  # a claim proves the session exists, not whose it is
-            self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+            self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
         return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, claim)
 
     def _claim_for(self, user_id: str, session_id: str) -> TurnClaim:
         """A turn's claim on ``user_id``'s session, the session created first if it is new
-        (:meth:`memory.store.Store.ensure_session`); for a session that exists, the claim's
+        (:meth:`memory.sessions.Sessions.ensure`); for a session that exists, the claim's
         ``UPDATE`` is the only statement.
 
         Raises:
-            InvalidFieldError: a bad id (as :meth:`~memory.store.Store.ensure_session` says).
+            InvalidFieldError: a bad id (as :meth:`~memory.sessions.Sessions.ensure` says).
             SessionOwnershipError, SessionClosedError, TurnInProgressError: as the claim says.
         """
         check_id(session_id, field="session_id")
@@ -233,7 +232,7 @@ class TurnRunner:
         try:
             return self.claim(session_id, user_id=user_id)
         except NotFoundError:
-            self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+            self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
             return self.claim(session_id, user_id=user_id)
 
     def _claimed_turn(
@@ -253,7 +252,7 @@ class TurnRunner:
         the turn (compaction composes the turn's archive key from it) and handed to assembling,
         which neither embeds nor reads it; ``read.profile`` too, which it need not read again."""
         vector = read.vector
-        user_turn = self.store.add_turn(
+        user_turn = self.store.turns.add(
             session_id=session_id,
             role="user",
             content=text,
@@ -286,19 +285,21 @@ class TurnRunner:
                 raise
             compactions.extend(c for c in [harder] if c is not None)
         sent = len(context.messages) - context.post_history_messages
-        assistant_turn = self.store.add_turn(
+        assistant_turn = self.store.turns.add(
             session_id=session_id,
             role="assistant",
             content=answer.content,
             tokens=self.tokens("assistant", answer.content),
             created_at=at,
-            usage_prompt_tokens=answer.prompt_tokens,
-            usage_completion_tokens=answer.completion_tokens,
-            # tool schemas ride along whenever offered: part of the request the usage is for
-            request_estimate_tokens=self.counter.count_messages(context.messages) + extra_tokens,
-            # the fingerprint leaves out the trailing post-history message (see runtime.accounting)
-            request_messages=sent,
-            request_fingerprint=fingerprint(context.messages[:sent]),
+            request=RequestRecord(
+                prompt_tokens=answer.prompt_tokens,
+                completion_tokens=answer.completion_tokens,
+                # tool schemas ride along whenever offered: part of the request the usage is for
+                estimate_tokens=self.counter.count_messages(context.messages) + extra_tokens,
+                # the fingerprint leaves out the trailing post-history message (see runtime.accounting)
+                messages=sent,
+                fingerprint=fingerprint(context.messages[:sent]),
+            ),
             interrupted=answer.interrupted,
         )  # only the final text is stored: tool calls and their results (file text) never are
         # a failed compaction is not retried in the same turn; the breaker counts it once
@@ -357,9 +358,9 @@ class TurnRunner:
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         _check_claim(claim, session_id)
         vector = self._embed(text, self.profiles.get(user_id)) if role == "user" else None
-        self.store.ensure_session(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
-            turn = self.store.add_turn(
+            turn = self.store.turns.add(
                 session_id=session_id,
                 role=role,
                 content=text,
@@ -397,7 +398,7 @@ class TurnRunner:
         text = validate_message(message, max_chars=self.settings.max_message_chars)
         if reply is None and self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
-        session = self.store.get_session(session_id)
+        session = self.store.sessions.get(session_id)
         if session is None or session.user_id != user_id:
             raise SessionOwnershipError(
                 f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
@@ -408,7 +409,7 @@ class TurnRunner:
         vector = self._embed(text, profile)  # an embedder failure changes nothing
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
-            removed = self.store.truncate_from(session_id, seq=seq)
+            removed = self.store.turns.truncate_from(session_id, seq=seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
                 read = _Read(vector=vector, profile=profile)
@@ -609,7 +610,7 @@ class TurnRunner:
         transaction: if it fails the next compaction merges again, as the summary carries
         its profile forward."""
         if outcome is not None and outcome.ok and outcome.summarized:
-            summary = self.store.summary(session_id)
+            summary = self.store.compaction.summary(session_id)
             facts = summary_profile_facts(items_from_json(summary.items, session_id=session_id) if summary else [])
             if facts and self.profiles.learn(user_id, facts) is not None:
                 log.info("profile.learned", session_id=session_id, facts=len(facts))

@@ -38,7 +38,7 @@ class SessionOps:
             )
         if not greetings[greeting]:
             return None
-        if self.store.get_session(session_id) is not None and self.store.turns(session_id):
+        if self.store.sessions.get(session_id) is not None and self.store.turns.of_session(session_id):
             return None
         where = "first_mes" if greeting == 0 else f"alternate_greetings[{greeting - 1}]"
         ctx = macro_context(self.persona, user_name=user_name(self.profiles.get(user_id)), session_id=session_id)
@@ -59,12 +59,12 @@ class SessionOps:
 
     def delete_session(self, *, user_id: str, session_id: str) -> dict[str, int]:
         """See :meth:`runtime.turn.Engine.delete_session`."""
-        session = self.store.get_session(session_id)
+        session = self.store.sessions.get(session_id)
         if session is not None and session.user_id != user_id:
             raise SessionOwnershipError(
                 f"Session {session_id!r} belongs to another user, not {user_id!r}; nothing was deleted.",
                 session_id=session_id,
             )
-        counts = self.store.delete_session(session_id, files=self.files)
+        counts = self.store.sessions.delete(session_id, files=self.files)
         log.info("session.deleted", session_id=session_id, **counts)
         return counts

@@ -88,7 +88,7 @@ class EngineParts:
         self.counter = counter = counter or counter_for(settings.model)
         self.files = files = file_services.files if file_services is not None else None
         self.parses = parses = file_services.parses if file_services is not None else None
-        self.profiles = profiles = Profiles(store.engine)
+        self.profiles = profiles = store.profiles
         attachments = AttachmentsExtension(
             store=store,
             parses=parses,

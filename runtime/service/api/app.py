@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
 
-from memory.apps import Directory
 from runtime.service.api import files, openai_compat, playground, profiles, sessions
 from runtime.service.api.deps import Services, checked_params
 from runtime.service.api.errors import install_error_handlers
@@ -59,7 +58,7 @@ def create_app(engine: Engine, *, job_worker: bool = False, owns_engine: bool = 
         "`Authorization: Bearer KEY` (an app's key from `companion apps create NAME`).",
         dependencies=[Depends(checked_params)],
     )
-    app.state.services = Services(engine=engine, directory=Directory(engine.store.engine))
+    app.state.services = Services(engine=engine, directory=engine.store.apps)
     app.add_middleware(
         BodyLimit,
         json_bytes=engine.settings.max_json_bytes,

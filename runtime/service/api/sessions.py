@@ -198,7 +198,7 @@ async def resend(
     text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
     claim = await run_in_threadpool(svc.engine.claim, session.id)
     try:  # checked under the claim: no turn can change the recent window meanwhile
-        turns = await run_in_threadpool(svc.engine.store.turns, session.id, state=TurnState.context)
+        turns = await run_in_threadpool(svc.engine.store.turns.of_session, session.id, state=TurnState.context)
         if not any(t.seq == seq and t.role == "user" for t in turns):
             raise InvalidMessageError(
                 f"Turn {seq} of session {session_id!r} is not a user turn in the recent window; only those can be "
@@ -282,10 +282,10 @@ async def _sse(run) -> AsyncIterator[dict[str, str]]:
 def list_turns(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Every stored turn of the session, in order (rolled-out ones too, with their state)."""
     session, _ = svc.directory.session(app.id, session_id)
-    files = svc.engine.store.turn_attachments(session.id, head_chars=0)
+    files = svc.engine.store.turns.attachments(session.id, head_chars=0)
     return [
         turn_out(t, [f.file_id for f in files.get(t.id, [])] if t.id is not None else [])
-        for t in svc.engine.store.turns(session.id)
+        for t in svc.engine.store.turns.of_session(session.id)
     ]
 
 
@@ -293,7 +293,7 @@ def list_turns(session_id: str, app: App = Depends(current_app), svc: Services =
 def get_summary(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """The session's rolling summary (``content: null`` before there is one)."""
     session, _ = svc.directory.session(app.id, session_id)
-    summary = svc.engine.store.summary(session.id)
+    summary = svc.engine.store.compaction.summary(session.id)
     if summary is None:
         return SummaryOut(session_id=session.id, content=None)
     return SummaryOut(

@@ -1,0 +1,81 @@
+"""The read model of context assembly: what a turn reads of a session besides its turns, in one statement.
+
+It reads across rooms (summaries, archive counts, turn files, knowledge chunks) and writes
+nothing; each of those tables is written by its own room.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import Engine, text
+
+from memory.database import autocommit_engine, storage_errors
+from memory.recall import ARCHIVE_SIZES
+from memory.tables import Summary
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionReads:
+    """What assembling a context reads of a session besides its turns (:meth:`AssemblyReads.session`)."""
+
+    summary: Summary | None
+    """The session's summary, as :meth:`memory.compaction.Compactions.summary` gives it."""
+    archived_segments: int
+    """The user's archived segments (their ``archive_counts`` row)."""
+    archive_rows: float
+    """The archive table's estimated rows (``pg_class.reltuples``: ``-1`` before it was ever
+    analyzed), for :func:`memory.recall.index_pays`."""
+    has_files: bool
+    """Whether any turn of the session carries a file (``False``: :meth:`memory.turns.Turns.attachments`
+    would return nothing)."""
+    has_knowledge: bool
+    """Whether the persona has knowledge chunks (``False``: a knowledge search finds nothing)."""
+
+
+class AssemblyReads:
+    """The reads context assembly makes of a session in one round trip."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._one = autocommit_engine(engine)
+
+    def session(self, session_id: str, *, user_id: str, persona: str) -> SessionReads:
+        """The session's summary, the user's archive size, and whether the session's turns carry
+        files and the persona has knowledge, in one statement (:class:`SessionReads`): what
+        assembling a context would otherwise read in four, two of them only to find nothing. A
+        read: nothing changes. Each part is read by a key or an index; whether the session has
+        files is the question :meth:`memory.turns.Turns.attachments` answers, at no greater cost."""
+        with storage_errors(session_id), self._one.connect() as conn:
+            row = conn.execute(
+                text(
+                    "SELECT s.session_id IS NOT NULL AS found, s.content, s.items, s.first_seq, s.last_seq, "
+                    "s.tokens, s.dropped_quotes, s.updated_at, "
+                    f"{ARCHIVE_SIZES}, "
+                    "EXISTS (SELECT 1 FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+                    "WHERE t.session_id = :s) AS has_files, "
+                    "EXISTS (SELECT 1 FROM knowledge_chunks WHERE persona = :p) AS has_knowledge "
+                    "FROM (SELECT 1) AS one LEFT JOIN summaries AS s ON s.session_id = :s"
+                ),
+                {"s": session_id, "u": user_id, "p": persona},
+            ).one()
+        summary = (
+            Summary(
+                session_id=session_id,
+                content=row.content,
+                items=row.items,
+                first_seq=row.first_seq,
+                last_seq=row.last_seq,
+                tokens=row.tokens,
+                dropped_quotes=row.dropped_quotes,
+                updated_at=row.updated_at,
+            )
+            if row.found
+            else None
+        )
+        return SessionReads(
+            summary=summary,
+            archived_segments=int(row.archived),
+            archive_rows=float(row.archive_rows if row.archive_rows is not None else -1),
+            has_files=bool(row.has_files),
+            has_knowledge=bool(row.has_knowledge),
+        )

@@ -1,0 +1,383 @@
+"""The turns room: the only writer of ``turns``, ``turn_vectors`` and ``turn_files``.
+
+:meth:`Turns.add` appends a turn with the next gap-free ``seq`` under the session's row lock
+and refuses a closed session. Reads never change state. :meth:`Turns.truncate_from` deletes a
+user turn and everything after it (an edit), never a turn that left the recent window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, Engine, bindparam, func, text, union_all, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlmodel import Session, col, select
+
+from errors import InvalidMessageError, StorageError
+from memory.database import autocommit_engine, storage_errors
+from memory.sessions import closed_error
+from memory.tables import Turn, TurnState, TurnVector, utcnow
+from memory.vectors import Vector
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestRecord:
+    """What an assistant turn keeps of the request its reply was made from: the provider's
+    reported usage and our own record of the request, which calibrate the next assembly."""
+
+    prompt_tokens: int | None = None
+    """The provider's reported prompt tokens."""
+    completion_tokens: int | None = None
+    """The provider's reported completion tokens."""
+    estimate_tokens: int | None = None
+    """Our count of the whole request, tokens."""
+    messages: int | None = None
+    """Messages the request held."""
+    fingerprint: str | None = None
+    """A hash of the request's messages (:func:`runtime.accounting.fingerprint`)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnFile:
+    """One file as a stored turn carries it: the columns rendering needs, and the extract's head."""
+
+    file_id: str
+    name: str
+    mime: str
+    size_bytes: int
+    """Bytes."""
+    durability: str
+    """``durable`` or ``ephemeral``."""
+    parse_state: str
+    """``pending``, ``parsing``, ``ready``, ``empty``, ``needs_ocr`` or ``failed``."""
+    parse_error: str | None = None
+    page_count: int | None = None
+    body_start_page: int | None = None
+    """First page after the front matter (1-based), when known."""
+    text_head: str | None = None
+    """The first ``head_chars`` characters of the extract; ``None`` before a parse."""
+    text_chars: int | None = None
+    """Characters of the whole extract."""
+    position: int = 0
+    """Order among the turn's attachments, from 0."""
+
+
+def add_vectors(db: Session, vectors: Mapping[int, Sequence[float]]) -> None:
+    """Store turn id → vector in ``db``'s transaction; a turn that already has one keeps it."""
+    if not vectors:
+        return
+    statement = (
+        pg_insert(TurnVector)
+        .values([{"turn_id": turn_id, "embedding": list(v)} for turn_id, v in vectors.items()])
+        .on_conflict_do_nothing(index_elements=["turn_id"])
+    )
+    db.execute(statement)
+
+
+def roll_out(db: Session, *, session_id: str, turn_ids: Sequence[int], to: TurnState) -> None:
+    """Move turns out of the recent window in ``db``'s transaction; all of them must still be in it.
+
+    Raises:
+        StorageError: a turn was no longer in the recent window (the transaction is rolled back).
+    """
+    if not turn_ids:
+        return
+    result = db.exec(
+        update(Turn)
+        .where(
+            col(Turn.session_id) == session_id,
+            col(Turn.id).in_(list(turn_ids)),
+            col(Turn.state) == TurnState.context,
+        )
+        .values(state=to)
+    )
+    if result.rowcount != len(turn_ids):
+        db.rollback()
+        raise StorageError(
+            f"Compaction of session {session_id!r} found {len(turn_ids) - result.rowcount} of "
+            f"{len(turn_ids)} turns already out of the recent window; nothing was written.",
+            session_id=session_id,
+        )
+
+
+def delete_session_rows(db: Session, session_id: str) -> dict[str, int]:
+    """Delete the session's ``turn_files``, ``turn_vectors`` (by cascade) and ``turns`` rows in
+    ``db``'s transaction; counts by table (``turn_files``, ``turns``)."""
+    files = db.execute(
+        text("DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s)").bindparams(
+            s=session_id
+        )
+    )
+    turns = db.execute(text("DELETE FROM turns WHERE session_id = :s").bindparams(s=session_id))
+    return {
+        "turn_files": cast("CursorResult[Any]", files).rowcount,
+        "turns": cast("CursorResult[Any]", turns).rowcount,
+    }
+
+
+class Turns:
+    """The session's turns, their vectors and the files they carry."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._one = autocommit_engine(engine)
+
+    def add(
+        self,
+        *,
+        session_id: str,
+        role: str,
+        content: str,
+        tokens: int,
+        created_at: datetime | None = None,
+        request: RequestRecord | None = None,
+        interrupted: bool = False,
+        file_ids: Sequence[str] = (),
+        vector: Sequence[float] | None = None,
+    ) -> Turn:
+        """Append one turn with the next sequence number and commit it: two statements, one
+        transaction (plus one per attached file).
+
+        The session row is locked while the number is taken, so concurrent writers
+        to one session get distinct, gap-free numbers. The session's
+        ``last_activity_at`` moves to now (wall clock, whatever ``created_at`` says).
+
+        Args:
+            request: the provider's usage and our record of the request a reply was made from
+                (an assistant turn's); ``None`` for a user turn.
+            file_ids: files the turn carries (attachments), in order; their ``turn_files``
+                rows are written in the same transaction as the turn. The caller checks
+                ownership first.
+            vector: the embedding of ``content`` (a unit vector of the archive's dimension), stored
+                as the turn's :class:`~memory.tables.TurnVector` by the same ``INSERT``.
+
+        Raises:
+            SessionClosedError: the session was closed; nothing was stored.
+        """
+        request = request or RequestRecord()
+        with storage_errors(session_id), Session(self._engine) as db:
+            # one statement moves the activity time and locks the session row: concurrent writers
+            # of one session wait here, so each takes the next seq in turn
+            open_row = db.execute(
+                text(
+                    "UPDATE sessions SET last_activity_at = now() WHERE id = :s AND closed_at IS NULL RETURNING id"
+                ).bindparams(s=session_id)
+            ).first()
+            if open_row is None:
+                row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
+                if row is not None and row[0] is not None:  # a closed session takes no new turns
+                    raise closed_error(session_id, row[0])
+            insert = (
+                "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
+                "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
+                "interrupted, state, created_at) "
+                "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
+                ":interrupted, :state, :at FROM turns WHERE session_id = :s RETURNING *"
+            )
+            statement = (
+                text(insert)
+                if vector is None
+                else text(
+                    f"WITH t AS ({insert}), v AS (INSERT INTO turn_vectors (turn_id, embedding) "
+                    "SELECT id, CAST(:vec AS vector) FROM t) SELECT * FROM t"
+                ).bindparams(bindparam("vec", list(vector), type_=Vector()))
+            )
+            inserted = db.execute(
+                statement.bindparams(
+                    s=session_id,
+                    role=role,
+                    content=content,
+                    tokens=tokens,
+                    upt=request.prompt_tokens,
+                    uct=request.completion_tokens,
+                    ret=request.estimate_tokens,
+                    rm=request.messages,
+                    rf=request.fingerprint,
+                    interrupted=interrupted,
+                    state=TurnState.context.value,
+                    at=created_at or utcnow(),
+                )
+            ).one()
+            turn = Turn.model_validate(dict(inserted._mapping))
+            for position, file_id in enumerate(dict.fromkeys(file_ids)):
+                db.execute(
+                    text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)").bindparams(
+                        t=turn.id, f=file_id, p=position
+                    )
+                )
+            db.commit()
+            return turn
+
+    def add_vectors(self, vectors: Mapping[int, Sequence[float]]) -> None:
+        """Store turn id → the embedding of that turn's ``content`` (a unit vector of the
+        archive's dimension), in one transaction; a turn that already has one keeps it.
+
+        Raises:
+            StorageError: the database failed, or a turn id does not exist; nothing was stored.
+        """
+        if not vectors:
+            return
+        with storage_errors(), Session(self._one) as db:
+            add_vectors(db, vectors)
+            db.commit()
+
+    def vectors(self, turn_ids: Iterable[int]) -> dict[int, list[float]]:
+        """The stored embeddings of the turns ``turn_ids`` that have one: turn id → vector (the
+        embedding of the turn's ``content``). Turns without a stored vector are left out."""
+        ids = sorted(set(turn_ids))
+        if not ids:
+            return {}
+        with storage_errors(), Session(self._one) as db:
+            rows = db.exec(
+                select(TurnVector.turn_id, TurnVector.embedding).where(col(TurnVector.turn_id).in_(ids))
+            ).all()
+            return {turn_id: [float(x) for x in vector] for turn_id, vector in rows}
+
+    def of_session(self, session_id: str, *, state: TurnState | None = None) -> list[Turn]:
+        """The session's turns in ``seq`` order, optionally only those in ``state``."""
+        with storage_errors(session_id), Session(self._one) as db:
+            query = select(Turn).where(Turn.session_id == session_id)
+            if state is not None:
+                query = query.where(Turn.state == state)
+            return list(db.exec(query.order_by(col(Turn.seq))).all())
+
+    def window(self, session_id: str, *, usage_limit: int) -> tuple[list[Turn], list[Turn]]:
+        """What assembling a context reads of the session's turns, in one statement:
+        ``(the turns in the recent window in seq order, the newest usage_limit turns that carry
+        the provider's reported usage, newest first)``, as :meth:`of_session` with
+        ``state=TurnState.context`` gives the first. Each half is read by its
+        partial index (``ix_turns_session_context``, ``ix_turns_session_usage``), so the cost
+        does not grow with the session's history."""
+        context = select(Turn).where(Turn.session_id == session_id, Turn.state == TurnState.context)
+        usage = (
+            select(Turn)
+            .where(Turn.session_id == session_id, col(Turn.usage_prompt_tokens).is_not(None))
+            .order_by(col(Turn.seq).desc())
+            .limit(usage_limit)
+        )
+        both = union_all(context, usage.subquery().select()).order_by(text("seq"))
+        with storage_errors(session_id), Session(self._one) as db:
+            rows = list(db.exec(select(Turn).from_statement(both)).scalars().all())  # type: ignore[call-overload]
+        # a turn in both halves comes back twice, as one object (the session's identity map)
+        unique = list({t.id: t for t in rows}.values())
+        window = [t for t in unique if t.state == TurnState.context]
+        with_usage = [t for t in reversed(unique) if t.usage_prompt_tokens is not None][:usage_limit]
+        return window, with_usage
+
+    def user_texts(self, session_id: str, *, through_seq: int, seqs: Collection[int] | None = None) -> dict[int, str]:
+        """The user's turns with ``seq <= through_seq``, ``seq`` → verbatim text (for validating
+        quotes); only those whose seq is in ``seqs`` when it is given (read by the
+        ``(session_id, seq)`` key, however long the session)."""
+        query = select(Turn.seq, Turn.content).where(
+            Turn.session_id == session_id, Turn.role == "user", Turn.seq <= through_seq
+        )
+        if seqs is not None:
+            if not seqs:
+                return {}
+            query = query.where(col(Turn.seq).in_(sorted(seqs)))
+        with storage_errors(session_id), Session(self._one) as db:
+            return {seq: content for seq, content in db.exec(query).all()}
+
+    def rolled_out_count(self, session_id: str, *, excluding: Collection[int] = ()) -> int:
+        """How many of the session's turns are no longer in the recent window (summarized or
+        archived), leaving out those whose seq is in ``excluding``. One count, no rows read back."""
+        query = (
+            select(func.count()).select_from(Turn).where(Turn.session_id == session_id, Turn.state != TurnState.context)
+        )
+        if excluding:
+            query = query.where(col(Turn.seq).not_in(sorted(excluding)))
+        with storage_errors(session_id), Session(self._one) as db:
+            return int(db.exec(query).one())
+
+    # -- attachments --------------------------------------------------------------
+    def attachments(self, session_id: str, *, head_chars: int) -> dict[int, list[TurnFile]]:
+        """The files carried by the session's turns: turn id -> :class:`TurnFile` rows in attachment
+        order, each with the first ``head_chars`` characters of its extract. A read: nothing changes.
+        """
+        with storage_errors(session_id), Session(self._one) as db:
+            rows = (
+                db.execute(
+                    text(
+                        "SELECT tf.turn_id, tf.position, f.id AS file_id, f.name, f.mime, f.size_bytes, f.durability, "
+                        "f.parse_state, f.parse_error, f.page_count, f.body_start_page, "
+                        "left(f.extract, :head) AS text_head, length(f.extract) AS text_chars "
+                        "FROM turn_files tf JOIN turns t ON t.id = tf.turn_id JOIN files f ON f.id = tf.file_id "
+                        "WHERE t.session_id = :s ORDER BY t.seq, tf.position"
+                    ).bindparams(s=session_id, head=max(int(head_chars), 0))
+                )
+                .mappings()
+                .all()
+            )
+        out: dict[int, list[TurnFile]] = {}
+        for row in rows:
+            values = dict(row)
+            out.setdefault(values.pop("turn_id"), []).append(TurnFile(**values))
+        return out
+
+    def existing_file_ids(self, file_ids: Iterable[str], *, user_id: str) -> set[str]:
+        """Those of ``file_ids`` that exist and belong to ``user_id``."""
+        ids = list(dict.fromkeys(file_ids))
+        if not ids:
+            return set()
+        with storage_errors(), Session(self._one) as db:
+            rows = db.execute(
+                text("SELECT id FROM files WHERE user_id = :u AND id = ANY(:ids)").bindparams(u=user_id, ids=ids)
+            ).all()
+        return {r[0] for r in rows}
+
+    def truncate_from(self, session_id: str, *, seq: int) -> dict[str, Any]:
+        """Delete the session's turns with ``seq >= seq`` (and their ``turn_files`` rows) in one
+        transaction, for editing and resending the turn ``seq``.
+
+        Returns ``{"turns": deleted count, "file_ids": ids those turns carried}``; the files
+        themselves stay (the caller removes those nothing references any more, afterwards).
+
+        Raises:
+            InvalidMessageError: ``reason="bad_edit"``: no such turn, it is not a user turn, or a
+                turn from it on has left the recent window (summarized or archived turns are
+                never deleted).
+        """
+        with storage_errors(session_id), Session(self._engine) as db:
+            db.execute(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
+            target = db.exec(select(Turn).where(Turn.session_id == session_id, Turn.seq == seq)).first()
+            if target is None or target.role != "user":
+                raise InvalidMessageError(
+                    f"Session {session_id!r} has no user turn {seq}; only a stored user turn can be edited and resent.",
+                    reason="bad_edit",
+                )
+            rolled = db.exec(
+                select(func.count())
+                .select_from(Turn)
+                .where(Turn.session_id == session_id, Turn.seq >= seq, Turn.state != TurnState.context)
+            ).one()
+            if rolled:
+                raise InvalidMessageError(
+                    f"Turn {seq} of session {session_id!r} has left the recent window (it is summarized or "
+                    "archived); only turns still in the recent window can be edited and resent.",
+                    reason="bad_edit",
+                )
+            file_ids = [
+                r[0]
+                for r in db.execute(
+                    text(
+                        "SELECT tf.file_id FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
+                        "WHERE t.session_id = :s AND t.seq >= :q ORDER BY t.seq, tf.position"
+                    ).bindparams(s=session_id, q=seq)
+                ).all()
+            ]
+            db.execute(
+                text(
+                    "DELETE FROM turn_files WHERE turn_id IN (SELECT id FROM turns WHERE session_id = :s AND seq >= :q)"
+                ).bindparams(s=session_id, q=seq)
+            )
+            deleted = cast(
+                "CursorResult[Any]",
+                db.execute(
+                    text("DELETE FROM turns WHERE session_id = :s AND seq >= :q").bindparams(s=session_id, q=seq)
+                ),
+            ).rowcount
+            db.commit()
+        return {"turns": int(deleted), "file_ids": list(dict.fromkeys(file_ids))}
