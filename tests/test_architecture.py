@@ -150,14 +150,13 @@ LARGE_MODULES = {
     "runtime/accounting/_tokens.py": 1483,
     "memory/files.py": 828,
     "runtime/compaction/_summarizers.py": 622,
-    "runtime/turn/_runner.py": 617,
 }
 """Modules over :data:`MODULE_LINES`, each with its current size: they may only shrink."""
 
 PARAMETERS = 10
 """A product function takes at most this many parameters besides ``self``/``cls``; more travel
 as a value object."""
-MANY_PARAMETERS = {"runtime/context/_assemble.py:assemble_context": 17, "runtime/turn/_runner.py:__init__": 11}
+MANY_PARAMETERS: dict[str, int] = {}
 """Functions over :data:`PARAMETERS`, each with its current count: they may only lose some."""
 
 PRODUCT = ("memory", "runtime", "persona", "prompts", "errors.py")

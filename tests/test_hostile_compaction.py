@@ -151,7 +151,7 @@ def test_a_storage_error_during_compaction_propagates_and_is_not_counted(store, 
     def down(*args, **kwargs):
         raise StorageError("Database error (OperationalError): the server closed the connection")
 
-    monkeypatch.setattr(store, "user_turn_texts", down)
+    monkeypatch.setattr(store.turns, "user_texts", down)
     compactor = _compactor(store, embedder, ExtractiveSummarizer())
     with pytest.raises(StorageError):
         compactor.maybe_compact(session_id="s1", user_id="u1", recent_cap=300, summary_cap=400, assistant_name="Mira")

@@ -351,7 +351,7 @@ def _turns(*pairs):
 
 def _assemble(persona, turns, budgets=None):
     from runtime.accounting import Budgets
-    from runtime.context import assemble_context
+    from runtime.context import ContextInputs, assemble_context
 
     budgets = budgets or Budgets.create(
         persona=1000, memory=200, retrieval=400, summary=200, recent=2000, reply_reserve=200
@@ -359,16 +359,10 @@ def _assemble(persona, turns, budgets=None):
     fired = match_entries(persona.character_book, scan_text(turns[-1].content, [t.content for t in turns[:-1]], 2))
     items = retrieval_items(fired, [], char=persona.char_name, user="U")
     return assemble_context(
-        session_id="s",
-        persona=persona,
-        summary=None,
-        candidates=[],
-        turns=turns,
-        pending=None,
+        ContextInputs(session_id="s", persona=persona, summary=None, candidates=[], turns=turns, retrieval=items),
         budgets=budgets,
         window=budgets.total,
         counter=COUNTER,
-        retrieval=items,
     )
 
 

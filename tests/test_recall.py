@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from memory.archive import build_segments
 from memory.fulltext import cjk_terms
-from memory.recall import NEIGHBOUR_WEIGHT, RRF_K, RecallQuery, recall
+from memory.recall import NEIGHBOUR_WEIGHT, RRF_K, Exclusion, RecallQuery, recall
 from memory.tables import Turn
 from tests.archive_fixtures import T0, archive_segments
 
@@ -179,8 +179,7 @@ def test_recall_excludes_turns_still_in_the_recent_window(store, embedder):
         limit=20,
         pool=20,
         neighbours=2,
-        exclude_session_id="ana-1",
-        exclude_from_seq=11,
+        exclude=Exclusion(session_id="ana-1", from_seq=11),
     )
     assert found and max(s.last_seq for s in found) < 11
     assert any(s.neighbour_of is not None for s in found)  # neighbours obey the exclusion too

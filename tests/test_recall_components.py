@@ -377,15 +377,15 @@ def test_the_named_speakers_neighbours_rank_before_the_other_speakers(store, emb
     question = "Which running shoes does Caroline love?"
     vector = embedder.embed([question])[0]
 
-    def recall(**speaker):
+    def ranked(**speaker):
         found = recall(
             store.engine,
             RecallQuery(user_id="nb", query_embedding=vector, query_text=question, limit=1, neighbours=2, **speaker),
         )
         return [s.content for s in found]
 
-    assert recall(speaker="User") == [said[2], said[0], said[4], said[1], said[3]]
-    assert recall() == [said[2], said[1], said[3], said[0], said[4]]  # nearer turns first, whoever said them
+    assert ranked(speaker="User") == [said[2], said[0], said[4], said[1], said[3]]
+    assert ranked() == [said[2], said[1], said[3], said[0], said[4]]  # nearer turns first, whoever said them
 
 
 def test_a_speaker_weight_that_is_not_positive_and_finite_is_refused(store, embedder):

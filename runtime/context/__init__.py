@@ -3,7 +3,14 @@
 Pure: takes values, never storage rows; imports nothing from ``memory``.
 """
 
-from runtime.context._assemble import AssembledContext, TurnBlocks, assemble_context
+from runtime.context._assemble import (
+    CONTEXT_LAYOUT,
+    AssembledContext,
+    ContextInputs,
+    Section,
+    TurnBlocks,
+    assemble_context,
+)
 from runtime.context._attachments import (
     AttachedFile,
     compact_block,
@@ -33,6 +40,9 @@ __all__ = [
     "named_speaker",
     "without_names",
     "AssembledContext",
+    "CONTEXT_LAYOUT",
+    "ContextInputs",
+    "Section",
     "Scan",
     "insert_at_depth",
     "macro_context",

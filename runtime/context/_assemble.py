@@ -34,32 +34,17 @@ from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from persona import Persona
-from prompts import fence, render
+from prompts import render
 from runtime.accounting import REPLY_PRIMING, SOURCES, Baseline, Budgets, TokenCounter, baseline_total
 from runtime.context._attachments import AttachedFile, earlier_block, with_block
+from runtime.context._blocks import memory_block, summary_block
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
 from runtime.context._profile import render_profile
-from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth
+from runtime.context._report import SourceReport
+from runtime.context._retrieval import RetrievalBlock, RetrievalItem, fit_retrieval, insert_at_depth
 from runtime.context._trim import fit_messages
 from runtime.context._values import PinnedProfile, RecalledItem, RecentTurn, SummaryText
 from runtime.messages import Message, Role
-
-
-@dataclass(frozen=True, kw_only=True)
-class SourceReport:
-    """What one source put into the prompt."""
-
-    source: str
-    tokens: int
-    """Tokens this source used, its share of message framing included."""
-    cap: int
-    """The source's cap in tokens, for its content: ``tokens`` may pass it by the source's share of
-    message framing. For ``memory``: its cap plus what the persona, the summary and retrieval left
-    of theirs (when that flow is on); for ``recent``: its cap plus what all the others left."""
-    items: int
-    """Entries included: turns, segments, summary lines."""
-    cut: str | None = None
-    """What was cut, as said in the prompt; ``None`` if nothing was."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,220 +108,312 @@ class AssembledContext:
         return self.total_tokens + self.reply_reserve > self.window
 
 
+@dataclass(frozen=True, kw_only=True)
+class ContextInputs:
+    """What one assembly is built from: values the turn layer converted from storage rows."""
+
+    session_id: str
+    persona: Persona
+    summary: SummaryText | None
+    """The session's current summary, or ``None``."""
+    candidates: Sequence[RecalledItem]
+    """Recalled segments, best first; they fill ``memory`` in that order."""
+    turns: Sequence[RecentTurn]
+    """The session's turns in the recent window (state ``context``), oldest first."""
+    pending: str | None = None
+    """A user message to end the prompt with that is *not* stored (e.g. an evaluation question);
+    ``None`` when the last stored turn is the current message."""
+    baseline: Baseline | None = None
+    """The provider's last reported request size; when this request starts with that one, its size
+    is the baseline plus the messages added, and the recent window shrinks if that says it does
+    not fit."""
+    calibration: float = 1.0
+    """The factor the counter already applies, reported back as is."""
+    overhead: int = 0
+    """Tokens the provider adds per request (from calibration) and tokens reserved for what the
+    request carries beyond its text; reserved out of the room for ``recent``, in the total."""
+    profile: PinnedProfile | None = None
+    """The user's pinned profile, shown first in ``memory``; its name is what ``{{user}}``
+    becomes (default ``User``)."""
+    retrieval: Sequence[RetrievalItem] = ()
+    """Fired lorebook entries and knowledge chunks."""
+    attachments: Mapping[int, TurnBlocks] = field(default_factory=dict)
+    """Turn ``seq`` -> the attachment blocks of that user turn."""
+    earlier_files: Sequence[AttachedFile] = ()
+    """Files of turns rolled out of the recent window, oldest first; listed (placeholder lines) in
+    the system context while ``retrieval`` has room after the folded blocks, newest kept first."""
+    idle_to_memory: bool = True
+    """Let what the persona, the summary and retrieval leave of their caps flow to recalled
+    segments (``False`` for an overflow retry, which must send less)."""
+
+
+CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
+"""The order of the sources in the system context message after the persona; message framing is
+charged to the first one present."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Section:
+    """What one source adds to the system context: its blocks (texts) and its report."""
+
+    blocks: tuple[str, ...]
+    report: SourceReport
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Retrieval:
+    """The retrieval source before the recent window is fitted: what it placed, and at what cost."""
+
+    section: Section
+    found: RetrievalBlock
+    folded: dict[int, str]
+    """Seq -> folded attachment block of an older turn."""
+    fold_costs: dict[int, int]
+    listed: set[int]
+    first_block: dict[int, str]
+    """The newest user turn's first-turn block, when it ends the prompt."""
+    earlier_text: str
+    earlier_cost: int
+    earlier_listed: list[AttachedFile]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RecentFit:
+    """The recent window fitted into its room, and the retrieval tokens it shows (folded blocks)."""
+
+    messages: list[Mapping[str, Any]]
+    shown: list[int]
+    report: SourceReport
+    retrieval: SourceReport
+    """The retrieval report corrected for the folded blocks among the shown turns."""
+
+
 def assemble_context(
-    *,
-    session_id: str,
-    persona: Persona,
-    summary: SummaryText | None,
-    candidates: Sequence[RecalledItem],
-    turns: Sequence[RecentTurn],
-    pending: str | None,
-    budgets: Budgets,
-    window: int,
-    counter: TokenCounter,
-    baseline: Baseline | None = None,
-    calibration: float = 1.0,
-    overhead: int = 0,
-    profile: PinnedProfile | None = None,
-    retrieval: Sequence[RetrievalItem] = (),
-    attachments: dict[int, TurnBlocks] | None = None,
-    earlier_files: Sequence[AttachedFile] = (),
-    idle_to_memory: bool = True,
+    inputs: ContextInputs, *, budgets: Budgets, window: int, counter: TokenCounter
 ) -> AssembledContext:
     """Build the prompt within budgets. Pure: it reads its arguments only.
 
-    Args:
-        summary: the session's current summary, or ``None``.
-        candidates: recalled segments, best first; they fill ``memory`` in that order. The
-            memory cap grows by what the persona, the summary and retrieval leave of their
-            caps (tokens), so a window with no lorebook or a short summary recalls more.
-        turns: the session's turns in the recent window (state ``context``), oldest first.
-        pending: a user message to end the prompt with that is *not* stored (e.g. an
-            evaluation question); ``None`` when the last stored turn is the current message.
-        window: the context window in tokens; ``budgets`` should total to it.
-        counter: the session's (calibrated) counter.
-        baseline: the provider's last reported request size; when this request starts
-            with that one, its size is the baseline plus the messages added, and the
-            recent window shrinks if that says it does not fit.
-        calibration: the factor already applied by ``counter``, reported back as is.
-        overhead: tokens the provider adds per request (from calibration); reserved
-            out of the room for ``recent`` and included in the total.
-        profile: the user's pinned profile, shown first in ``memory``; its name is what
-            ``{{user}}`` becomes (default ``User``).
-        retrieval: fired lorebook entries and knowledge chunks (see ``runtime/retrieval.py``).
-        attachments: turn ``seq`` -> the attachment blocks of that user turn.
-        earlier_files: files of turns rolled out of the recent window, oldest first; listed
-            (placeholder lines) in the system context while ``retrieval`` has room after the
-            folded blocks, newest kept first.
-        idle_to_memory: let what the persona, the summary and retrieval leave of their caps
-            flow to recalled segments (``False`` for an overflow retry, which must send less).
+    ``window``: the context window in tokens (``budgets`` should total to it); ``counter``: the
+    session's (calibrated) counter. The memory cap grows by what the persona, the summary and
+    retrieval leave of their caps (tokens), so a window with no lorebook or a short summary
+    recalls more.
 
     Raises:
         ConfigurationError: the persona's parts that are never cut exceed its cap.
     """
-    sources: dict[str, SourceReport] = {}
-    texts: dict[str, str] = {}
-
-    user_name = (profile.name if profile is not None and profile.name else None) or DEFAULT_USER_NAME
+    user_name = (inputs.profile.name if inputs.profile is not None and inputs.profile.name else None) or (
+        DEFAULT_USER_NAME
+    )
     rendered = render_persona(
-        persona,
+        inputs.persona,
         cap=budgets.persona,
         counter=counter,
         user_name=user_name,
-        calibration=calibration,
-        session_id=session_id,
+        calibration=inputs.calibration,
+        session_id=inputs.session_id,
     )
-    persona_msg = rendered.system
     post_history: list[Mapping[str, Any]] = [rendered.post_history] if rendered.post_history else []
-    sources["persona"] = SourceReport(
+    persona = SourceReport(
         source="persona",
         tokens=rendered.tokens,
         cap=budgets.persona,
         items=1 + rendered.examples_kept + len(post_history),
         cut=rendered.cut,
     )
-    texts["persona"] = "\n\n".join(m["content"] for m in [persona_msg, *post_history])
-
-    blocks: list[str] = []
-    summary_text, sources["summary"] = _summary_block(summary, budgets.summary, counter)
-    if summary_text:
-        blocks.append(summary_text)
-        texts["summary"] = summary_text
-    # retrieval: the folded file references of older turns first (they anchor what the user
-    # sent), then rolled-out turns' files, then lorebook entries and knowledge chunks in what is left
-    newest = turns[-1].seq if turns and pending is None and turns[-1].role == "user" else None
-    first_block = {newest: attachments[newest].first} if attachments and newest in attachments else {}
-    folded, fold_costs, listed, fold_cut = _fold(attachments or {}, newest, budgets.retrieval, counter)
-    fold_total = sum(fold_costs.values())
-    earlier_text, earlier_listed = _earlier(earlier_files, budgets.retrieval - fold_total, counter)
-    earlier_cost = counter.count_text(earlier_text) if earlier_text else 0
-    book = persona.character_book
-    found = fit_retrieval(
-        retrieval,
-        cap=max(budgets.retrieval - fold_total - earlier_cost, 0),
-        counter=counter,
-        lore_cap=book.token_budget if book is not None else None,
-    )
-    cuts = [c for c in (fold_cut, found.cut) if c]
-    if len(earlier_listed) < len(earlier_files):
-        cuts.append(f"{len(earlier_files) - len(earlier_listed)} files of rolled-out turns not listed")
-    sources["retrieval"] = SourceReport(
-        source="retrieval",
-        tokens=fold_total + earlier_cost + found.tokens,
-        cap=budgets.retrieval,
-        items=len(folded) + len(earlier_listed) + len(found.shown),
-        cut="; ".join(cuts) or None,
-    )
-    if found.text:
-        blocks.append(found.text)
-    if earlier_text:
-        blocks.append(earlier_text)
-    pinned = render_profile(profile, cap=budgets.memory, counter=counter)  # always first in memory
+    texts = {"persona": "\n\n".join(m["content"] for m in [rendered.system, *post_history])}
+    summary = _summary_section(inputs.summary, budgets.summary, counter)
+    retrieval = _retrieval_section(inputs, budgets.retrieval, counter)
     # what the persona, the summary and retrieval leave of their caps flows to recalled segments
     idle = (
-        (budgets.persona - sources["persona"].tokens)
-        + (budgets.summary - sources["summary"].tokens)
-        + (budgets.retrieval - sources["retrieval"].tokens)
+        (budgets.persona - persona.tokens)
+        + (budgets.summary - summary.report.tokens)
+        + (budgets.retrieval - retrieval.section.report.tokens)
     )
-    memory_cap = budgets.memory + (max(idle, 0) if idle_to_memory else 0)
-    room_for_recalled = memory_cap - pinned.tokens - (1 if pinned.text else 0)
-    memory_text, recalled, recalled_report = _memory_block(candidates, room_for_recalled, counter)
-    if pinned.text:
-        memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
-    sources["memory"] = SourceReport(
-        source="memory",
-        tokens=counter.count_text(memory_text) if memory_text else 0,
-        cap=memory_cap,
-        items=recalled_report.items + (1 if pinned.text else 0),
-        cut="; ".join(c for c in (pinned.cut, recalled_report.cut) if c) or None,
+    memory = _memory_section(
+        inputs.candidates,
+        inputs.profile,
+        pinned_cap=budgets.memory,
+        cap=budgets.memory + (max(idle, 0) if inputs.idle_to_memory else 0),
+        counter=counter,
     )
-    if memory_text:
-        blocks.insert(1 if summary_text else 0, memory_text)  # summary, memory, retrieval
-        texts["memory"] = memory_text
-
-    head: list[Mapping[str, Any]] = [persona_msg]
+    sections = {"summary": summary, "memory": memory.section, "retrieval": retrieval.section}
+    sources: dict[str, SourceReport] = {"persona": persona, **{s: sections[s].report for s in CONTEXT_LAYOUT}}
+    head: list[Mapping[str, Any]] = [rendered.system]
+    blocks = [b for s in CONTEXT_LAYOUT for b in sections[s].blocks]
     retrieval_framing = 0
     if blocks:
         context_msg = Message(role="system", content="\n\n".join(blocks))
         head.append(context_msg)
         # framing of the shared system message is charged to the sources in it
         framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
-        first = "summary" if summary_text else "memory" if memory_text else "retrieval"
+        first = next(s for s in CONTEXT_LAYOUT if sections[s].blocks)
         sources[first] = _add_tokens(sources[first], framing)
         retrieval_framing = framing if first == "retrieval" else 0
+    texts.update({s: sections[s].blocks[0] for s in ("summary", "memory") if sections[s].blocks})
 
-    used_by_others = sum(s.tokens for s in sources.values())
-    room = window - budgets.reply_reserve - REPLY_PRIMING - used_by_others - overhead
-    blocks_in = {**folded, **first_block}
-
-    def recent(room: int) -> tuple[list[Mapping[str, Any]], list[int], SourceReport]:
-        # folded blocks sit inside the recent messages but are charged to retrieval (already out of room)
-        msgs, kept, report = _recent(turns, pending, room + fold_total, budgets.recent, counter, blocks_in)
-        shown_fold = sum(cost for seq, cost in fold_costs.items() if seq in kept)
-        sources["retrieval"] = replace(
-            sources["retrieval"],
-            tokens=shown_fold + earlier_cost + found.tokens + retrieval_framing,
-            items=sum(len((attachments or {})[q].file_ids) for q in folded if q in kept)
-            + len(earlier_listed)
-            + len(found.shown),
-        )
-        return msgs, kept, replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(budgets.recent, room))
-
-    recent_msgs, shown, recent_report = recent(room)
+    room = window - budgets.reply_reserve - REPLY_PRIMING - sum(r.tokens for r in sources.values()) - inputs.overhead
+    fit = _fit_recent(inputs, retrieval, room, budgets.recent, counter, framing=retrieval_framing)
     # lorebook entries placed at a depth go among the recent turns (their tokens are retrieval's)
-    with_lore, lore_at = insert_at_depth(recent_msgs, found.inserted)
+    with_lore, lore_at = insert_at_depth(fit.messages, retrieval.found.inserted)
     messages = head + with_lore + post_history
     total = counter.count_messages(messages)
     # the provider's baseline covers the previous request without its post-history message
     # (the engine fingerprints it so), whose tokens its reported usage already holds
-    by_baseline = baseline_total(baseline, messages[: len(messages) - len(post_history)], counter)
+    by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], counter)
     if by_baseline is not None and by_baseline > total:
         # the provider counts this prefix higher than we do: shrink recent by the difference
-        recent_msgs, shown, recent_report = recent(room - (by_baseline - total))
-        with_lore, lore_at = insert_at_depth(recent_msgs, found.inserted)
+        fit = _fit_recent(
+            inputs, retrieval, room - (by_baseline - total), budgets.recent, counter, framing=retrieval_framing
+        )
+        with_lore, lore_at = insert_at_depth(fit.messages, retrieval.found.inserted)
         messages = head + with_lore + post_history
         total = counter.count_messages(messages)
-        refit = baseline_total(baseline, messages[: len(messages) - len(post_history)], counter)
-        by_baseline = refit
-        total = max(total, refit or 0)
-    sources["recent"] = recent_report
-    texts["recent"] = "\n".join(_text(m) for m in recent_msgs)
+        by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], counter)
+        total = max(total, by_baseline or 0)
+    sources["recent"], sources["retrieval"] = fit.report, fit.retrieval
+    texts["recent"] = "\n".join(_text(m) for m in fit.messages)
     retrieval_texts = (
-        [t for t in (found.text, earlier_text) if t]
-        + [folded[q] for q in sorted(folded) if q in shown]
-        + [i.text for i in found.inserted]
+        [t for t in (retrieval.found.text, retrieval.earlier_text) if t]
+        + [retrieval.folded[q] for q in sorted(retrieval.folded) if q in fit.shown]
+        + [i.text for i in retrieval.found.inserted]
     )
     if retrieval_texts:
         texts["retrieval"] = "\n\n".join(retrieval_texts)
-    total += overhead
     return AssembledContext(
-        session_id=session_id,
+        session_id=inputs.session_id,
         messages=messages,
         sources={s: sources[s] for s in SOURCES},
-        total_tokens=total,
+        total_tokens=total + inputs.overhead,
         window=window,
         reply_reserve=budgets.reply_reserve,
-        recalled=recalled,
-        retrieved=list(found.shown),
-        recent_seqs=shown,
-        pending_turns=summary.pending if summary is not None else 0,
+        recalled=memory.recalled,
+        retrieved=list(retrieval.found.shown),
+        recent_seqs=fit.shown,
+        pending_turns=inputs.summary.pending if inputs.summary is not None else 0,
         source_text=texts,
         post_history_messages=len(post_history),
         lore_messages=[len(head) + i for i in lore_at],
-        calibration=calibration,
-        overhead_tokens=overhead,
+        calibration=inputs.calibration,
+        overhead_tokens=inputs.overhead,
         baseline_tokens=by_baseline,
-        attached_files=list(
-            dict.fromkeys(
-                [f.file_id for f in earlier_listed]
-                + [
-                    fid
-                    for q in sorted(listed | set(first_block))
-                    if q in shown
-                    for fid in (attachments or {})[q].file_ids
-                ]
-            )
-        ),
+        attached_files=_attached_files(inputs, retrieval, fit.shown),
+    )
+
+
+def _summary_section(summary: SummaryText | None, cap: int, counter: TokenCounter) -> Section:
+    text, report = summary_block(summary, cap, counter)
+    return Section(blocks=(text,) if text else (), report=report)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Memory:
+    section: Section
+    recalled: list[RecalledItem]
+
+
+def _memory_section(
+    candidates: Sequence[RecalledItem],
+    profile: PinnedProfile | None,
+    *,
+    pinned_cap: int,
+    cap: int,
+    counter: TokenCounter,
+) -> _Memory:
+    """The pinned profile (always first, within ``pinned_cap`` tokens, the memory budget), then
+    the recalled segments that fit what is left of ``cap`` tokens (the budget with idle flow)."""
+    pinned = render_profile(profile, cap=pinned_cap, counter=counter)
+    room_for_recalled = cap - pinned.tokens - (1 if pinned.text else 0)
+    memory_text, recalled, recalled_report = memory_block(candidates, room_for_recalled, counter)
+    if pinned.text:
+        memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
+    report = SourceReport(
+        source="memory",
+        tokens=counter.count_text(memory_text) if memory_text else 0,
+        cap=cap,
+        items=recalled_report.items + (1 if pinned.text else 0),
+        cut="; ".join(c for c in (pinned.cut, recalled_report.cut) if c) or None,
+    )
+    return _Memory(section=Section(blocks=(memory_text,) if memory_text else (), report=report), recalled=recalled)
+
+
+def _retrieval_section(inputs: ContextInputs, cap: int, counter: TokenCounter) -> _Retrieval:
+    """The folded file references of older turns first (they anchor what the user sent), then
+    rolled-out turns' files, then lorebook entries and knowledge chunks in what is left of ``cap``."""
+    turns, attachments = inputs.turns, inputs.attachments
+    newest = turns[-1].seq if turns and inputs.pending is None and turns[-1].role == "user" else None
+    first_block = {newest: attachments[newest].first} if newest is not None and newest in attachments else {}
+    folded, fold_costs, listed, fold_cut = _fold(attachments, newest, cap, counter)
+    fold_total = sum(fold_costs.values())
+    earlier_text, earlier_listed = _earlier(inputs.earlier_files, cap - fold_total, counter)
+    earlier_cost = counter.count_text(earlier_text) if earlier_text else 0
+    book = inputs.persona.character_book
+    found = fit_retrieval(
+        inputs.retrieval,
+        cap=max(cap - fold_total - earlier_cost, 0),
+        counter=counter,
+        lore_cap=book.token_budget if book is not None else None,
+    )
+    cuts = [c for c in (fold_cut, found.cut) if c]
+    if len(earlier_listed) < len(inputs.earlier_files):
+        cuts.append(f"{len(inputs.earlier_files) - len(earlier_listed)} files of rolled-out turns not listed")
+    report = SourceReport(
+        source="retrieval",
+        tokens=fold_total + earlier_cost + found.tokens,
+        cap=cap,
+        items=len(folded) + len(earlier_listed) + len(found.shown),
+        cut="; ".join(cuts) or None,
+    )
+    return _Retrieval(
+        section=Section(blocks=tuple(t for t in (found.text, earlier_text) if t), report=report),
+        found=found,
+        folded=folded,
+        fold_costs=fold_costs,
+        listed=listed,
+        first_block=first_block,
+        earlier_text=earlier_text,
+        earlier_cost=earlier_cost,
+        earlier_listed=earlier_listed,
+    )
+
+
+def _fit_recent(
+    inputs: ContextInputs, retrieval: _Retrieval, room: int, cap: int, counter: TokenCounter, *, framing: int
+) -> _RecentFit:
+    """The recent window within ``room`` tokens. Folded blocks sit inside the recent messages but
+    are charged to retrieval (already out of ``room``): the fit returns retrieval's report for the
+    turns it shows (``framing``: the shared message's framing retrieval was charged)."""
+    fold_total = sum(retrieval.fold_costs.values())
+    msgs, kept, report = _recent(
+        inputs.turns, inputs.pending, room + fold_total, cap, counter, {**retrieval.folded, **retrieval.first_block}
+    )
+    shown_fold = sum(cost for seq, cost in retrieval.fold_costs.items() if seq in kept)
+    corrected = replace(
+        retrieval.section.report,
+        tokens=shown_fold + retrieval.earlier_cost + retrieval.found.tokens + framing,
+        items=sum(len(inputs.attachments[q].file_ids) for q in retrieval.folded if q in kept)
+        + len(retrieval.earlier_listed)
+        + len(retrieval.found.shown),
+    )
+    return _RecentFit(
+        messages=msgs,
+        shown=kept,
+        report=replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(cap, room)),
+        retrieval=corrected,
+    )
+
+
+def _attached_files(inputs: ContextInputs, retrieval: _Retrieval, shown: Sequence[int]) -> list[str]:
+    """Ids of the files whose blocks the messages show, in turn order."""
+    return list(
+        dict.fromkeys(
+            [f.file_id for f in retrieval.earlier_listed]
+            + [
+                fid
+                for q in sorted(retrieval.listed | set(retrieval.first_block))
+                if q in shown
+                for fid in inputs.attachments[q].file_ids
+            ]
+        )
     )
 
 
@@ -356,85 +433,8 @@ def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
     )
 
 
-def _summary_block(summary: SummaryText | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
-    """The summary block within ``cap`` tokens, with the pending-summary line when turns wait for
-    their compaction (that line is never cut: without it the prompt would hide a gap)."""
-    if summary is not None and summary.pending:
-        note = render("notice_summary_pending", count=summary.pending)
-        if not summary.content:
-            tokens = counter.count_text(note)
-            return note, SourceReport(source="summary", tokens=tokens, cap=cap, items=0)
-        content, report = _summary_body(summary, cap - counter.count_text(note) - 1, counter)
-        if not content:
-            tokens = counter.count_text(note)
-            return note, replace(report, tokens=tokens, cap=cap)
-        lines = content.split("\n")
-        content = "\n".join([*lines[:-1], note, *lines[-1:]])
-        return content, replace(report, tokens=counter.count_text(content), cap=cap)
-    return _summary_body(summary, cap, counter)
-
-
-def _summary_body(summary: SummaryText | None, cap: int, counter: TokenCounter) -> tuple[str, SourceReport]:
-    if summary is None or not summary.content:
-        return "", SourceReport(source="summary", tokens=0, cap=cap, items=0)
-    content = summary.content
-    tokens = counter.count_text(content)
-    lines = content.split("\n")
-    cut_note = None
-    if tokens > cap:
-        # keep the header (first two lines) and the closing tag; drop the oldest entries first
-        header, body, footer = lines[:2], lines[2:-1], lines[-1:]
-        dropped = 0
-        while body:
-            body.pop(0)
-            dropped += 1
-            cut_note = render("notice_summary_cut", count=dropped)
-            content = "\n".join([*header, cut_note, *body, *footer])
-            tokens = counter.count_text(content)
-            if tokens <= cap:
-                break
-        if tokens > cap:
-            return "", SourceReport(
-                source="summary", tokens=0, cap=cap, items=0, cut="summary omitted: larger than its cap"
-            )
-    items = summary.items
-    return content, SourceReport(source="summary", tokens=tokens, cap=cap, items=items, cut=cut_note)
-
-
-def _memory_block(
-    candidates: Sequence[RecalledItem], cap: int, counter: TokenCounter
-) -> tuple[str, list[RecalledItem], SourceReport]:
-    if not candidates or cap <= 0:
-        return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0)
-    used = counter.count_text(render("memory_block", body=""))
-    chosen: list[tuple[RecalledItem, str]] = []
-    for seg in candidates:
-        entry = render("memory_entry", date=seg.session_date.date().isoformat(), content=fence(seg.content))
-        cost = counter.count_text(entry) + 1
-        if used + cost <= cap:
-            chosen.append((seg, entry))
-            used += cost
-    if not chosen:
-        cut: str | None = f"{len(candidates)} recalled segments did not fit the memory budget"
-        return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0, cut=cut)
-    chosen.sort(key=lambda pair: (pair[0].session_date, pair[0].first_seq))  # chronological reads best
-    text = render("memory_block", body="\n".join(entry for _, entry in chosen))
-    tokens = counter.count_text(text)
-    while tokens > cap and chosen:  # the per-entry sum is an estimate of the joined text; make sure
-        chosen.pop()
-        text = render("memory_block", body="\n".join(entry for _, entry in chosen))
-        tokens = counter.count_text(text)
-    left = len(candidates) - len(chosen)
-    cut = f"{left} more recalled segments not shown" if left else None
-    return (
-        text,
-        [seg for seg, _ in chosen],
-        SourceReport(source="memory", tokens=tokens, cap=cap, items=len(chosen), cut=cut),
-    )
-
-
 def _fold(
-    attachments: dict[int, TurnBlocks], newest: int | None, cap: int, counter: TokenCounter
+    attachments: Mapping[int, TurnBlocks], newest: int | None, cap: int, counter: TokenCounter
 ) -> tuple[dict[int, str], dict[int, int], set[int], str | None]:
     """The folded block of each older turn within the retrieval ``cap`` (tokens), newest turn
     first: with previews while they fit, then without, then a one-line notice, then nothing.

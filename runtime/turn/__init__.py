@@ -6,13 +6,15 @@ images) add to every turn at the same points.
 """
 
 from runtime.turn._attachments import AttachmentsExtension, check_attachments
+from runtime.turn._claims import TurnClaim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, CompactNow, Due, InlineCompaction
 from runtime.turn._engine import Engine
 from runtime.turn._extensions import Gathered, TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
-from runtime.turn._runner import TurnClaim, TurnResult, TurnRunner
+from runtime.turn._runner import TurnRunner
 from runtime.turn._validate import validate_message
+from runtime.turn._values import TurnResult
 
 __all__ = [
     "AttachmentsExtension",

@@ -15,7 +15,8 @@ from datetime import datetime
 from memory.tables import Turn, UserProfile
 from runtime.accounting import Budgets
 from runtime.context import AssembledContext
-from runtime.turn._runner import TurnClaim, TurnResult
+from runtime.turn._claims import TurnClaim
+from runtime.turn._values import TurnResult
 from runtime.turn._wiring import EngineParts
 
 
@@ -150,7 +151,12 @@ class Engine(EngineParts):
             budgets, window: smaller ones than the engine's, for one harder attempt (tokens).
         """
         context, _ = self.gatherer.assemble(
-            user_id=user_id, session_id=session_id, pending=pending, budgets=budgets, window=window
+            user_id=user_id,
+            session_id=session_id,
+            profile=self.profiles.get(user_id),
+            pending=pending,
+            budgets=budgets,
+            window=window,
         )
         return context
 

@@ -18,10 +18,11 @@ calibration baseline, then calls :func:`runtime.context.assemble_context` and ea
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import EllipsisType
 
 from memory.archive import USER_LABEL, compose, key_weights
+from memory.assembly import SessionReads
 from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit
@@ -36,6 +37,7 @@ from runtime.config import Settings
 from runtime.context import (
     DEFAULT_USER_NAME,
     AssembledContext,
+    ContextInputs,
     KnowledgeItem,
     PinnedProfile,
     RecalledItem,
@@ -82,6 +84,42 @@ def _knowledge(hit: KnowledgeHit) -> KnowledgeItem:
     return KnowledgeItem(source=hit.source, chunk_index=hit.chunk_index, content=hit.content, distance=hit.distance)
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecallText:
+    """What one assembly searches its memory with (:meth:`ContextGatherer.query`)."""
+
+    text: str
+    """The newest user message (or the pending one)."""
+    vector: list[float] = field(repr=False)
+    """Its embedding, without the speakers' names; the knowledge base's query."""
+    recall_text: str
+    """Recall's full-text query: the message, enriched for a short follow-up."""
+    recall_vector: list[float] = field(repr=False)
+    """Recall's vector: ``vector``, or a follow-up's composed with the turns it joins."""
+    asked_at: datetime
+    """When the message was said (aware), for relative dates."""
+    speaker: str | None
+    """The label of the speaker the message names, or ``None``."""
+
+
+def calibration(usage: Sequence[Turn]) -> tuple[float, int, Baseline | None]:
+    """The session's correction factor (>= 1.0), the provider's per-request overhead (tokens)
+    and the baseline of its last reported request, from the newest turns that carry the
+    provider's usage (newest first)."""
+    found = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
+    last = usage[0] if usage else None
+    baseline = (
+        Baseline(
+            fingerprint=last.request_fingerprint,
+            messages=last.request_messages,
+            prompt_tokens=last.usage_prompt_tokens,
+        )
+        if last is not None and last.request_fingerprint and last.request_messages and last.usage_prompt_tokens
+        else None
+    )
+    return found.factor, found.overhead, baseline
+
+
 class ContextGatherer:
     """Assembles contexts for one engine's persona, budgets and extensions."""
 
@@ -120,22 +158,25 @@ class ContextGatherer:
         *,
         user_id: str,
         session_id: str,
+        profile: UserProfile | None,
         pending: str | None = None,
         budgets: Budgets | None = None,
         window: int | None = None,
         idle_to_memory: bool = True,
         known: Mapping[int, list[float]] | None = None,
-        profile: UserProfile | None | EllipsisType = ...,
     ) -> tuple[AssembledContext, list[Turn]]:
         """The context (see :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in
         :func:`runtime.context.assemble_context`), and the session's recent window as it was read
         (the stored turns in state ``context``, in seq order, before any was hidden): a turn hands
         it to its compaction's check, which then need not read it again.
 
+        Steps: read the window and the session's state, let the extensions gather, build the
+        recall query (:meth:`query`), recall (:meth:`recall`), calibrate (:func:`calibration`),
+        fire the lorebook and search knowledge (:meth:`retrieval`), assemble.
+
+        ``profile``: the user's profile as the caller read it (``None``: the user has none).
         ``known``: turn id → the stored vector of that turn, already at hand (the turn that
-        just embedded and stored its message passes it): not read again (:meth:`vectors`).
-        ``profile``: the user's profile as the turn read it (``None``: the user has none); ``...``
-        (the default) reads it."""
+        just embedded and stored its message passes it): not read again (:meth:`vectors`)."""
         budgets = budgets or self.budgets
         stored, usage = self.store.turns.window(session_id, usage_limit=CALIBRATION_WINDOW)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
@@ -152,91 +193,125 @@ class ContextGatherer:
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
         turns = gathered.turns
-        query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
-        query = pending if pending is not None else (query_turn.content if query_turn is not None else None)
-        recalled: list[RecalledItem] = []
-        vector: list[float] | None = None
-        if profile is ...:
-            profile = self.profiles.get(user_id)
-        if query:
-            first_recent = turns[0].seq if turns else None
-            # relative times ("yesterday", "上周六") count from when the message was said; a
-            # pending message (not stored) is taken as said right after the newest turn
-            asked_at = (
-                next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None)
-                or utcnow()
-            )
-            last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
-            before = turns if pending is not None else turns[:last_user]
-            recall_query = enrich_query(query, [t.content for t in before])
-            context_turns = [before[i] for i in enrichment(query, [t.content for t in before])]
-            names = self.speaker_names(profile)
-            vector, *context_vectors = self.vectors(
-                [(query_turn, query), *((t, t.content) for t in context_turns)],
-                stored={t.id: t.content for t in stored if t.id is not None},
-                known=known,
-                names=names,
-            )
-            recall_vector = (
-                compose(
-                    [*context_vectors, vector],
-                    key_weights(
-                        [self.counter.count_text(text) for text in [*(t.content for t in context_turns), query]],
-                        centre=len(context_turns),
-                    ),
-                )
-                if context_turns
-                else vector
-            )
-            segments = self.store.archive.recall(
-                self.recall_preset.query(
-                    user_id=user_id,
-                    query_embedding=recall_vector,
-                    query_text=recall_query,
-                    when=time_spans(query, now=_aware(asked_at)),
-                    vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.settings.recall_pool),
-                    # memory may also take what the persona, summary and retrieval leave idle
-                    token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
-                    exclude=Exclusion(session_id=session_id, from_seq=first_recent)
-                    if first_recent is not None
-                    else None,
-                    speaker=named_speaker(query, names),
-                )
-            )
-            recalled = [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
-        calibration = correction([(t.usage_prompt_tokens, t.request_estimate_tokens) for t in usage])
-        last = usage[0] if usage else None
-        baseline = (
-            Baseline(
-                fingerprint=last.request_fingerprint,
-                messages=last.request_messages,
-                prompt_tokens=last.usage_prompt_tokens,
-            )
-            if last is not None and last.request_fingerprint and last.request_messages and last.usage_prompt_tokens
-            else None
+        query = self.query(turns, pending, stored=stored, known=known, profile=profile)
+        recalled = (
+            self.recall(query, user_id=user_id, session_id=session_id, budgets=budgets, reads=reads, turns=turns)
+            if query is not None
+            else []
+        )
+        factor, overhead, baseline = calibration(usage)
+        retrieval = self.retrieval(
+            turns,
+            pending,
+            query.text if query is not None else None,
+            query.vector if query is not None else None,
+            profile,
+            session_id,
+            knowledge=reads.has_knowledge,
         )
         context = assemble_context(
-            session_id=session_id,
-            persona=self.persona,
-            summary=_summary(reads.summary, out_of_view),
-            candidates=recalled,
-            turns=[RecentTurn(seq=t.seq, role=t.role, content=t.content) for t in turns],
-            pending=pending,
+            ContextInputs(
+                session_id=session_id,
+                persona=self.persona,
+                summary=_summary(reads.summary, out_of_view),
+                candidates=recalled,
+                turns=[RecentTurn(seq=t.seq, role=t.role, content=t.content) for t in turns],
+                pending=pending,
+                baseline=baseline,
+                calibration=factor,
+                overhead=overhead + gathered.reserved_tokens,
+                profile=pinned(profile),
+                retrieval=retrieval,
+                attachments=gathered.blocks,
+                earlier_files=gathered.earlier,
+                idle_to_memory=idle_to_memory,
+            ),
             budgets=budgets,
             window=window or self.window,
-            counter=CalibratedCounter(self.counter, calibration.factor),
-            baseline=baseline,
-            calibration=calibration.factor,
-            overhead=calibration.overhead + gathered.reserved_tokens,
-            profile=pinned(profile),
-            retrieval=self.retrieval(turns, pending, query, vector, profile, session_id, knowledge=reads.has_knowledge),
-            attachments=gathered.blocks,
-            earlier_files=gathered.earlier,
-            idle_to_memory=idle_to_memory,
+            counter=CalibratedCounter(self.counter, factor),
         )
         for extension in self.extensions:
             context = extension.finish(context, gathered)
         return context, stored
+
+    def query(
+        self,
+        turns: Sequence[Turn],
+        pending: str | None,
+        *,
+        stored: Sequence[Turn],
+        known: Mapping[int, list[float]] | None,
+        profile: UserProfile | None,
+    ) -> RecallText | None:
+        """What recall and the knowledge base search with: the newest user message (or
+        ``pending``), its vector, and a follow-up's enriched text and composed vector
+        (:func:`runtime.context.enrichment`). ``None`` when there is no message yet."""
+        query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
+        text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
+        if not text:
+            return None
+        # relative times ("yesterday", "上周六") count from when the message was said; a
+        # pending message (not stored) is taken as said right after the newest turn
+        asked_at = (
+            next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None) or utcnow()
+        )
+        last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
+        before = turns if pending is not None else turns[:last_user]
+        context_turns = [before[i] for i in enrichment(text, [t.content for t in before])]
+        names = self.speaker_names(profile)
+        vector, *context_vectors = self.vectors(
+            [(query_turn, text), *((t, t.content) for t in context_turns)],
+            stored={t.id: t.content for t in stored if t.id is not None},
+            known=known,
+            names=names,
+        )
+        recall_vector = (
+            compose(
+                [*context_vectors, vector],
+                key_weights(
+                    [self.counter.count_text(t) for t in [*(t.content for t in context_turns), text]],
+                    centre=len(context_turns),
+                ),
+            )
+            if context_turns
+            else vector
+        )
+        return RecallText(
+            text=text,
+            vector=vector,
+            recall_text=enrich_query(text, [t.content for t in before]),
+            recall_vector=recall_vector,
+            asked_at=_aware(asked_at),
+            speaker=named_speaker(text, names),
+        )
+
+    def recall(
+        self,
+        query: RecallText,
+        *,
+        user_id: str,
+        session_id: str,
+        budgets: Budgets,
+        reads: SessionReads,
+        turns: Sequence[Turn],
+    ) -> list[RecalledItem]:
+        """The archive segments recalled for ``query``: the engine's preset, the session's turns
+        still in view (``turns``) left out, within what ``memory`` may grow to (tokens)."""
+        first_recent = turns[0].seq if turns else None
+        segments = self.store.archive.recall(
+            self.recall_preset.query(
+                user_id=user_id,
+                query_embedding=query.recall_vector,
+                query_text=query.recall_text,
+                when=time_spans(query.text, now=query.asked_at),
+                vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.settings.recall_pool),
+                # memory may also take what the persona, summary and retrieval leave idle
+                token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
+                exclude=Exclusion(session_id=session_id, from_seq=first_recent) if first_recent is not None else None,
+                speaker=query.speaker,
+            )
+        )
+        return [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
 
     def speaker_names(self, profile: UserProfile | None) -> dict[str, str]:
         """Name → the label of that speaker's archived lines (:func:`memory.archive.turn_line`), for

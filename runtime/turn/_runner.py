@@ -1,9 +1,8 @@
 """Turn running: store the user turn, assemble, reply, store the reply, then compaction.
 
-Longer than 400 lines on purpose: the claim, the turn, the edit and the overflow retry are one
-state machine over the session; the reply attempts must go through the same path.
-
-One turn (:meth:`TurnRunner.run`):
+One turn (:meth:`TurnRunner.run`) is a chain of short steps that pass values
+(:class:`TurnInput`, :class:`Attempt`, :class:`ReplyOutcome`): store the user turn, reply (first
+attempt, then the overflow attempt), store the reply, schedule the compaction.
 
 1. validates the message and its attachment ids, embeds the message once, then stores the
    user turn with its vector (:class:`~memory.tables.TurnVector`, the recall query's) in one
@@ -27,39 +26,32 @@ whose stream broke off is stored as far as it arrived, marked ``interrupted``.
 from __future__ import annotations
 
 import contextlib
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import structlog
 
-from errors import (
-    ContextOverflowError,
-    InvalidMessageError,
-    InvalidRequestError,
-    NotFoundError,
-    SessionOwnershipError,
-    TurnInProgressError,
-)
-from memory.files import FileStore, StoredFile
+from errors import ContextOverflowError, InvalidMessageError, NotFoundError, SessionOwnershipError
+from memory.files import FileStore
 from memory.profiles import Profiles
-from memory.store import ClaimedSession, RequestRecord, Store
+from memory.store import RequestRecord, Store
 from memory.tables import Turn, UserProfile
 from memory.validation import check_id
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import Settings
-from runtime.context import AssembledContext, summary_profile_facts, without_names
+from runtime.context import summary_profile_facts, without_names
 from runtime.llm import Replier, Reply, Tools
 from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
+from runtime.turn._claims import TurnClaim, check_claim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._validate import validate_message
+from runtime.turn._values import Attempt, ReplyOutcome, TurnInput, TurnResult
 
 log = structlog.get_logger("companion.engine")
 
@@ -71,93 +63,10 @@ OVERFLOW_MARGIN = 0.1
 """...and this share of the window is kept free besides, against a provider that counts more than we do."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class TurnResult:
-    """What one turn stored and sent."""
-
-    session_id: str
-    user_turn: Turn
-    assistant_turn: Turn
-    context: AssembledContext
-    """The context the reply was made from."""
-    compactions: list[CompactionOutcome]
-    """Compaction attempts the turn ran itself: an overflow retry's, and the one after the reply
-    when the scheduler runs it inline (a queued one is not here)."""
-
-
-CLAIM_POLL_SECONDS = (0.02, 0.25)
-"""While a turn waits for its session: first and longest pause between two tries, seconds (doubling)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Read:
-    """What a turn read and embedded before storing its message, for assembling to reuse."""
-
-    vector: list[float] | None
-    """The message's embedding (:meth:`TurnRunner._embed`)."""
-    profile: UserProfile | None
-    """The user's profile (``None``: they have none)."""
-
-
-class TurnClaim:
-    """One claim on a session: while it is held no other turn, edit or greeting of the session
-    runs (:meth:`memory.sessions.Sessions.claim`). Release it once, when the work has ended.
-
-    A busy session is tried again, with pauses, for up to ``wait_seconds``; then
-    :class:`~errors.TurnInProgressError`. No connection is held while waiting. ``session``: the
-    claimed session's user, and whether its compaction breaker was open when it was claimed."""
-
-    def __init__(
-        self,
-        store: Store,
-        session_id: str,
-        *,
-        lease_seconds: float,
-        wait_seconds: float = 0.0,
-        user_id: str | None = None,
-    ) -> None:
-        self.store, self.session_id = store, session_id
-        self.owner = uuid.uuid4().hex
-        deadline = time.monotonic() + wait_seconds
-        pause = CLAIM_POLL_SECONDS[0]
-        while True:
-            try:
-                self.session: ClaimedSession = store.sessions.claim(
-                    session_id, owner=self.owner, lease_seconds=lease_seconds, user_id=user_id
-                )
-                return
-            except TurnInProgressError:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise
-                time.sleep(min(pause, left))
-                pause = min(pause * 2, CLAIM_POLL_SECONDS[1])
-
-    def release(self) -> None:
-        self.store.sessions.release(self.session_id, owner=self.owner)
-
-    def __enter__(self) -> TurnClaim:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
-def _check_claim(claim: TurnClaim | None, session_id: str) -> None:
-    """A caller's claim must be on the session the work is for.
-
-    Raises:
-        InvalidRequestError: it is a claim on another session; nothing was stored.
-    """
-    if claim is not None and claim.session_id != session_id:
-        raise InvalidRequestError(
-            f"The claim given is on session {claim.session_id!r}, not {session_id!r}; nothing was stored.",
-            field="claim",
-        )
-
-
 class TurnRunner:
-    """Writes turns for one engine: the turn loop, stored turns, edits, and compaction after them."""
+    """Writes turns for one engine: the turn loop, stored turns, edits, and compaction after them.
+
+    ``gatherer`` also gives the runner its token counter, profiles and persona."""
 
     def __init__(
         self,
@@ -167,10 +76,7 @@ class TurnRunner:
         files: FileStore | None,
         gatherer: ContextGatherer,
         compactor: Compactor,
-        profiles: Profiles,
-        counter: TokenCounter,
         replier: Replier | None,
-        persona_name: str,
         extensions: Sequence[TurnExtension],
         scheduler: CompactionScheduler | None = None,
     ) -> None:
@@ -180,10 +86,10 @@ class TurnRunner:
         self.files = files
         self.gatherer = gatherer
         self.compactor = compactor
-        self.profiles = profiles
-        self.counter = counter
+        self.profiles: Profiles = gatherer.profiles
+        self.counter: TokenCounter = gatherer.counter
         self.replier = replier
-        self.persona_name = persona_name
+        self.persona_name: str = gatherer.persona.name
         self.extensions = list(extensions)
         self.budgets: Budgets = gatherer.budgets
         self.window: int = gatherer.window
@@ -207,16 +113,25 @@ class TurnRunner:
         elif self.replier is None:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
-        _check_claim(claim, session_id)
+        check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
-        vector = self._embed(text, profile)  # before the claim and before anything is stored
-        read = _Read(vector=vector, profile=profile)
+        turn = TurnInput(
+            user_id=user_id,
+            session_id=session_id,
+            text=text,
+            at=at,
+            reply=reply,
+            on_delta=on_delta,
+            attached=attached,
+            vector=self._embed(text, profile),  # before the claim and before anything is stored
+            profile=profile,
+        )
         if claim is None:
             with self._claim_for(user_id, session_id) as own:
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, own)
+                return self._claimed_turn(turn, own)
         if claim.session.user_id != user_id:  # a claim proves the session exists, not whose it is
             self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
-        return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, claim)
+        return self._claimed_turn(turn, claim)
 
     def _claim_for(self, user_id: str, session_id: str) -> TurnClaim:
         """A turn's claim on ``user_id``'s session, the session created first if it is new
@@ -235,109 +150,90 @@ class TurnRunner:
             self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
             return self.claim(session_id, user_id=user_id)
 
-    def _claimed_turn(
-        self,
-        user_id: str,
-        session_id: str,
-        text: str,
-        at: datetime | None,
-        reply: str | None,
-        on_delta: Callable[[str], None] | None,
-        attached: Sequence[StoredFile],
-        read: _Read,
-        claim: TurnClaim,
-    ) -> TurnResult:
-        """The turn, once its session is claimed (``claim``): from storing the user turn on.
-        ``read.vector``: the message's embedding (:meth:`_embed`), its recall query's: stored with
-        the turn (compaction composes the turn's archive key from it) and handed to assembling,
-        which neither embeds nor reads it; ``read.profile`` too, which it need not read again."""
-        vector = read.vector
+    def _claimed_turn(self, turn: TurnInput, claim: TurnClaim) -> TurnResult:
+        """The turn, once its session is claimed: store the user turn, reply, store the reply,
+        schedule the compaction."""
+        user_turn = self._store_user_turn(turn)
+        outcome = self._reply(turn, user_turn)
+        assistant_turn = self._store_reply(turn, outcome)
+        compactions = [c for c in [outcome.compaction] if c is not None]
+        # a failed compaction is not retried in the same turn; the breaker counts it once.
+        # The window the context was assembled from, with the reply: no other turn of the session
+        # ran since (the claim), and a compaction elsewhere only shrinks it
+        after = (
+            None
+            if any(not c.ok for c in compactions)
+            else self.schedule_compaction(turn.session_id, turn.user_id, window=[*outcome.window, assistant_turn])
+        )
+        if after is not None:
+            compactions.append(after)
+        # after this turn's compaction, else as the claim found it
+        breaker_open = compactions[-1].breaker_open if compactions else claim.session.breaker_open
+        _log_completed(turn.session_id, user_turn, outcome, breaker_open=breaker_open, compactions=len(compactions))
+        return TurnResult(
+            session_id=turn.session_id,
+            user_turn=user_turn,
+            assistant_turn=assistant_turn,
+            context=outcome.context,
+            compactions=compactions,
+        )
+
+    def _store_user_turn(self, turn: TurnInput) -> Turn:
+        """Store the user turn with its vector and files; the extensions see it stored."""
         user_turn = self.store.turns.add(
-            session_id=session_id,
+            session_id=turn.session_id,
             role="user",
-            content=text,
-            tokens=self.tokens("user", text),
-            created_at=at,
-            file_ids=[f.id for f in attached],
-            vector=vector,
+            content=turn.text,
+            tokens=self.tokens("user", turn.text),
+            created_at=turn.at,
+            file_ids=[f.id for f in turn.attached],
+            vector=turn.vector,
         )
         for extension in self.extensions:
-            extension.stored(attached)
-        known = {user_turn.id: vector} if vector is not None and user_turn.id is not None else {}
-        compactions: list[CompactionOutcome] = []
-        if reply is None:
-            for extension in self.extensions:
-                extension.prepare(session_id=session_id)
-        if reply is not None:
+            extension.stored(turn.attached)
+        return user_turn
+
+    def _reply(self, turn: TurnInput, user_turn: Turn) -> ReplyOutcome:
+        """The given reply with the context it would answer, or the model's (:meth:`_model_reply`).
+        The stored vector of ``user_turn`` is handed to assembling, which neither embeds nor reads it."""
+        known = {user_turn.id: turn.vector} if turn.vector is not None and user_turn.id is not None else {}
+        if turn.reply is not None:
             context, window = self.gatherer.assemble(
-                user_id=user_id, session_id=session_id, known=known, profile=read.profile
+                user_id=turn.user_id, session_id=turn.session_id, known=known, profile=turn.profile
             )
-            answer, extra_tokens = Reply(content=reply), 0
-        else:
-            try:
-                answer, context, extra_tokens, harder, window = self._model_reply(
-                    user_id, session_id, on_delta, known, read.profile
-                )
-            except Exception as exc:
-                log.warning(
-                    "turn.reply_failed", session_id=session_id, user_seq=user_turn.seq, error=type(exc).__name__
-                )
-                raise
-            compactions.extend(c for c in [harder] if c is not None)
+            return ReplyOutcome(reply=Reply(content=turn.reply), context=context, window=window)
+        for extension in self.extensions:
+            extension.prepare(session_id=turn.session_id)
+        try:
+            return self._model_reply(turn, known)
+        except Exception as exc:
+            log.warning(
+                "turn.reply_failed", session_id=turn.session_id, user_seq=user_turn.seq, error=type(exc).__name__
+            )
+            raise
+
+    def _store_reply(self, turn: TurnInput, outcome: ReplyOutcome) -> Turn:
+        """Store the reply once, complete, with the provider's usage and the request's estimate and
+        fingerprint (the calibration of the next assembly). Only the final text is stored: tool
+        calls and their results (file text) never are."""
+        context, answer = outcome.context, outcome.reply
         sent = len(context.messages) - context.post_history_messages
-        assistant_turn = self.store.turns.add(
-            session_id=session_id,
+        return self.store.turns.add(
+            session_id=turn.session_id,
             role="assistant",
             content=answer.content,
             tokens=self.tokens("assistant", answer.content),
-            created_at=at,
+            created_at=turn.at,
             request=RequestRecord(
                 prompt_tokens=answer.prompt_tokens,
                 completion_tokens=answer.completion_tokens,
                 # tool schemas ride along whenever offered: part of the request the usage is for
-                estimate_tokens=self.counter.count_messages(context.messages) + extra_tokens,
+                estimate_tokens=self.counter.count_messages(context.messages) + outcome.tool_tokens,
                 # the fingerprint leaves out the trailing post-history message (see runtime.accounting)
                 messages=sent,
                 fingerprint=fingerprint(context.messages[:sent]),
             ),
             interrupted=answer.interrupted,
-        )  # only the final text is stored: tool calls and their results (file text) never are
-        # a failed compaction is not retried in the same turn; the breaker counts it once
-        # the window the context was assembled from, with the reply: no other turn of the session
-        # ran since (the claim), and a compaction elsewhere only shrinks it
-        after = (
-            None
-            if any(not c.ok for c in compactions)
-            else self.schedule_compaction(session_id, user_id, window=[*window, assistant_turn])
-        )
-        if after is not None:
-            compactions.append(after)
-        log.info(
-            "turn.completed",
-            session_id=session_id,
-            user_seq=user_turn.seq,
-            total_tokens=context.total_tokens,
-            window=context.window,
-            reply_reserve=context.reply_reserve,
-            **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
-            **{f"cap_{s}": r.cap for s, r in context.sources.items()},
-            cut={s: r.cut for s, r in context.sources.items() if r.cut},
-            calibration=round(context.calibration, 4),
-            overhead_tokens=context.overhead_tokens,
-            baseline_tokens=context.baseline_tokens,
-            usage_prompt_tokens=answer.prompt_tokens,
-            # after this turn's compaction, else as the claim found it
-            breaker_state="open"
-            if (compactions[-1].breaker_open if compactions else claim.session.breaker_open)
-            else "closed",
-            compactions=len(compactions),
-        )
-        return TurnResult(
-            session_id=session_id,
-            user_turn=user_turn,
-            assistant_turn=assistant_turn,
-            context=context,
-            compactions=compactions,
         )
 
     def add_turn(
@@ -356,7 +252,7 @@ class TurnRunner:
             raise InvalidMessageError(f"Role must be one of {ROLES}, got {role!r}.", reason="bad_role")
         text = validate_message(content, max_chars=self.settings.max_message_chars)
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
-        _check_claim(claim, session_id)
+        check_claim(claim, session_id)
         vector = self._embed(text, self.profiles.get(user_id)) if role == "user" else None
         self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
@@ -376,7 +272,7 @@ class TurnRunner:
         """The embedding of a user message, stored with its turn (:class:`~memory.tables.TurnVector`):
         it is the recall query's when the turn is the newest user message, and compaction composes
         the turn's archive key from it. The message is embedded without the speakers' names
-        (:func:`memory.recall.without_names`; the user's from ``profile``). ``None`` for
+        (:func:`runtime.context.without_names`; the user's from ``profile``). ``None`` for
         an empty text. Embedded before the turn is stored, so an embedder failure stores nothing."""
         names = self.gatherer.speaker_names(profile)
         return self.gatherer.embedder.embed([without_names(text, names)])[0] if text else None
@@ -404,16 +300,25 @@ class TurnRunner:
                 f"Session {session_id!r} is not a session of {user_id!r}; nothing was changed.", session_id=session_id
             )
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
-        _check_claim(claim, session_id)
+        check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
-        vector = self._embed(text, profile)  # an embedder failure changes nothing
+        turn = TurnInput(
+            user_id=user_id,
+            session_id=session_id,
+            text=text,
+            at=at,
+            reply=reply,
+            on_delta=on_delta,
+            attached=attached,
+            vector=self._embed(text, profile),  # an embedder failure changes nothing
+            profile=profile,
+        )
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
             removed = self.store.turns.truncate_from(session_id, seq=seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
-                read = _Read(vector=vector, profile=profile)
-                return self._claimed_turn(user_id, session_id, text, at, reply, on_delta, attached, read, held)
+                return self._claimed_turn(turn, held)
             finally:
                 if self.files is not None and removed["file_ids"]:
                     gone = self.files.delete_unreferenced(removed["file_ids"])
@@ -438,68 +343,64 @@ class TurnRunner:
         )
 
     # -- the reply ---------------------------------------------------------------------------
-    def _prepare(
-        self,
-        user_id: str,
-        session_id: str,
-        budgets: Budgets,
-        window: int,
-        known: Mapping[int, list[float]],
-        profile: UserProfile | None,
-        *,
-        harder: bool = False,
-    ) -> tuple[AssembledContext, Tools | None, list[Turn]]:
+    def _attempt(
+        self, turn: TurnInput, known: Mapping[int, list[float]], budgets: Budgets, window: int, *, harder: bool
+    ) -> Attempt:
         """One attempt's request: the context within ``budgets`` and ``window`` (tokens), the
-        tools the extensions offer a reply to it, and the recent window's turns as read. A
-        ``harder`` attempt (after an overflow) keeps idle budget out of ``memory``, so it sends
-        less than the attempt before it. ``known``: turn id → stored vector at hand;
-        ``profile``: the user's profile as the turn read it (:meth:`ContextGatherer.assemble`)."""
+        tools the extensions offer a reply to it, and the recent window as read. A ``harder``
+        attempt (after an overflow) keeps idle budget out of ``memory``, so it sends less than the
+        attempt before it. ``known``: turn id → stored vector at hand."""
         context, turns = self.gatherer.assemble(
-            user_id=user_id,
-            session_id=session_id,
+            user_id=turn.user_id,
+            session_id=turn.session_id,
             budgets=budgets,
             window=window,
             idle_to_memory=not harder,
             known=known,
-            profile=profile,
+            profile=turn.profile,
         )
         tools: Tools | None = None
         for extension in self.extensions:
-            tools = extension.tools(tools, context, user_id=user_id, session_id=session_id, window=window)
-        return context, tools, turns
+            tools = extension.tools(tools, context, user_id=turn.user_id, session_id=turn.session_id, window=window)
+        return Attempt(context=context, tools=tools, window=turns)
 
-    def _ask(
-        self, session_id: str, context: AssembledContext, tools: Tools | None, on_delta: Callable[[str], None] | None
-    ) -> tuple[Reply, AssembledContext, int]:
+    def _ask(self, turn: TurnInput, attempt: Attempt, compaction: CompactionOutcome | None = None) -> ReplyOutcome:
         """The replier's answer to one attempt, with the tool-schema tokens the request carried."""
         assert self.replier is not None
         kwargs: dict[str, Any] = {}
-        if on_delta is not None:
-            kwargs["on_delta"] = on_delta
-        if tools is not None:
-            kwargs["tools"] = tools
-        answer = self.replier.reply(context.messages, session_id=session_id, **kwargs)
-        return answer, context, sum(e.request_tokens(context) for e in self.extensions)
+        if turn.on_delta is not None:
+            kwargs["on_delta"] = turn.on_delta
+        if attempt.tools is not None:
+            kwargs["tools"] = attempt.tools
+        answer = self.replier.reply(attempt.context.messages, session_id=turn.session_id, **kwargs)
+        return ReplyOutcome(
+            reply=answer,
+            context=attempt.context,
+            tool_tokens=sum(e.request_tokens(attempt.context) for e in self.extensions),
+            compaction=compaction,
+            window=attempt.window,
+        )
 
-    def _model_reply(
-        self,
-        user_id: str,
-        session_id: str,
-        on_delta: Callable[[str], None] | None,
-        known: Mapping[int, list[float]],
-        profile: UserProfile | None,
-    ) -> tuple[Reply, AssembledContext, int, CompactionOutcome | None, list[Turn]]:
+    def _model_reply(self, turn: TurnInput, known: Mapping[int, list[float]]) -> ReplyOutcome:
         """The replier's answer. On a provider overflow: compact harder, then the same attempt
-        within smaller budgets and a margin, once. ``known`` and ``profile`` as in :meth:`_prepare`.
-
-        Returns the reply, the context it answers, the tool-schema tokens sent, the harder
-        compaction (if one ran), and the recent window that context was assembled from.
-        """
-        context, tools, turns = self._prepare(user_id, session_id, self.budgets, self.window, known, profile)
+        within smaller budgets and a margin, once (:meth:`_overflow_reply`)."""
+        first = self._attempt(turn, known, self.budgets, self.window, harder=False)
         try:
-            return (*self._ask(session_id, context, tools, on_delta), None, turns)
-        except ContextOverflowError as first:
-            overflow = first
+            return self._ask(turn, first)
+        except ContextOverflowError as overflow:
+            return self._overflow_reply(turn, known, first, overflow)
+
+    def _overflow_reply(
+        self, turn: TurnInput, known: Mapping[int, list[float]], first: Attempt, overflow: ContextOverflowError
+    ) -> ReplyOutcome:
+        """The attempt after a provider overflow: ``recent`` and ``memory`` at
+        :data:`OVERFLOW_SHRINK` of their caps, :data:`OVERFLOW_MARGIN` of the window kept free,
+        after an inline harder compaction.
+
+        Raises:
+            ContextOverflowError: the provider rejected this attempt as too long as well.
+        """
+        session_id, context = turn.session_id, first.context
         budgets = replace(
             self.budgets,
             recent=max(1, int(self.budgets.recent * OVERFLOW_SHRINK)),
@@ -521,23 +422,23 @@ class TurnRunner:
             retry_cap_recent=budgets.recent,
             retry_cap_memory=budgets.memory,
         )
-        compaction = self.compact(session_id, user_id, recent_cap=budgets.recent)
-        harder, tools, turns = self._prepare(user_id, session_id, budgets, window, known, profile, harder=True)
+        compaction = self.compact(session_id, turn.user_id, recent_cap=budgets.recent)
+        harder = self._attempt(turn, known, budgets, window, harder=True)
         try:
-            return (*self._ask(session_id, harder, tools, on_delta), compaction, turns)
+            return self._ask(turn, harder, compaction)
         except ContextOverflowError as second:
             limit = second.provider_limit or overflow.provider_limit
             raise ContextOverflowError(
                 f"The model {second.model!r} rejected the context as too long twice for session {session_id!r}: "
                 f"{context.total_tokens} tokens (estimated) of a {self.window}-token window, then "
-                f"{harder.total_tokens} after compacting harder (recent cap {budgets.recent}, memory cap "
+                f"{harder.context.total_tokens} after compacting harder (recent cap {budgets.recent}, memory cap "
                 f"{budgets.memory}, window {window})"
                 + (f"; the provider's limit is {limit} tokens" if limit else "")
                 + ". Set COMPANION_CONTEXT_WINDOW to the model's real window. The history is intact.",
                 session_id=session_id,
                 model=second.model,
                 status=second.status,
-                sent_tokens=(context.total_tokens, harder.total_tokens),
+                sent_tokens=(context.total_tokens, harder.context.total_tokens),
                 window=self.window,
                 provider_limit=limit,
             ) from second
@@ -615,3 +516,27 @@ class TurnRunner:
             if facts and self.profiles.learn(user_id, facts) is not None:
                 log.info("profile.learned", session_id=session_id, facts=len(facts))
         return outcome
+
+
+def _log_completed(
+    session_id: str, user_turn: Turn, outcome: ReplyOutcome, *, breaker_open: bool, compactions: int
+) -> None:
+    """The ``turn.completed`` event: tokens and cap of every source, calibration, usage."""
+    context = outcome.context
+    log.info(
+        "turn.completed",
+        session_id=session_id,
+        user_seq=user_turn.seq,
+        total_tokens=context.total_tokens,
+        window=context.window,
+        reply_reserve=context.reply_reserve,
+        **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
+        **{f"cap_{s}": r.cap for s, r in context.sources.items()},
+        cut={s: r.cut for s, r in context.sources.items() if r.cut},
+        calibration=round(context.calibration, 4),
+        overhead_tokens=context.overhead_tokens,
+        baseline_tokens=context.baseline_tokens,
+        usage_prompt_tokens=outcome.reply.prompt_tokens,
+        breaker_state="open" if breaker_open else "closed",
+        compactions=compactions,
+    )

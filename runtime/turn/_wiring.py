@@ -135,10 +135,7 @@ class EngineParts:
             files=files,
             gatherer=self.gatherer,
             compactor=self.compactor,
-            profiles=profiles,
-            counter=counter,
             replier=replier,
-            persona_name=persona.name,
             extensions=extensions,
             scheduler=compaction,
         )

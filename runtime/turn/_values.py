@@ -1,0 +1,72 @@
+"""The values a turn passes from step to step, and what it returns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from memory.files import StoredFile
+from memory.tables import Turn, UserProfile
+from runtime.compaction import CompactionOutcome
+from runtime.context import AssembledContext
+from runtime.llm import Reply, Tools
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnResult:
+    """What one turn stored and sent."""
+
+    session_id: str
+    user_turn: Turn
+    assistant_turn: Turn
+    context: AssembledContext
+    """The context the reply was made from."""
+    compactions: list[CompactionOutcome]
+    """Compaction attempts the turn ran itself: an overflow retry's, and the one after the reply
+    when the scheduler runs it inline (a queued one is not here)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnInput:
+    """One checked turn, before its user turn is stored."""
+
+    user_id: str
+    session_id: str
+    text: str
+    """The user's message, validated."""
+    at: datetime | None
+    """When it was said (``None``: now)."""
+    reply: str | None
+    """The reply, when given (replay); ``None`` asks the replier."""
+    on_delta: Callable[[str], None] | None
+    attached: Sequence[StoredFile]
+    """The files the message carries, checked to be the user's."""
+    vector: list[float] | None = field(repr=False)
+    """The message's embedding (:meth:`TurnRunner._embed`), stored with the turn and recall's query."""
+    profile: UserProfile | None
+    """The user's profile as the turn read it (``None``: they have none)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    """One request to the model: the context, the tools offered, and the recent window read."""
+
+    context: AssembledContext
+    tools: Tools | None
+    window: list[Turn]
+    """The session's recent window as the context was assembled from it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplyOutcome:
+    """The reply a turn stores, and what it was made from."""
+
+    reply: Reply
+    context: AssembledContext
+    """The context the reply answers (the harder attempt's after an overflow)."""
+    tool_tokens: int = 0
+    """Tokens of the tool schemas the request carried."""
+    compaction: CompactionOutcome | None = None
+    """The harder compaction an overflow ran, if one did."""
+    window: list[Turn]
