@@ -7,82 +7,154 @@ nothing of the project. So a pure package can raise without importing storage, a
 data still flows one way. Errors from third-party libraries are mapped to these in one
 place each: litellm in :mod:`runtime.llm`, psycopg/SQLAlchemy in :mod:`memory.database`.
 
+The branches say what the caller can do, not whose code raised. Each class carries a stable
+``code`` (the HTTP API's error code, :mod:`runtime.service.api.errors`; the CLI's exit status
+follows the branch, :mod:`runtime.cli`).
+
 ::
 
     CompanionError
-    ├── UsageError                  a mistake by the developer or operator; fix the call or the config
-    │   ├── ConfigurationError      a COMPANION_* setting or DATABASE_URL is missing or invalid
-    │   ├── UnknownModelError       the model name is not known and no override was given
-    │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
-    │   ├── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
-    │   │   └── EmbeddingModelMismatch  the stored vectors were made by another embedding model
-    │   ├── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
-    │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
-    │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, unreadable, unsupported, binary or not UTF-8
-    │   ├── SessionOwnershipError   the session id belongs to another user
+    ├── InputError                  the caller's input is wrong: fix it and send again (HTTP 4xx, exit 2)
     │   ├── InvalidMessageError     a message has NUL bytes, invalid UTF-8, or is too large
     │   ├── InvalidRequestError     an HTTP API request is missing or misuses a field
     │   │   └── InvalidFieldError   a text field holds NUL, a lone surrogate, or too many characters
+    │   ├── UncountableContentError a message or content part whose tokens cannot be counted
+    │   ├── PersonaError            a persona file (card JSON/PNG, TOML, YAML) is missing a field or malformed
+    │   ├── KnowledgeFileError      a file given to `companion kb add` is missing, unreadable, unsupported, binary or not UTF-8
     │   ├── AuthenticationError     no API key, or one no app has (HTTP 401)
-    │   ├── NotFoundError           no such user or session for this app (HTTP 404)
+    │   ├── FileInputError          an upload or a file_read argument is bad (name, size, page, limit)
+    │   └── FileParseError          the bytes are corrupt, encrypted or of no supported format
+    ├── NotFoundError               no such user or session for this app (HTTP 404, exit 2)
+    │   └── FileNotFound            no such file id for this user (unknown and foreign ids alike)
+    ├── ConflictError               the state forbids it now: wait, or take another way (HTTP 409, exit 2)
+    │   ├── SessionOwnershipError   the session id belongs to another user
     │   ├── SessionClosedError      the session was closed; it takes no new turns
     │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
-    │   └── FileError               a stored-file operation cannot be done as asked
-    │       ├── FileInputError      an upload or a file_read argument is bad (name, size, page, limit)
-    │       ├── FileNotFound        no such file id for this user (unknown and foreign ids alike)
-    │       └── FileParseError      the bytes are corrupt, encrypted or of no supported format
-    └── TurnError                   a failure while a turn runs; the user turn is already stored
+    │   └── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
+    ├── ConfigurationError          an operator must fix a setting or the deployment (HTTP 500, exit 2)
+    │   ├── UnknownModelError       the model name is not known and no override was given
+    │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
+    │   └── EmbeddingDimensionMismatch  table vector(N) differs from the embedding model's dimension
+    │       └── EmbeddingModelMismatch  the stored vectors were made by another embedding model
+    └── DependencyError             a service the runtime depends on failed; ``retryable`` says whether
+        │                           the same call may succeed later (HTTP 502/503, exit 69)
         ├── ModelCallError          the chat model call failed (network, provider, timeout)
-        │   ├── ModelAuthError      401/403: the API key is missing, wrong or not allowed; not retried
-        │   ├── ModelRequestError   the provider refused the request (400, 404, 422, policy); not retried
+        │   ├── ModelAuthError      401/403: the API key is missing, wrong or not allowed; not retryable
+        │   ├── ModelRequestError   the provider refused the request (400, 404, 422, policy); not retryable
         │   ├── ModelUnavailableError  429, 5xx, timeout or lost connection, still failing after bounded retries
         │   └── ContextOverflowError   the provider said the prompt is too long, again after one harder compaction
         ├── SummarizationError      a summarizer raised or produced an invalid summary
-        └── StorageError            the database refused or lost a write
+        └── StorageError            the database refused or lost a request
+
+:class:`FileError` is a second base of the stored-file errors (``FileInputError``,
+``FileParseError``, ``FileNotFound``), for a caller that handles every file error alike.
+Whether a turn's user message was stored before an error is an attribute,
+:attr:`CompanionError.user_turn_stored`, set by the turn that stored it.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class CompanionError(Exception):
-    """Root of every error this package raises on purpose."""
+    """Root of every error this package raises on purpose.
+
+    Attributes:
+        code: a stable code for the class (the HTTP API's ``error.code``).
+        user_turn_stored: ``True`` when a turn stored the user's message before this error (the
+            reply failed after it); ``False`` when nothing of the request was stored.
+    """
+
+    code: ClassVar[str] = "internal_error"
+    user_turn_stored: bool = False
 
 
-class UsageError(CompanionError):
-    """A mistake in how the runtime is called or configured; nothing ran."""
+class InputError(CompanionError):
+    """The caller's input is wrong: fix it and send it again. Nothing was stored."""
+
+    code = "bad_request"
 
 
-class ConfigurationError(UsageError):
+class NotFoundError(CompanionError):
+    """No such resource for the calling app. Another app's users and sessions are reported
+    exactly like missing ones, so that their ids do not leak.
+
+    Attributes:
+        kind: ``user``, ``session`` or ``file``.
+        resource_id: the id asked for (as the caller gave it).
+    """
+
+    code = "not_found"
+
+    def __init__(self, message: str, *, kind: str, resource_id: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.resource_id = resource_id
+
+
+class ConflictError(CompanionError):
+    """The state of what the request touches forbids it now: wait and send it again, or take
+    another way (another session, a new session). Nothing of the request was stored."""
+
+    code = "conflict"
+
+
+class DependencyError(CompanionError):
+    """A service the runtime depends on (the model provider, the database, the summarizer) failed.
+
+    Attributes:
+        session_id: the session whose work failed, when there is one.
+        retryable: whether the same call may succeed later without any change.
+    """
+
+    code = "dependency_failed"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, session_id: str | None = None) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+
+
+class ConfigurationError(CompanionError):
     """A setting (environment variable or argument) is missing or invalid.
 
     Attributes:
         setting: the environment variable or argument name, e.g. ``COMPANION_BUDGET_RECENT``.
     """
 
+    code = "server_misconfigured"
+
     def __init__(self, message: str, *, setting: str | None = None) -> None:
         super().__init__(message)
         self.setting = setting
 
 
-class UnknownModelError(UsageError):
+class UnknownModelError(ConfigurationError):
     """The model name is unknown to litellm and no context window override was given."""
+
+    code = "unknown_model"
 
     def __init__(self, message: str, *, model: str) -> None:
         super().__init__(message)
         self.model = model
 
 
-class SchemaError(UsageError):
+class SchemaError(ConfigurationError):
     """The database has no schema, or an older one than this code expects."""
 
+    code = "schema_out_of_date"
 
-class EmbeddingDimensionMismatch(UsageError):
+
+class EmbeddingDimensionMismatch(ConfigurationError):
     """The archive table's ``vector(N)`` differs from the embedding model's dimension.
 
     Attributes:
         table_dim: N in the table's ``vector(N)`` column.
         model_dim: the dimension the embedding model produces.
     """
+
+    code = "embedding_dimension_mismatch"
 
     def __init__(self, *, table: str, table_dim: int, model_dim: int, model_name: str) -> None:
         super().__init__(
@@ -111,8 +183,10 @@ class EmbeddingModelMismatch(EmbeddingDimensionMismatch):
         model_dim: its dimension.
     """
 
+    code = "embedding_model_mismatch"
+
     def __init__(self, *, recorded_name: str, recorded_dim: int, model_name: str, model_dim: int) -> None:
-        UsageError.__init__(
+        ConfigurationError.__init__(
             self,
             f"The stored vectors were made by the embedding model {recorded_name!r} ({recorded_dim} dimensions), "
             f"but the configured model is {model_name!r} ({model_dim} dimensions); their vectors cannot be "
@@ -127,7 +201,7 @@ class EmbeddingModelMismatch(EmbeddingDimensionMismatch):
         self.recorded_dim = recorded_dim
 
 
-class DatabaseInUseError(UsageError):
+class DatabaseInUseError(ConflictError):
     """An operation that needs the database to itself (``companion db reembed``) found other
     processes of the runtime connected to it (``companion serve``, ``companion jobs run``).
     Nothing was changed.
@@ -136,12 +210,14 @@ class DatabaseInUseError(UsageError):
         processes: how many other runtime processes hold connections.
     """
 
+    code = "database_in_use"
+
     def __init__(self, message: str, *, processes: int) -> None:
         super().__init__(message)
         self.processes = processes
 
 
-class PersonaError(UsageError):
+class PersonaError(InputError):
     """A persona file is missing, unreadable, or lacks a required field.
 
     Attributes:
@@ -149,13 +225,15 @@ class PersonaError(UsageError):
         field: the field that is missing or wrong, when one is to blame.
     """
 
+    code = "persona_invalid"
+
     def __init__(self, message: str, *, path: str | None = None, field: str | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.field = field
 
 
-class KnowledgeFileError(UsageError):
+class KnowledgeFileError(InputError):
     """A file cannot be added to a knowledge base. Nothing was written.
 
     Attributes:
@@ -163,25 +241,29 @@ class KnowledgeFileError(UsageError):
         reason: a stable code: ``missing``, ``unreadable``, ``binary``, ``invalid_utf8``, ``empty``, ``unsupported``.
     """
 
+    code = "knowledge_file_invalid"
+
     def __init__(self, message: str, *, path: str, reason: str) -> None:
         super().__init__(message)
         self.path = path
         self.reason = reason
 
 
-class SessionOwnershipError(UsageError):
+class SessionOwnershipError(ConflictError):
     """A session id was used with a user who does not own it. Nothing was stored.
 
     Attributes:
         session_id: the session asked for.
     """
 
+    code = "session_ownership"
+
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
 
 
-class InvalidMessageError(UsageError):
+class InvalidMessageError(InputError):
     """A message cannot be stored as given. Nothing was stored.
 
     Attributes:
@@ -191,6 +273,8 @@ class InvalidMessageError(UsageError):
         position: character (or byte, for ``invalid_utf8`` bytes input) offset of the problem, if any.
     """
 
+    code = "invalid_message"
+
     def __init__(self, message: str, *, reason: str, position: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
@@ -198,12 +282,14 @@ class InvalidMessageError(UsageError):
 
 
 # -- the HTTP API and the session life cycle ------------------------------------------
-class InvalidRequestError(UsageError):
+class InvalidRequestError(InputError):
     """An HTTP API request is missing a field or uses one wrongly. Nothing was stored.
 
     Attributes:
         field: the request field (or header) at fault, e.g. ``user`` or ``X-Session-Id``.
     """
+
+    code = "invalid_request"
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
@@ -221,31 +307,20 @@ class InvalidFieldError(InvalidRequestError):
         reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_long``, ``empty``, ``control_character``.
     """
 
+    code = "invalid_field"
+
     def __init__(self, message: str, *, field: str, reason: str) -> None:
         super().__init__(message, field=field)
         self.reason = reason
 
 
-class AuthenticationError(UsageError):
+class AuthenticationError(InputError):
     """The request carries no API key (``Authorization: Bearer KEY``), or one no app has."""
 
-
-class NotFoundError(UsageError):
-    """No such resource for the calling app. Another app's users and sessions are reported
-    exactly like missing ones, so that their ids do not leak.
-
-    Attributes:
-        kind: ``user`` or ``session``.
-        resource_id: the id asked for (as the caller gave it).
-    """
-
-    def __init__(self, message: str, *, kind: str, resource_id: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.resource_id = resource_id
+    code = "unauthorized"
 
 
-class SessionClosedError(UsageError):
+class SessionClosedError(ConflictError):
     """The session was closed (by the close job or the API) and takes no new turns;
     start a new session of the same user, which begins from this one's summary.
 
@@ -253,12 +328,14 @@ class SessionClosedError(UsageError):
         session_id: the closed session.
     """
 
+    code = "session_closed"
+
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
 
 
-class TurnInProgressError(UsageError):
+class TurnInProgressError(ConflictError):
     """Another turn of the session is running (or an edit-and-resend, a greeting, a close).
     One session runs one turn at a time; nothing of this request was stored: send it again
     when the running turn has ended (HTTP 409 ``turn_in_progress``).
@@ -267,25 +344,29 @@ class TurnInProgressError(UsageError):
         session_id: the busy session.
     """
 
+    code = "turn_in_progress"
+
     def __init__(self, message: str, *, session_id: str) -> None:
         super().__init__(message)
         self.session_id = session_id
 
 
 # -- stored files ---------------------------------------------------------------
-class FileError(UsageError):
+class FileError(CompanionError):
     """A stored-file operation cannot be done as asked. Nothing was stored or changed.
 
     Attributes:
         file_id: the file id concerned, when there is one.
     """
 
+    code = "file_error"
+
     def __init__(self, message: str, *, file_id: str | None = None) -> None:
         super().__init__(message)
         self.file_id = file_id
 
 
-class FileInputError(FileError):
+class FileInputError(InputError, FileError):
     """An upload or a ``file_read`` argument is bad: empty or unsafe name, empty or too large
     bytes, a page or limit out of range.
 
@@ -295,17 +376,25 @@ class FileInputError(FileError):
             ``duplicate`` (an edit would give bytes the user already has under another id).
     """
 
+    code = "file_invalid"
+
     def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
-        super().__init__(message, file_id=file_id)
+        FileError.__init__(self, message, file_id=file_id)
         self.reason = reason
 
 
-class FileNotFound(FileError):
+class FileNotFound(NotFoundError, FileError):
     """No file with this id for this user. Unknown ids and other users' ids get the same
     message, so the error does not tell whether an id exists."""
 
+    code = "file_not_found"
 
-class FileParseError(FileError):
+    def __init__(self, message: str, *, file_id: str | None = None) -> None:
+        NotFoundError.__init__(self, message, kind="file", resource_id=file_id or "")
+        self.file_id = file_id
+
+
+class FileParseError(InputError, FileError):
     """The bytes cannot be parsed: corrupt, encrypted, or of no supported format.
 
     The parse service stores the message as the file's ``parse_error`` (state ``failed``).
@@ -314,30 +403,22 @@ class FileParseError(FileError):
         reason: a stable code: ``corrupt``, ``encrypted``, ``unsupported``, ``too_large``, ``too_deep``.
     """
 
+    code = "file_unparseable"
+
     def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
-        super().__init__(message, file_id=file_id)
+        FileError.__init__(self, message, file_id=file_id)
         self.reason = reason
 
 
-class TurnError(CompanionError):
-    """A failure while a turn runs. The user turn was stored before it happened.
-
-    Attributes:
-        session_id: the session whose turn failed.
-    """
-
-    def __init__(self, message: str, *, session_id: str | None = None) -> None:
-        super().__init__(message)
-        self.session_id = session_id
-
-
-class ModelCallError(TurnError):
+class ModelCallError(DependencyError):
     """The chat model could not produce a reply.
 
     Attributes:
         model: the litellm model string that was called, when known.
         status: the provider's HTTP status, when there was one.
     """
+
+    code = "model_error"
 
     def __init__(
         self, message: str, *, session_id: str | None = None, model: str | None = None, status: int | None = None
@@ -351,10 +432,14 @@ class ModelAuthError(ModelCallError):
     """The provider refused the credentials (401) or the access (403). Retrying cannot help:
     fix the provider's API key variable (``OPENAI_API_KEY``, ...) or the model name."""
 
+    code = "model_auth_failed"
+
 
 class ModelRequestError(ModelCallError):
     """The provider refused the request itself (bad request, unknown model, content policy,
     unsupported parameter). It was not retried."""
+
+    code = "model_request_rejected"
 
 
 class ModelUnavailableError(ModelCallError):
@@ -366,6 +451,9 @@ class ModelUnavailableError(ModelCallError):
         waited: seconds spent waiting between them.
         retry_after: the provider's last ``Retry-After``, seconds, if it sent one.
     """
+
+    code = "model_unavailable"
+    retryable = True
 
     def __init__(
         self,
@@ -396,6 +484,8 @@ class ContextOverflowError(ModelCallError):
         provider_limit: the limit the provider named in its message, tokens, if it named one.
     """
 
+    code = "context_overflow"
+
     def __init__(
         self,
         message: str,
@@ -413,9 +503,31 @@ class ContextOverflowError(ModelCallError):
         self.provider_limit = provider_limit
 
 
-class SummarizationError(TurnError):
+class SummarizationError(DependencyError):
     """A summarizer raised, timed out, or produced a summary that failed validation."""
 
+    code = "summarization_failed"
+    retryable = True
 
-class StorageError(TurnError):
-    """The database refused a write or could not be reached."""
+
+class StorageError(DependencyError):
+    """The database refused a request or could not be reached."""
+
+    code = "storage_unavailable"
+    retryable = True
+
+
+class UncountableContentError(InputError):
+    """A message, content part or tool call whose tokens cannot be counted: a content type the
+    counters do not know, a part without its text, a value that is not JSON. Nothing is ever
+    counted as zero instead.
+
+    Attributes:
+        field: what could not be counted (``content``, ``tool_calls``, ...), when known.
+    """
+
+    code = "uncountable_content"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

@@ -1,8 +1,5 @@
 """Stored files: the ``files`` rows, their blobs, and the parse results.
 
-Longer than 400 lines on purpose: blobs, rows and parse results change together under one
-set of rules (content addressing, reference counts, ownership); one module keeps them in step.
-
 Blobs are content-addressed by their SHA-256 and kept in a :class:`~memory.blobs.BlobStore`
 shared by every process: the ``file_blobs`` table by default (the blob commits in the same
 transaction as its row), or an S3-compatible bucket. One user's same bytes are one row per
@@ -27,52 +24,29 @@ from __future__ import annotations
 import builtins
 import contextlib
 import hashlib
-import mimetypes
-import secrets
-import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
 import structlog
-from sqlalchemy import Engine, delete, func, or_, text, update
+from sqlalchemy import Engine, delete, func, text, update
 from sqlalchemy.orm import defer
 from sqlmodel import Session, col, select
 
 from errors import FileInputError, FileNotFound, StorageError
 from memory.blobs import BlobStore, PostgresBlobs, blob_key
 from memory.database import storage_errors
-from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile, utcnow
+from memory.file_names import EPUB_MIME, clean_name, file_not_found, new_file_id, sniff_mime
+from memory.file_parses import FileParses
+from memory.tables import FINAL_PARSE_STATES, Durability, FileRow, ParseState, TurnFile
 from memory.validation import check_id
 
 log = structlog.get_logger("companion.files")
 
 DEFAULT_MAX_FILE_BYTES = 50 * 1024 * 1024
 """``COMPANION_MAX_FILE_BYTES`` default: 50 MiB."""
-MAX_NAME_CHARS = 255
-"""Longest file name kept, characters (the usual file-system limit)."""
-STALE_PARSE_SECONDS = 600.0
-"""A ``parsing`` claim older than this many seconds is taken to be from a dead process and may be re-claimed."""
-MAX_PARSE_ATTEMPTS = 2
-"""Parser claims that may go stale (no result) before the file is marked ``failed``."""
-
-_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"%PDF-", "application/pdf"),
-    (b"PK\x03\x04", "application/zip"),
-    (b"PK\x05\x06", "application/zip"),
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-)
-_OOXML = {
-    "word/": "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
-    "ppt/": "application/vnd.openxmlformats-officedocument.presentationml.presentation",
-    "xl/": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-}
-EPUB_MIME = "application/epub+zip"
-
-
 BLOB_LOCK_CLASS = 0x0F11E5
 """First key of the two-key advisory lock on a blob (the second is taken from the blob's SHA-256);
 the two-key form never collides with the one-key session locks of :mod:`memory.store`."""
@@ -88,76 +62,6 @@ def blob_lock(db: Session, sha256: str) -> None:
             c=BLOB_LOCK_CLASS, k=key - (1 << 32) if key >= 1 << 31 else key
         )
     )
-
-
-def new_file_id() -> str:
-    """A fresh file id: ``file_`` plus 20 random hex characters."""
-    return "file_" + secrets.token_hex(10)
-
-
-def sniff_mime(data: bytes, name: str) -> str:
-    """The MIME type of ``data``: from its magic bytes first, then from ``name``'s extension.
-
-    ZIP containers are told apart by their members: ``mimetype`` (EPUB) and the
-    ``word/``, ``ppt/``, ``xl/`` folders of Office Open XML. Unknown bytes that decode
-    as UTF-8 without NUL bytes are ``text/plain``; anything else ``application/octet-stream``.
-    """
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            if mime == "application/zip":
-                return _zip_kind(data) or mime
-            return mime
-    guessed, _ = mimetypes.guess_type(name, strict=False)
-    if guessed:
-        return guessed
-    head = data[:4096]
-    if b"\x00" not in head:
-        try:
-            head.decode("utf-8")
-            return "text/plain"
-        except UnicodeDecodeError as exc:
-            if exc.start >= len(head) - 4:  # a multi-byte character cut by the 4096-byte window
-                return "text/plain"
-    return "application/octet-stream"
-
-
-def _zip_kind(data: bytes) -> str | None:
-    import io
-    import zipfile
-
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            names = archive.namelist()
-            if "mimetype" in names and archive.read("mimetype").strip() == EPUB_MIME.encode():
-                return EPUB_MIME
-    except (zipfile.BadZipFile, OSError, KeyError, RuntimeError, NotImplementedError):
-        return None
-    for prefix, mime in _OOXML.items():
-        if any(n.startswith(prefix) for n in names) and "[Content_Types].xml" in names:
-            return mime
-    return None
-
-
-def clean_name(name: str) -> str:
-    """The file name to store: the last path component, NFC-normalised, stripped.
-
-    Raises:
-        FileInputError: ``bad_name`` for an empty name, ``.``/``..``, control characters
-            or NUL, or more than :data:`MAX_NAME_CHARS` characters.
-    """
-    base = unicodedata.normalize("NFC", str(name)).replace("\\", "/").rsplit("/", 1)[-1].strip()
-    if not base or base in (".", ".."):
-        raise FileInputError(
-            f"The file name {name!r} is empty; give the file a name such as notes.txt.", reason="bad_name"
-        )
-    if any(unicodedata.category(ch) == "Cc" for ch in base):
-        raise FileInputError(f"The file name {name!r} contains control characters; rename the file.", reason="bad_name")
-    if len(base) > MAX_NAME_CHARS:
-        raise FileInputError(
-            f"The file name is {len(base)} characters long; at most {MAX_NAME_CHARS} are allowed. Rename the file.",
-            reason="bad_name",
-        )
-    return base
 
 
 @dataclass
@@ -242,7 +146,7 @@ def _value(v: object) -> str:
     return v.value if hasattr(v, "value") else str(v)
 
 
-class FileStore:
+class FileStore(FileParses):
     """The ``files`` table and the blobs of its rows.
 
     Args:
@@ -391,7 +295,7 @@ class FileStore:
         with storage_errors(session_id), Session(self.engine) as db:
             row = db.exec(_select_files(with_extract).where(FileRow.id == str(file_id))).first()
             if row is None or row.user_id != user_id or not _in_session(row, session_id):
-                raise FileNotFound(_not_found(file_id), file_id=str(file_id))
+                raise file_not_found(file_id)
             return _stored(row, with_extract=with_extract)
 
     def get_many(
@@ -411,7 +315,7 @@ class FileStore:
         for file_id in ids:
             row = rows.get(file_id)
             if row is None or row.user_id != user_id or not _in_session(row, session_id):
-                raise FileNotFound(_not_found(file_id), file_id=file_id)
+                raise file_not_found(file_id)
             out[file_id] = _stored(row, with_extract=with_extract)
         return out
 
@@ -425,50 +329,8 @@ class FileStore:
         with storage_errors(), Session(self.engine) as db:
             row = db.get(FileRow, str(file_id))
             if row is None:
-                raise FileNotFound(_not_found(file_id), file_id=str(file_id))
+                raise file_not_found(file_id)
             return _stored(row, with_extract=True)
-
-    def extract(self, file_id: str) -> str | None:
-        """The extract text of ``file_id`` (``None`` before parsing or for an unknown id)."""
-        with storage_errors(), Session(self.engine) as db:
-            return db.exec(select(FileRow.extract).where(FileRow.id == str(file_id))).first()
-
-    def extract_page(self, file_id: str, page: int) -> str | None:
-        """Page ``page`` (1-based) of the stored extract, cut out by the database, so a big extract
-        is never loaded whole here; ``None`` past the last page or before a parse. The text as
-        stored (its escapes kept): :func:`runtime.parsing.unescape_page` gives the page."""
-        opening = f"\n--- page {page} ---\n"
-        following = f"\n--- page {page + 1} ---\n"
-        with storage_errors(), Session(self.engine) as db:
-            row = db.execute(
-                text(
-                    "SELECT substring(extract FROM s FOR (CASE WHEN t > s THEN t ELSE length(extract) + 1 END) - s) "
-                    "FROM (SELECT extract, CASE WHEN :n = 1 THEN 1 ELSE strpos(extract, :opening) END AS s, "
-                    "strpos(extract, :following) AS t FROM files WHERE id = :id AND extract IS NOT NULL) x WHERE s > 0"
-                ).bindparams(n=page, opening=opening, following=following, id=str(file_id))
-            ).first()
-        if row is None or row[0] is None:
-            return None
-        chunk = row[0].lstrip("\n")
-        return chunk.split("\n", 1)[1] if "\n" in chunk else ""
-
-    def extract_search(self, file_id: str, needle: str, *, start: int) -> int | None:
-        """The first page from ``start`` whose text may contain ``needle`` (lower-cased, runs of
-        whitespace as one space), found by the database; ``None`` when no later page has it.
-        A candidate only: the caller checks the page (a hit may span a page marker)."""
-        opening = "" if start == 1 else f"\n--- page {start} ---\n"
-        with storage_errors(), Session(self.engine) as db:
-            row = db.execute(
-                text(
-                    "SELECT CASE WHEN h > 0 THEN regexp_count(substring(f FOR h), '(^| )--- page [0-9]+ --- ') END "
-                    "FROM (SELECT f, strpos(f, :needle) AS h FROM (SELECT regexp_replace(lower(substring(extract FROM s)), "
-                    "'\\s+', ' ', 'g') AS f FROM (SELECT extract, CASE WHEN :opening = '' THEN 1 ELSE strpos(extract, :opening) END AS s "
-                    "FROM files WHERE id = :id AND extract IS NOT NULL) x WHERE s > 0) y) z"
-                ).bindparams(needle=needle, opening=opening, id=str(file_id))
-            ).first()
-        if row is None or row[0] is None:
-            return None
-        return start + max(int(row[0]), 1) - 1
 
     def owner(self, file_id: str) -> str | None:
         """The user id owning ``file_id`` (``None`` for an unknown id); reads nothing else."""
@@ -579,99 +441,12 @@ class FileStore:
             ).all()
             return [_stored(r, with_extract=False) for r in rows]
 
-    def pending_ids(self) -> builtins.list[str]:
-        """Ids still ``pending`` (e.g. stored by a process that exited before parsing), oldest first."""
-        with storage_errors(), Session(self.engine) as db:
-            return list(
-                db.exec(
-                    select(FileRow.id)
-                    .where(FileRow.parse_state == ParseState.pending)
-                    .order_by(col(FileRow.created_at))
-                ).all()
-            )
-
     def reference_count(self, file_id: str) -> int:
         """Turns (in any session) that carry ``file_id``."""
         with storage_errors(), Session(self.engine) as db:
             return int(
                 db.exec(select(func.count()).select_from(TurnFile).where(TurnFile.file_id == str(file_id))).one()
             )
-
-    # -- parse results ------------------------------------------------------------
-    def claim_parse(self, file_id: str, *, stale_after: float = STALE_PARSE_SECONDS) -> bool:
-        """Move ``file_id`` from ``pending`` to ``parsing`` (or re-claim a ``parsing`` claim older than
-        ``stale_after`` seconds). True if this caller won the claim; across processes one wins.
-
-        Each claim counts an attempt. A stale claim means a parser never reported back (its
-        process was killed under it); once :data:`MAX_PARSE_ATTEMPTS` claims have gone so,
-        the file is marked ``failed`` instead of claimed again, so a file that kills its
-        parser cannot do so after every restart."""
-        cutoff = utcnow() - timedelta(seconds=stale_after)
-        stale = (col(FileRow.parse_state) == ParseState.parsing) & (col(FileRow.parse_started_at) < cutoff)
-        with storage_errors(), Session(self.engine) as db:
-            given_up = db.exec(
-                update(FileRow)
-                .where(col(FileRow.id) == str(file_id), stale, col(FileRow.parse_attempts) >= MAX_PARSE_ATTEMPTS)
-                .values(
-                    parse_state=ParseState.failed,
-                    parse_error=(
-                        f"The parser stopped without a result {MAX_PARSE_ATTEMPTS} times on this file "
-                        "(its process was killed); it is not tried again. Upload a smaller or simpler file."
-                    ),
-                )
-            )
-            if given_up.rowcount:
-                db.commit()
-                log.warning("file.parse.given_up", file_id=str(file_id), attempts=MAX_PARSE_ATTEMPTS)
-                return False
-            result = db.exec(
-                update(FileRow)
-                .where(col(FileRow.id) == str(file_id), or_(col(FileRow.parse_state) == ParseState.pending, stale))
-                .values(
-                    parse_state=ParseState.parsing,
-                    parse_started_at=utcnow(),
-                    parse_attempts=col(FileRow.parse_attempts) + 1,
-                )
-            )
-            db.commit()
-            return result.rowcount == 1
-
-    def set_parse_result(
-        self,
-        file_id: str,
-        *,
-        state: str,
-        extract: str | None = None,
-        page_count: int | None = None,
-        body_start_page: int | None = None,
-        parse_error: str | None = None,
-        sha256: str | None = None,
-    ) -> bool:
-        """Record the end of a parse in one write. Returns False when nothing was written.
-
-        Args:
-            state: ``ready``, ``empty``, ``needs_ocr``, ``failed`` (or ``pending`` to give the claim back).
-            extract: the ``--- page N ---`` text (for ``ready``; may be given for ``needs_ocr``).
-            parse_error: why it failed (for ``failed``), shown to users and the model.
-            sha256: the bytes that were parsed; when given, the result is dropped if the file
-                was edited meanwhile (its parse started over).
-        """
-        parse_state = ParseState(state)
-        with storage_errors(), Session(self.engine) as db:
-            query = update(FileRow).where(col(FileRow.id) == str(file_id))
-            if sha256 is not None:
-                query = query.where(col(FileRow.sha256) == sha256)
-            result = db.exec(
-                query.values(
-                    parse_state=parse_state,
-                    extract=extract,
-                    page_count=page_count,
-                    body_start_page=body_start_page,
-                    parse_error=(parse_error or None) if parse_state == ParseState.failed else None,
-                )
-            )
-            db.commit()
-            return result.rowcount == 1
 
     # -- moving blobs in ---------------------------------------------------------------
     def import_blobs(self, directory: Path) -> ImportReport:
@@ -801,18 +576,6 @@ def _require_durable(stored: StoredFile, verb: str) -> None:
             reason="not_durable",
             file_id=stored.id,
         )
-
-
-def _not_found(file_id: object) -> str:
-    return (
-        f"No file {str(file_id)!r} for this user. Check the id (ids look like file_0123456789abcdef0123), "
-        "or upload the file again."
-    )
-
-
-def file_not_found(file_id: object) -> FileNotFound:
-    """The one :class:`FileNotFound` for an unknown or foreign id (the same message for both)."""
-    return FileNotFound(_not_found(file_id), file_id=str(file_id))
 
 
 __all__ = [

@@ -268,7 +268,7 @@ class FileRow(SQLModel, table=True):
     parse_error: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
     parse_started_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     parse_attempts: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
-    """Parser claims since the bytes last changed; a claim past :data:`memory.files.MAX_PARSE_ATTEMPTS` fails the file."""
+    """Parser claims since the bytes last changed; a claim past :data:`memory.file_parses.MAX_PARSE_ATTEMPTS` fails the file."""
     page_count: int | None = None
     """Pages in ``extract``, once parsed."""
     extract: str | None = Field(default=None, sa_column=Column(Text, nullable=True))

@@ -24,7 +24,7 @@ text is counted (``count_text``), no framing. Counters:
 
 - ``exact``: ``counter_for(<model of that family>)``, the accounting the runtime uses for that model;
 - ``estimator``: ``counter_for(None)``, the conservative estimator for unknown models;
-- ``chars/4``, ``first`` (:class:`runtime.accounting.FirstEstimator`) and ``1.8han/0.3``: naive rules.
+- ``chars/4``, ``first`` (:class:`first_estimator.FirstEstimator`) and ``1.8han/0.3``: naive rules.
 
 A ``vs max`` block compares each estimator with the largest of the three tokenizers' counts per
 message. Throughput (MB/s of UTF-8 text) of ``exact`` and ``estimator`` is measured against
@@ -49,8 +49,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from first_estimator import FirstEstimator  # noqa: E402
+
 from runtime._offline import load_litellm, load_tiktoken  # noqa: E402
-from runtime.accounting import FirstEstimator, counter_for  # noqa: E402
+from runtime.accounting import counter_for  # noqa: E402
 
 DEFAULT_SEED = 20240601
 FAMILY_MODELS = {"cl100k": "gpt-4", "o200k": "gpt-4o", "deepseek": "deepseek/deepseek-chat"}

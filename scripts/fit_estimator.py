@@ -14,7 +14,7 @@ What it does:
    with digits, base64 alphabet; 1-80 characters) and mixtures of character classes (the
    property tests' pieces: any code point, ASCII, letters and digits, table characters, Han,
    combining marks, whitespace, emoji).
-2. Counts each text's :data:`runtime.accounting._tokens.FEATURES` and takes as "actual" the largest
+2. Counts each text's :data:`runtime.accounting._estimator.FEATURES` and takes as "actual" the largest
    of the cl100k_base, o200k_base and DeepSeek counts.
 3. Solves, with ``scipy.optimize.linprog`` (HiGHS), for prices ``p >= 0`` on the ASCII features that
    minimise the mean estimate / actual ratio (messages, code and JSON weighted 1 per corpus, the
@@ -27,7 +27,7 @@ What it does:
    ``--raise-only`` no price may fall below its current value, so no text's estimate can fall.
 4. Multiplies the fitted prices (with ``--raise-only``, their rises) by 1.05, adds 0.5 to a
    raised ``text``, rounds each up to 0.001, and prints them as a Python dict to paste into
-   ``runtime/accounting/_tokens.py``.
+   ``runtime/accounting/_estimator.py``.
 5. Checks the rounded prices on texts it was not fitted on, from ``--check-seed``: soup, repeated
    short soup (:func:`repeated_soup`, a known limit), mixtures, space-separated digits and aligned
    number columns, chunks of the standard library's and the training packages' sources (other
@@ -59,7 +59,7 @@ for folder in (REPO, REPO / "scripts"):
 
 from bench_tokens import DEFAULT_SEED, load_corpora, reference_counters, score  # noqa: E402
 
-from runtime.accounting import _tokens as tokens  # noqa: E402
+from runtime.accounting import _estimator as tokens  # noqa: E402
 
 FIXED = {"digit": 0.334, "control": 1.0, "ascii_next_to_non_ascii": 1.0, "letters_between_marks": 1.0}
 """Prices held, not fitted (the bounds ``ESTIMATOR_PRICES`` documents)."""

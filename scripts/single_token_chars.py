@@ -6,7 +6,7 @@ Usage::
     python scripts/single_token_chars.py 2   # TWO_TOKEN_CHARS
     python scripts/single_token_chars.py 3   # THREE_TOKEN_CHARS
 
-The results are :data:`runtime.accounting._tokens.SINGLE_TOKEN_CHARS`, ``TWO_TOKEN_CHARS`` and
+The results are :data:`runtime.accounting._tables.SINGLE_TOKEN_CHARS`, ``TWO_TOKEN_CHARS`` and
 ``THREE_TOKEN_CHARS`` (as regular-expression ranges; planes 0-3). A character qualifies for ``N`` when cl100k_base, o200k_base and the
 DeepSeek tokenizer bundled with litellm each encode it, alone, in at most ``N`` tokens (exactly ``N``
 for the largest), ``N`` is less than its UTF-8 length, and it is a letter, digit, punctuation mark or
@@ -16,6 +16,7 @@ whitespace characters attach to their neighbours and are left out.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import unicodedata
@@ -26,20 +27,26 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import runtime  # noqa: E402,F401  (offline defaults for litellm / tiktoken)
-from runtime.accounting._tokens import _exact_counter  # noqa: E402
+from runtime.accounting._exact import _exact_counter  # noqa: E402
 
 
-def chars_costing(tokens: int) -> list[str]:
-    """Non-ASCII letters, digits, punctuation and symbols whose largest count is ``tokens`` (< bytes)."""
+@functools.cache
+def largest_counts() -> dict[str, int]:
+    """Every non-ASCII letter, digit, punctuation mark and symbol of planes 0-3 → the largest of its
+    counts (alone) in the three bundled tokenizers."""
     counters = [_exact_counter(kind).count_text for kind in ("cl100k_base", "o200k_base", "deepseek")]
-    chars = []
+    counts = {}
     for code in range(0x80, 0x40000):
         char = chr(code)
         if 0xD800 <= code <= 0xDFFF or unicodedata.category(char)[0] not in "LNPS":
             continue
-        if tokens < len(char.encode("utf-8")) and max(count(char) for count in counters) == tokens:
-            chars.append(char)
-    return chars
+        counts[char] = max(count(char) for count in counters)
+    return counts
+
+
+def chars_costing(tokens: int) -> list[str]:
+    """Non-ASCII letters, digits, punctuation and symbols whose largest count is ``tokens`` (< bytes)."""
+    return [c for c, n in largest_counts().items() if n == tokens and tokens < len(c.encode("utf-8"))]
 
 
 def _escape(code: int) -> str:

@@ -62,10 +62,10 @@ def test_replay_on_unmigrated_database_says_to_run_db_upgrade(empty_db_url):
 def test_unreachable_database_is_a_one_line_error_naming_database_url():
     env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x", "PGCONNECT_TIMEOUT": "2"}
     result = _run(["db", "upgrade", "--embedding-dim", "384"], env)
-    assert result.returncode == 2
+    assert result.returncode == 69  # a dependency outage: sysexits.h's EX_UNAVAILABLE, not a usage error
     assert "DATABASE_URL" in result.stderr and "Traceback" not in result.stderr
     inspect = _run(["breaker", "show", "s1"], env)
-    assert inspect.returncode == 2 and len(inspect.stderr.strip().splitlines()) == 1
+    assert inspect.returncode == 69 and len(inspect.stderr.strip().splitlines()) == 1
     assert "Connection refused" in inspect.stderr and "DATABASE_URL" in inspect.stderr  # what failed, not the hint
 
 

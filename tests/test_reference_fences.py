@@ -13,7 +13,7 @@ from persona._lorebook import LoreEntry
 from runtime.accounting import counter_for
 from runtime.compaction._summarizers import render_summary
 from runtime.context import AttachedFile, first_turn_block, fit_retrieval, render_profile, retrieval_items
-from runtime.context._assemble import _memory_block
+from runtime.context._blocks import memory_block
 from runtime.context._lorebook import FiredEntry
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem
 from runtime.summary_items import AssistantLine, UserQuote
@@ -71,7 +71,7 @@ def test_a_recalled_turn_stays_inside_its_block(tag):
         session_date=datetime(2026, 1, 1, tzinfo=UTC),
         distance=0.1,
     )
-    text, _chosen, _report = _memory_block([segment], 2000, COUNTER)
+    text, _chosen, _report = memory_block([segment], 2000, COUNTER)
     assert_one_block(text, "reference")
 
 

@@ -14,24 +14,22 @@ from pathlib import Path
 
 import pytest
 
-from errors import ConfigurationError
+from errors import UncountableContentError
 from runtime._offline import load_litellm, load_tiktoken
 from runtime.accounting import (
     MESSAGE_FRAMING,
     REPLY_PRIMING,
-    FirstEstimator,
+    _estimator,
+    _exact,
+    _tables,
     anthropic_image_tokens,
     counter_for,
     openai_image_tokens,
 )
-from runtime.accounting import _tokens as tokens_module  # the estimator's tables, checked below
-from runtime.accounting._tokens import (
-    COUNT_CACHE_CHARS,
-    LONG_COUNT_CACHE_CHARS,
-    ConservativeEstimator,
-    HuggingFaceCounter,
-    TiktokenCounter,
-)
+from runtime.accounting._estimator import ConservativeEstimator
+from runtime.accounting._exact import HuggingFaceCounter, TiktokenCounter
+from runtime.accounting._walker import COUNT_CACHE_CHARS, LONG_COUNT_CACHE_CHARS
+from scripts.first_estimator import FirstEstimator
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -285,9 +283,9 @@ def test_bundled_model_map_gives_litellms_own_answers(monkeypatch):
     assert len(models) > 1000
     litellm_kinds, litellm_windows, litellm_vision = {}, {}, {}
     with monkeypatch.context() as patched:
-        patched.setattr(tokens_module, "_bundled_tokenizer_kind", lambda model: tokens_module._ASK_LITELLM)
+        patched.setattr(_exact, "_bundled_tokenizer_kind", lambda model: _exact._ASK_LITELLM)
         for m in models:
-            litellm_kinds[m] = tokens_module.tokenizer_kind.__wrapped__(m)
+            litellm_kinds[m] = _exact.tokenizer_kind.__wrapped__(m)
             try:
                 info = litellm.get_model_info(m)
             except Exception:
@@ -302,8 +300,8 @@ def test_bundled_model_map_gives_litellms_own_answers(monkeypatch):
         if isinstance(entry.get("supports_vision"), bool):
             visions += 1
             assert catalog_says(m) is litellm_vision.get(m), m
-        bundled = tokens_module._bundled_tokenizer_kind(m)
-        if bundled != tokens_module._ASK_LITELLM:
+        bundled = _exact._bundled_tokenizer_kind(m)
+        if bundled != _exact._ASK_LITELLM:
             kinds += 1
             assert bundled == litellm_kinds[m], m
         stated = entry.get("max_input_tokens") or entry.get("max_tokens")
@@ -319,13 +317,13 @@ def test_bundled_model_map_gives_litellms_own_answers(monkeypatch):
 @pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="exact")])
 def test_unknown_content_part_type_raises_naming_the_type(model):
     message = {"role": "user", "content": [{"type": "hologram", "data": "..."}]}
-    with pytest.raises(ConfigurationError, match="hologram"):
+    with pytest.raises(UncountableContentError, match="hologram"):
         counter_for(model).count_message(message)
 
 
 @pytest.mark.parametrize("model", [pytest.param(None, id="estimator"), pytest.param("gpt-4o", id="exact")])
 def test_non_text_message_content_raises(model):
-    with pytest.raises(ConfigurationError):
+    with pytest.raises(UncountableContentError):
         counter_for(model).count_message({"role": "user", "content": 42})
 
 
@@ -563,7 +561,7 @@ def test_estimator_never_exceeds_the_byte_bound_by_more_than_the_ascii_fit():
 def _text_pieces():
     from hypothesis import strategies as st
 
-    tabled = st.sampled_from(sorted(tokens_module._SAVING))
+    tabled = st.sampled_from(sorted(_estimator._SAVING))
     return st.one_of(
         st.text(max_size=40),  # any code point outside the surrogates
         st.text(alphabet=st.characters(max_codepoint=127), max_size=40),
@@ -620,7 +618,7 @@ def test_table_characters_cost_at_most_their_table_count_in_every_tokenizer(toke
     """The tables the bound trusts: each character alone costs at most (UTF-8 bytes - saving) tokens."""
     wrong = [
         (char, name)
-        for char, saving in tokens_module._SAVING.items()
+        for char, saving in _estimator._SAVING.items()
         for name in THREE
         if tokenizers_by_name[name](char) > len(char.encode("utf-8")) - saving
     ]
@@ -640,19 +638,19 @@ def test_spaces_before_digits_are_one_token_or_two_in_every_tokenizer(tokenizers
 
 def test_digit_groups_and_common_punctuation_pairs_are_one_token_in_every_tokenizer(tokenizers_by_name):
     groups = [str(i) for i in range(10)] + [f"{i:02d}" for i in range(100)] + [f"{i:03d}" for i in range(1000)]
-    pairs = sorted(tokens_module.COMMON_PUNCTUATION_PAIRS)
+    pairs = sorted(_estimator.COMMON_PUNCTUATION_PAIRS)
     assert all(tokenizers_by_name[name](text) == 1 for name in THREE for text in groups + pairs)
 
 
 def _pair_counts_by_definition(text: str) -> tuple[int, ...]:
     """The adjacency counts of :func:`text_features`, counted pair by pair from their definitions."""
     marks = set(string.punctuation)
-    rare = {a + b for group in tokens_module.RARE_LETTER_PAIRS.split("|") for a in group[0] for b in group[2:-1]}
+    rare = {a + b for group in _estimator.RARE_LETTER_PAIRS.split("|") for a in group[0] for b in group[2:-1]}
     pairs = list(zip(text, text[1:], strict=False))
     triples = list(zip(text, text[1:], text[2:], strict=False))
     return (
         sum((a + b).lower() in rare and (a + b).isascii() and (a + b).isalpha() for a, b in pairs),
-        sum(a in marks and b in marks and a + b not in tokens_module.COMMON_PUNCTUATION_PAIRS for a, b in pairs),
+        sum(a in marks and b in marks and a + b not in _estimator.COMMON_PUNCTUATION_PAIRS for a, b in pairs),
         sum(a == b == c and a.isascii() and a.isalpha() for a, b, c in triples),
         sum(a == b and a in marks for a, b in pairs),
         sum(a == " " and b in string.digits for a, b in pairs),
@@ -675,7 +673,7 @@ def test_pair_features_count_every_overlapping_pair():
         "space_digit",
         "spaces_digit",
     )
-    where = [tokens_module.FEATURES.index(name) for name in names]
+    where = [_estimator.FEATURES.index(name) for name in names]
 
     @settings(max_examples=400, deadline=None, database=None)
     @given(
@@ -685,7 +683,27 @@ def test_pair_features_count_every_overlapping_pair():
         )
     )
     def check(text):
-        features = tokens_module.text_features(text)
+        features = _estimator.text_features(text)
         assert tuple(features[i] for i in where) == _pair_counts_by_definition(text), text
 
     check()
+
+
+@pytest.mark.parametrize(
+    "tokens, table",
+    [
+        pytest.param(1, "SINGLE_TOKEN_CHARS", id="one"),
+        pytest.param(2, "TWO_TOKEN_CHARS", id="two"),
+        pytest.param(3, "THREE_TOKEN_CHARS", id="three"),
+    ],
+)
+def test_the_generated_character_tables_are_what_their_script_generates(tokens, table):
+    """``runtime/accounting/_tables.py`` is generated by ``scripts/single_token_chars.py``: running
+    it again on the bundled tokenizers gives the same ranges."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import single_token_chars
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    generated = single_token_chars.ranges(single_token_chars.chars_costing(tokens))
+    assert generated.encode("ascii").decode("unicode_escape") == getattr(_tables, table)

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.accounting._tokens import TokenCounter
+from runtime.accounting._framing import TokenCounter
 
 CALIBRATION_WINDOW = 5
 """Responses whose ratio sets the factor (our choice: recent enough to follow a model change)."""

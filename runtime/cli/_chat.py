@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from runtime.cli._common import EXIT_USAGE, _check_window, _settings
+from runtime.cli._common import EXIT_USAGE, _check_window, _settings, exit_status
 
 
 def context_table(context):
@@ -71,7 +71,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
     settings = _settings(database=True)
 
-    from errors import FileError, InvalidMessageError, ModelAuthError, TurnError
+    from errors import DependencyError, FileError, InvalidMessageError, ModelAuthError
     from persona import load_persona
     from runtime._offline import load_litellm
     from runtime.service import open_engine
@@ -139,8 +139,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         except ModelAuthError as exc:  # no later line can fix a refused key
             print("", end="\n" if speaker.started else "", flush=True)
             print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        except (TurnError, InvalidMessageError) as exc:  # the user turn, if valid, is stored; carry on
+            return exit_status(exc)
+        except (DependencyError, InvalidMessageError) as exc:  # the user turn, if valid, is stored; carry on
             print("", end="\n" if speaker.started else "", flush=True)
             print(f"error: {exc}", file=sys.stderr, flush=True)
             continue

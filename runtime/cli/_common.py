@@ -5,8 +5,20 @@ from __future__ import annotations
 import argparse
 
 EXIT_USAGE = 2
+"""Exit status for an error of the input, not-found, conflict and configuration branches: fix the
+command, its arguments or its settings."""
+EXIT_UNAVAILABLE = 69
+"""Exit status when a dependency (database, model provider, summarizer) failed: sysexits.h's
+``EX_UNAVAILABLE``; the same command may succeed later."""
 EXIT_INTERRUPTED = 130
 """Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a process SIGINT ended."""
+
+
+def exit_status(exc: BaseException) -> int:
+    """The exit status of a command that failed with ``exc``, by its branch of :mod:`errors`."""
+    from errors import DependencyError
+
+    return EXIT_UNAVAILABLE if isinstance(exc, DependencyError) else EXIT_USAGE
 
 
 def _settings(*, database: bool = False):

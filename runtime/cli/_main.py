@@ -26,7 +26,8 @@
 
 In ``companion chat``, ``/attach PATH_OR_ID ...`` attaches files to the next message.
 
-Errors of the runtime print one line to stderr and exit with status 2.
+Errors of the runtime print one line to stderr and exit with status 2, or 69 (sysexits.h's
+``EX_UNAVAILABLE``) when a dependency failed: the database, the model provider, the summarizer.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from runtime.cli._admin import (
     cmd_session_delete,
 )
 from runtime.cli._chat import cmd_chat, cmd_inspect
-from runtime.cli._common import EXIT_INTERRUPTED, EXIT_USAGE, _id_arg
+from runtime.cli._common import EXIT_INTERRUPTED, _id_arg, exit_status
 from runtime.cli._files import _add_files_parser
 from runtime.cli._persona import _add_persona_commands
 from runtime.cli._replay import cmd_replay
@@ -145,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except CompanionError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exit_status(exc)
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT, no traceback
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -1,8 +1,5 @@
 """Compaction: roll the oldest whole exchanges out of the recent window.
 
-Longer than 400 lines on purpose: planning the roll-out, the breaker and the one commit
-transaction share the lock and the state they check; splitting them would split that check.
-
 When the recent window (turns in state ``context``) exceeds the ``recent`` cap, the
 oldest whole user/assistant exchanges roll out until it is back under
 ``target × cap``. The latest user turn and the newest ``keep_exchanges`` exchanges

@@ -1,8 +1,5 @@
 """Context assembly: persona, memory, retrieval, summary and recent turns, each within its cap.
 
-Longer than 400 lines on purpose: the budgets of the five sources interact (unused budget
-flows, shared framing, folded files charged to retrieval); their arithmetic reads best in one place.
-
 Assembly is a read: it takes values (:mod:`runtime.context._values`, converted from stored
 rows by the turn layer) and returns messages, changing nothing.
 The message list is::

@@ -279,7 +279,7 @@ class ParseService:
     def _finished(self, file_id: str, future: Future) -> None:
         if not future.cancelled() and future.exception() is not None:
             # the database failed under the parse: the claim stays until it goes stale
-            # (memory.files.STALE_PARSE_SECONDS) and another submit or watch re-claims it
+            # (memory.file_parses.STALE_PARSE_SECONDS) and another submit or watch re-claims it
             exc = future.exception()
             log.error("file.parse.aborted", file_id=file_id, error_type=type(exc).__name__)
         with self._lock:

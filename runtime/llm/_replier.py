@@ -1,8 +1,5 @@
 """Model calls: the reply step of a turn.
 
-Longer than 400 lines on purpose: retries, streaming and the tool loop are one request's
-life cycle; each needs the others' state (attempts, deltas already shown, rounds).
-
 :class:`LiteLLMReplier` calls any model litellm supports, whole or streamed. Errors
 are classified by :func:`runtime.llm._errors.map_model_error`, the one litellm-to-ours mapping:
 
@@ -91,7 +88,7 @@ class Tools:
     """OpenAI-format tool schemas (``{"type": "function", "function": {...}}``), passed as ``tools=``."""
     run: Callable[[str, dict[str, Any]], str]
     """Runs one call: ``(tool name, parsed arguments) -> result text``. A
-    :class:`~errors.UsageError` it raises (a bad id, a bad argument) becomes the result
+    :class:`~errors.CompanionError` it raises other than a :class:`~errors.DependencyError` (a bad id, a bad argument) becomes the result
     text, so the model can correct itself; any other exception fails the reply."""
     max_rounds: int = 4
     """Most follow-up requests after tool results; the last one forbids further calls."""
@@ -102,7 +99,7 @@ class Tools:
 def run_tool_call(tools: Tools, call: ToolCall) -> str:
     """The result text of one call: the tool's answer, or a plain explanation for an unknown
     tool, arguments that are not a JSON object, or a usage error the tool raised."""
-    from errors import UsageError
+    from errors import CompanionError, DependencyError
 
     known = [spec.get("function", {}).get("name") for spec in tools.specs]
     if call.name not in known:
@@ -117,7 +114,9 @@ def run_tool_call(tools: Tools, call: ToolCall) -> str:
         return f"The arguments of {call.name} must be a JSON object, got {type(arguments).__name__}."
     try:
         return tools.run(call.name, arguments)
-    except UsageError as exc:
+    except CompanionError as exc:
+        if isinstance(exc, DependencyError):  # a failing database or provider fails the reply
+            raise
         return f"{call.name} failed: {exc}"
 
 

@@ -111,7 +111,7 @@ def format_of(data: bytes, *, name: str, mime: str | None = None) -> str:
     """The serializer to use: ``pdf``, ``docx``, ``pptx``, ``xlsx``, ``epub``, ``zip``,
     ``markdown``, ``text``, ``image`` (one page with no text layer) or ``binary`` (no serializer). The bytes decide over ``mime``
     and the name (a renamed PDF is still a PDF)."""
-    from memory.files import sniff_mime
+    from memory.file_names import sniff_mime
 
     sniffed = sniff_mime(data, name)
     lower = name.lower()

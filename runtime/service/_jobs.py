@@ -171,11 +171,11 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
         NotFoundError: no such session.
         SessionClosedError: it was closed already.
         TurnInProgressError: a turn of the session is still running; nothing changed.
-        TurnError: the roll-out could not run (a compaction of the session holds its lock);
+        ConflictError: the roll-out could not run (a compaction of the session holds its lock);
             the session stays open.
         StorageError: the database failed; the session stays open.
     """
-    from errors import TurnError
+    from errors import ConflictError
 
     # the same rule as turns: wait (COMPANION_TURN_WAIT_SECONDS) for a running turn, then refuse
     with (
@@ -186,10 +186,7 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
     ):
         outcome = _roll_out(engine, session_id, locked.session.user_id, locked.session.persona)
         if outcome is not None and not outcome.ok:
-            raise TurnError(
-                f"Session {session_id!r} could not be closed now ({outcome.error}); try again shortly.",
-                session_id=session_id,
-            )
+            raise ConflictError(f"Session {session_id!r} could not be closed now ({outcome.error}); try again shortly.")
         locked.close(by=closed_by)
     _log_closed(engine, session_id, closed_by, outcome)
     return outcome

@@ -1,8 +1,5 @@
 """Images as a turn extension (:class:`TurnImages`): routing, pixels, transcripts and ``image_read``.
 
-Longer than 400 lines on purpose: both routes of one image (pixels for vision models,
-transcripts for text-only ones) and the ``image_read`` tool share the caches and the markers.
-
 The reply model's capability (:func:`runtime.llm.sees_images`) routes the whole request.
 
 **Vision path.** The newest user turn's images expand into OpenAI ``image_url`` parts

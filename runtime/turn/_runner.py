@@ -33,7 +33,7 @@ from typing import Any
 
 import structlog
 
-from errors import ContextOverflowError, InvalidMessageError, NotFoundError, SessionOwnershipError
+from errors import CompanionError, ContextOverflowError, InvalidMessageError, NotFoundError, SessionOwnershipError
 from memory.files import FileStore
 from memory.profiles import Profiles
 from memory.store import RequestRecord, Store
@@ -210,6 +210,8 @@ class TurnRunner:
             log.warning(
                 "turn.reply_failed", session_id=turn.session_id, user_seq=user_turn.seq, error=type(exc).__name__
             )
+            if isinstance(exc, CompanionError):
+                exc.user_turn_stored = True
             raise
 
     def _store_reply(self, turn: TurnInput, outcome: ReplyOutcome) -> Turn:

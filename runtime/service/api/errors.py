@@ -27,39 +27,46 @@ import errors as E
 
 log = structlog.get_logger("companion.api")
 
-ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {
-    E.CompanionError: (500, "internal_error"),
-    E.UsageError: (400, "bad_request"),
-    E.ConfigurationError: (500, "server_misconfigured"),
-    E.UnknownModelError: (500, "unknown_model"),
-    E.SchemaError: (500, "schema_out_of_date"),
-    E.EmbeddingDimensionMismatch: (500, "embedding_dimension_mismatch"),
-    E.EmbeddingModelMismatch: (500, "embedding_model_mismatch"),
-    E.DatabaseInUseError: (409, "database_in_use"),
-    E.PersonaError: (500, "persona_invalid"),
-    E.KnowledgeFileError: (422, "knowledge_file_invalid"),
-    E.FileError: (400, "file_error"),
-    E.FileInputError: (422, "file_invalid"),
-    E.FileNotFound: (404, "file_not_found"),
-    E.FileParseError: (422, "file_unparseable"),
-    E.SessionOwnershipError: (409, "session_ownership"),
-    E.InvalidMessageError: (422, "invalid_message"),
-    E.InvalidRequestError: (400, "invalid_request"),
-    E.InvalidFieldError: (422, "invalid_field"),
-    E.AuthenticationError: (401, "unauthorized"),
-    E.NotFoundError: (404, "not_found"),
-    E.SessionClosedError: (409, "session_closed"),
-    E.TurnInProgressError: (409, "turn_in_progress"),
-    E.TurnError: (500, "turn_failed"),
-    E.ModelCallError: (502, "model_error"),
-    E.ModelAuthError: (502, "model_auth_failed"),
-    E.ModelRequestError: (502, "model_request_rejected"),
-    E.ModelUnavailableError: (503, "model_unavailable"),
-    E.ContextOverflowError: (502, "context_overflow"),
-    E.SummarizationError: (500, "summarization_failed"),
-    E.StorageError: (503, "storage_unavailable"),
+STATUSES: dict[type[E.CompanionError], int] = {
+    E.CompanionError: 500,
+    E.InputError: 400,
+    E.InvalidMessageError: 422,
+    E.InvalidRequestError: 400,
+    E.InvalidFieldError: 422,
+    E.UncountableContentError: 422,
+    E.PersonaError: 422,
+    E.KnowledgeFileError: 422,
+    E.AuthenticationError: 401,
+    E.FileError: 400,
+    E.FileInputError: 422,
+    E.FileParseError: 422,
+    E.NotFoundError: 404,
+    E.FileNotFound: 404,
+    E.ConflictError: 409,
+    E.SessionOwnershipError: 409,
+    E.SessionClosedError: 409,
+    E.TurnInProgressError: 409,
+    E.DatabaseInUseError: 409,
+    E.ConfigurationError: 500,
+    E.UnknownModelError: 500,
+    E.SchemaError: 500,
+    E.EmbeddingDimensionMismatch: 500,
+    E.EmbeddingModelMismatch: 500,
+    E.DependencyError: 502,
+    E.ModelCallError: 502,
+    E.ModelAuthError: 502,
+    E.ModelRequestError: 502,
+    E.ModelUnavailableError: 503,
+    E.ContextOverflowError: 502,
+    E.SummarizationError: 500,
+    E.StorageError: 503,
 }
-"""Exception class → (HTTP status, stable code). Looked up by exact class, then by its bases."""
+"""Exception class → HTTP status: 4xx for the input, not-found and conflict branches, 5xx for
+configuration and dependencies."""
+
+ERRORS: dict[type[E.CompanionError], tuple[int, str]] = {cls: (status, cls.code) for cls, status in STATUSES.items()}
+"""Exception class → (HTTP status, stable code, the class's own :attr:`~errors.CompanionError.code`).
+Looked up by exact class, then by its bases."""
 
 
 def status_and_code(exc: E.CompanionError) -> tuple[int, str]:
