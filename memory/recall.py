@@ -328,7 +328,7 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
             together=together,
             dim=len(params["q"]),
         )
-        rows = conn.execute(text(statement).bindparams(sql.QUERY_VECTOR), params).fetchall()
+        rows = conn.execute(statement, params).fetchall()
         hits = [_segment(r) for r in rows if not together or r.part == 0]
         if query.session_cap is not None:
             hits = _cap_per_day(hits, query.session_cap)
@@ -336,7 +336,7 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
         expanded = hits[: max(int(query.expand), 0)]
         if query.neighbours > 0 and expanded and not together:
             near = conn.execute(
-                text(sql.neighbours_statement(excluding=excluding)).bindparams(sql.QUERY_VECTOR),
+                sql.neighbours_statement(excluding=excluding),
                 {
                     **params,
                     "span": int(query.neighbours),
