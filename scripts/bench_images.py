@@ -100,7 +100,7 @@ def run(turns: int) -> dict:
                     persona=load_persona(None),
                     replier=replier,
                     file_services=services,
-                    transcriber=Transcriber(settings, api_key="sk-bench"),
+                    transcriber=Transcriber(settings.vision, api_key="sk-bench"),
                 )
                 counter = counter_for(model)
                 ids = [

@@ -115,7 +115,7 @@ def images_env(store, embedder, fake_llm, tmp_path):
             persona=PERSONA,
             replier=replier,
             file_services=services,
-            transcriber=Transcriber(settings, ocr=ocr, api_key="sk-test"),
+            transcriber=Transcriber(settings.vision, ocr=ocr, api_key="sk-test"),
         )
 
     def upload(user_id: str, name: str, data: bytes) -> str:
@@ -341,7 +341,7 @@ def test_split_reply_with_and_without_markers():
 
 def test_batch_timeout_grows_linearly_and_is_capped():
     s = Settings(database_url="unused")
-    assert [batch_timeout(n, s) for n in (1, 2, 3, 4, 5)] == [45, 60, 75, 90, 90]
+    assert [batch_timeout(n, s.vision) for n in (1, 2, 3, 4, 5)] == [45, 60, 75, 90, 90]
 
 
 def test_several_new_images_go_in_one_call_split_by_markers(images_env):
@@ -372,7 +372,7 @@ def _settings(images_env, **kw: Any) -> Settings:
 
 def test_chain_primary(images_env):
     images_env.script(VISION, "Primary says a square.")
-    [t] = Transcriber(_settings(images_env), api_key="sk").transcribe(_inputs(img.small_png()))
+    [t] = Transcriber(_settings(images_env).vision, api_key="sk").transcribe(_inputs(img.small_png()))
     assert (t.method, t.text) == ("primary", "Primary says a square.")
 
 
@@ -380,7 +380,7 @@ def test_chain_backup_after_a_failure_and_after_a_timeout(images_env):
     settings = _settings(images_env, vision_backup_model=f"openai/{BACKUP}", vision_timeout=0.5)
     images_env.script(VISION, DOWN, Hang(3.0))
     images_env.script(BACKUP, "Backup one.", "Backup two.")
-    chain = Transcriber(settings, api_key="sk")
+    chain = Transcriber(settings.vision, api_key="sk")
     assert [t.method for t in chain.transcribe(_inputs(img.small_png()))] == ["backup"]
     [t] = chain.transcribe(_inputs(img.small_png()))  # the primary hangs past its timeout
     assert (t.method, t.text) == ("backup", "Backup two.")
@@ -391,7 +391,7 @@ def test_chain_direct_bypasses_a_dead_gateway(images_env):
         update={"vision_api_base": _dead_base(), "vision_direct_api_base": images_env.fake.api_base}
     )
     images_env.script(VISION, "Direct route.")
-    [t] = Transcriber(settings, api_key="sk").transcribe(_inputs(img.small_png()))
+    [t] = Transcriber(settings.vision, api_key="sk").transcribe(_inputs(img.small_png()))
     assert (t.method, t.text) == ("direct", "Direct route.")
 
 
@@ -405,11 +405,11 @@ NEEDS_TESSERACT = pytest.mark.skipif(
 def test_chain_local_ocr_then_ocr_only_prompt(images_env):
     settings = _settings(images_env).model_copy(update={"ocr_languages": "eng"})
     images_env.script(VISION, DOWN)  # describing fails ...
-    [t] = Transcriber(settings, api_key="sk").transcribe(_inputs(img.screenshot()))
+    [t] = Transcriber(settings.vision, api_key="sk").transcribe(_inputs(img.screenshot()))
     assert t.method == "ocr" and "Invoice 4471" in t.text  # ... local Tesseract reads the text
 
     images_env.script(VISION, DOWN, "Total due 5 EUR")  # no text for OCR: the model's OCR-only prompt
-    [t] = Transcriber(settings, api_key="sk", ocr=lambda data, langs: "").transcribe(_inputs(img.small_png()))
+    [t] = Transcriber(settings.vision, api_key="sk", ocr=lambda data, langs: "").transcribe(_inputs(img.small_png()))
     assert t.method == "ocr_model" and "Total due 5 EUR" in t.text
     ocr_request = images_env.calls(VISION)[-1]["messages"][0]["content"][0]["text"]
     assert "Transcribe the text visible" in ocr_request
@@ -417,7 +417,7 @@ def test_chain_local_ocr_then_ocr_only_prompt(images_env):
 
 def test_chain_failed_batch_retries_each_image_alone(images_env):
     images_env.script(VISION, DOWN, "Alone one.", "Alone two.")
-    out = Transcriber(_settings(images_env), api_key="sk").transcribe(
+    out = Transcriber(_settings(images_env).vision, api_key="sk").transcribe(
         _inputs(img.small_png((1, 1, 1)), img.small_png((2, 2, 2)))
     )
     assert [(t.method, t.text) for t in out] == [("primary", "Alone one."), ("primary", "Alone two.")]
@@ -426,7 +426,7 @@ def test_chain_failed_batch_retries_each_image_alone(images_env):
 
 def test_total_failure_is_a_clear_placeholder_never_empty(images_env):
     images_env.script(VISION, *[DOWN] * 4)
-    [t] = Transcriber(_settings(images_env), api_key="sk").transcribe(_inputs(img.small_png()))
+    [t] = Transcriber(_settings(images_env).vision, api_key="sk").transcribe(_inputs(img.small_png()))
     assert t.method == "failed" and "could not be read" in t.text and "file_00000000000000000000" in t.text
     # in a turn: the placeholder is shown, nothing cached, so a later image_read may try again
     photo = images_env.upload("u1", "bad.png", img.small_png((4, 4, 4)))

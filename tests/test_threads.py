@@ -83,7 +83,7 @@ def test_a_reader_that_goes_away_leaves_the_turn_running_to_its_end():
 def images(store, tmp_path) -> TurnImages:
     files = FileStore(store.engine)
     return TurnImages(
-        settings=Settings(), store=store, files=files, counter=counter_for("gpt-4o-mini"), model="gpt-4o-mini"
+        settings=Settings().vision, store=store, files=files, counter=counter_for("gpt-4o-mini"), model="gpt-4o-mini"
     )
 
 

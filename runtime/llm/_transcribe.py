@@ -36,7 +36,7 @@ import structlog
 
 from errors import FileParseError, ModelCallError
 from prompts import render
-from runtime.config import Settings
+from runtime.config import VisionSettings
 from runtime.llm._image_encode import fit_image, open_image
 from runtime.llm._replier import LiteLLMReplier, RetryPolicy
 from runtime.messages import ImagePart, Message, Part, TextPart
@@ -75,11 +75,9 @@ class Transcript:
         return self.method != "failed"
 
 
-def batch_timeout(count: int, settings: Settings) -> float:
+def batch_timeout(count: int, settings: VisionSettings) -> float:
     """Seconds for a call with ``count`` images: base + per-image x (count - 1), capped."""
-    return min(
-        settings.vision_timeout_max, settings.vision_timeout + settings.vision_timeout_per_image * max(count - 1, 0)
-    )
+    return min(settings.timeout_max, settings.timeout + settings.timeout_per_image * max(count - 1, 0))
 
 
 def split_reply(text: str, count: int) -> list[str]:
@@ -108,7 +106,9 @@ class Transcriber:
         extra: more keyword arguments for ``litellm.completion`` (e.g. ``api_key``).
     """
 
-    def __init__(self, settings: Settings, *, ocr: Callable[[bytes, str], str] | None = None, **extra: Any) -> None:
+    def __init__(
+        self, settings: VisionSettings, *, ocr: Callable[[bytes, str], str] | None = None, **extra: Any
+    ) -> None:
         self.settings = settings
         self.ocr = ocr or tesseract_text
         self.extra = extra
@@ -118,12 +118,12 @@ class Transcriber:
         """``(step, model, api_base)`` of steps 1-3 that are configured."""
         s = self.settings
         routes: list[tuple[str, str, str | None]] = []
-        if s.vision_model:
-            routes.append(("primary", s.vision_model, s.vision_api_base or s.api_base))
-        if s.vision_backup_model:
-            routes.append(("backup", s.vision_backup_model, s.vision_api_base or s.api_base))
-        if s.vision_model and s.vision_direct_api_base:
-            routes.append(("direct", s.vision_model, s.vision_direct_api_base))
+        if s.model:
+            routes.append(("primary", s.model, s.api_base))
+        if s.backup_model:
+            routes.append(("backup", s.backup_model, s.api_base))
+        if s.model and s.direct_api_base:
+            routes.append(("direct", s.model, s.direct_api_base))
         return routes
 
     def _ask(

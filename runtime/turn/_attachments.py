@@ -16,7 +16,7 @@ from memory.files import FileStore, StoredFile
 from memory.store import Store, TurnFile
 from memory.tables import Turn
 from runtime.accounting import TokenCounter
-from runtime.config import Settings
+from runtime.config import FileSettings
 from runtime.context import (
     AssembledContext,
     AttachedFile,
@@ -66,7 +66,7 @@ def check_attachments(
     return list(files.get_many(list(attachments), user_id=user_id, session_id=session_id, with_extract=False).values())
 
 
-def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, settings: Settings) -> None:
+def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, settings: FileSettings) -> None:
     """Ask for the parses of new attachments (:meth:`ParseService.request`); wait (at most ``COMPANION_FILE_READ_WAIT`` seconds
     each) for small text files, so that the first turn can inline them."""
     if parses is None:
@@ -77,7 +77,7 @@ def warm(parses: ParseService | None, attached: Sequence[StoredFile], *, setting
         parses.request(stored.id)
         if is_text_mime(stored.mime) and stored.size_bytes <= UTF8_MAX_BYTES * settings.inline_file_chars:
             with parses.watch(stored.id) as handle:
-                handle.wait(settings.file_read_wait)
+                handle.wait(settings.read_wait)
 
 
 def attached(row: TurnFile) -> AttachedFile:
@@ -86,7 +86,7 @@ def attached(row: TurnFile) -> AttachedFile:
 
 
 def session_attachments(
-    store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: Settings, has_files: bool = True
+    store: Store, *, user_id: str, session_id: str, turns: list[Turn], settings: FileSettings, has_files: bool = True
 ) -> Gathered:
     """The attachment blocks of the user turns in ``turns``, the files of the session's
     rolled-out turns, and ``turns`` without echoed placeholders of deleted files. A read;
@@ -103,7 +103,7 @@ def session_attachments(
             continue
         blocks[turn.seq] = TurnBlocks(
             first=first_turn_block(files, inline_chars=settings.inline_file_chars),
-            folded=folded_block(files, preview_chars=settings.file_preview_chars),
+            folded=folded_block(files, preview_chars=settings.preview_chars),
             compact=compact_block(files),
             file_ids=tuple(f.file_id for f in files),
         )
@@ -130,13 +130,11 @@ def session_attachments(
 class FileTool:
     """``file_read`` as offered to the model: while a context shows any file, for one reply."""
 
-    def __init__(self, reader: FileReader | None, *, settings: Settings, counter: TokenCounter) -> None:
+    def __init__(self, reader: FileReader | None, *, settings: FileSettings, counter: TokenCounter) -> None:
         self.reader = reader
         self.settings = settings
         self.counter = counter
-        self.spec: dict[str, Any] = file_read_spec(
-            max_pages=settings.file_read_pages, max_chars=settings.file_read_chars
-        )
+        self.spec: dict[str, Any] = file_read_spec(max_pages=settings.read_pages, max_chars=settings.read_chars)
         self.tokens: int = spec_tokens(self.spec, counter)
         """Tokens the schema adds to a request that offers it."""
 
@@ -179,7 +177,7 @@ class AttachmentsExtension:
         store: Store,
         parses: ParseService | None,
         reader: FileReader | None,
-        settings: Settings,
+        settings: FileSettings,
         counter: TokenCounter,
     ) -> None:
         self.store = store

@@ -33,7 +33,7 @@ from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
 from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, CalibratedCounter, TokenCounter, correction
 from runtime.compaction import plan_rollout
-from runtime.config import Settings
+from runtime.config import RecallSettings, TurnSettings
 from runtime.context import (
     DEFAULT_USER_NAME,
     AssembledContext,
@@ -126,7 +126,8 @@ class ContextGatherer:
     def __init__(
         self,
         *,
-        settings: Settings,
+        recall: RecallSettings,
+        turns: TurnSettings,
         store: Store,
         embedder: Embedder,
         persona: Persona,
@@ -136,7 +137,8 @@ class ContextGatherer:
         window: int,
         extensions: Sequence[TurnExtension],
     ) -> None:
-        self.settings = settings
+        self.recall_settings = recall
+        self.turn_settings = turns
         self.store = store
         self.embedder = embedder
         self.persona = persona
@@ -146,10 +148,7 @@ class ContextGatherer:
         self.window = window
         self.extensions = list(extensions)
         self.recall_preset = RecallPreset(
-            limit=settings.recall_candidates,
-            pool=settings.recall_pool,
-            neighbours=settings.recall_neighbours,
-            session_cap=SESSION_CAP,
+            limit=recall.candidates, pool=recall.pool, neighbours=recall.neighbours, session_cap=SESSION_CAP
         )
         """The engine's recall settings: :data:`memory.recall.ENGINE_PRESET` at the default settings."""
 
@@ -184,8 +183,8 @@ class ContextGatherer:
         hidden = plan_rollout(
             stored,
             cap=budgets.recent,
-            target=self.settings.compaction_target,
-            keep_exchanges=self.settings.keep_exchanges,
+            target=self.turn_settings.compaction_target,
+            keep_exchanges=self.turn_settings.keep_exchanges,
         )
         out_of_view = sum(len(g) for g in hidden)
         reads = self.store.assembly.session(session_id, user_id=user_id, persona=self.persona.name)
@@ -304,7 +303,7 @@ class ContextGatherer:
                 query_embedding=query.recall_vector,
                 query_text=query.recall_text,
                 when=time_spans(query.text, now=query.asked_at),
-                vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.settings.recall_pool),
+                vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.recall_settings.pool),
                 # memory may also take what the persona, summary and retrieval leave idle
                 token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
                 exclude=Exclusion(session_id=session_id, from_seq=first_recent) if first_recent is not None else None,
@@ -381,16 +380,18 @@ class ContextGatherer:
             last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
             previous = [t.content for t in turns[:last_user]]
         depth = (
-            book.scan_depth if book is not None and book.scan_depth is not None else self.settings.lorebook_scan_depth
+            book.scan_depth
+            if book is not None and book.scan_depth is not None
+            else self.recall_settings.lorebook_scan_depth
         )
         fired = match_entries(book, Scan(current=query, previous=previous, depth=depth))
         hits = (
             self.store.knowledge.search(
                 persona=self.persona.name,
                 query_embedding=vector,
-                limit=self.settings.knowledge_chunks,
+                limit=self.recall_settings.knowledge_chunks,
             )
-            if knowledge and vector is not None and self.settings.knowledge_chunks > 0
+            if knowledge and vector is not None and self.recall_settings.knowledge_chunks > 0
             else []
         )
         return retrieval_items(fired, [_knowledge(h) for h in hits], char=char, user=name, macros=macros)

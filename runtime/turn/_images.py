@@ -43,7 +43,7 @@ from memory.store import Store
 from memory.tables import Turn, TurnState
 from prompts import render
 from runtime.accounting import TokenCounter
-from runtime.config import Settings
+from runtime.config import VisionSettings
 from runtime.context import (
     AssembledContext,
     AttachedFile,
@@ -117,7 +117,7 @@ class TurnImages:
     def __init__(
         self,
         *,
-        settings: Settings,
+        settings: VisionSettings,
         store: Store,
         files: FileStore | None,
         counter: TokenCounter,
@@ -128,7 +128,7 @@ class TurnImages:
         self.store = store
         self.files = files
         self.model = model
-        self.vision = sees_images(model, settings.vision_models)
+        self.vision = sees_images(model, settings.models)
         """True: pixels go to the reply model; False: transcripts do."""
         self.transcripts = store.transcripts
         self.transcriber = transcriber or Transcriber(settings)
@@ -289,7 +289,7 @@ class TurnImages:
     def pixel_limit(self) -> int:
         """Most pixel tokens the newest turn's images (and relayed generated ones) may take:
         :data:`PIXEL_SHARE` of the ``recent`` budget, so the message they come with always fits."""
-        return int(self.settings.scaled_budgets.recent * PIXEL_SHARE)
+        return int(self.settings.recent_cap * PIXEL_SHARE)
 
     @staticmethod
     def _first_vision(

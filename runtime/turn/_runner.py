@@ -41,7 +41,7 @@ from memory.tables import Turn, UserProfile
 from memory.validation import check_id
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
-from runtime.config import Settings
+from runtime.config import TurnSettings
 from runtime.context import summary_profile_facts, without_names
 from runtime.llm import Replier, Reply, Tools
 from runtime.summary_items import items_from_json
@@ -71,7 +71,7 @@ class TurnRunner:
     def __init__(
         self,
         *,
-        settings: Settings,
+        settings: TurnSettings,
         store: Store,
         files: FileStore | None,
         gatherer: ContextGatherer,
@@ -339,8 +339,8 @@ class TurnRunner:
         return TurnClaim(
             self.store,
             session_id,
-            lease_seconds=self.settings.turn_lease_seconds,
-            wait_seconds=self.settings.turn_wait_seconds,
+            lease_seconds=self.settings.lease_seconds,
+            wait_seconds=self.settings.wait_seconds,
             user_id=user_id,
         )
 

@@ -93,12 +93,12 @@ class EngineParts:
             store=store,
             parses=parses,
             reader=file_services.reader if file_services is not None else None,
-            settings=settings,
+            settings=settings.files,
             counter=counter,
         )
         self.file_tool = attachments.file_tool
         self.images = TurnImages(
-            settings=settings,
+            settings=settings.vision,
             store=store,
             files=files,
             counter=counter,
@@ -119,7 +119,8 @@ class EngineParts:
         )
         self.budgets, self.window = settings.scaled_budgets, settings.window
         self.gatherer = ContextGatherer(
-            settings=settings,
+            recall=settings.recall,
+            turns=settings.turns,
             store=store,
             embedder=embedder,
             persona=persona,
@@ -130,7 +131,7 @@ class EngineParts:
             extensions=extensions,
         )
         self.runner = TurnRunner(
-            settings=settings,
+            settings=settings.turns,
             store=store,
             files=files,
             gatherer=self.gatherer,
