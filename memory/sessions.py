@@ -62,15 +62,16 @@ def closed_error(session_id: str, closed_at: datetime) -> SessionClosedError:
     )
 
 
+_LIVE_CLAIM = "turn_owner IS NOT NULL AND turn_claimed_at >= now() - make_interval(secs => :lease)"
+"""The one rule for a claim that still holds its session: an owner, claimed within ``:lease`` seconds."""
+
 _CLAIM = text(
     "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
-    "WHERE id = :s AND closed_at IS NULL AND (turn_owner IS NULL "
-    "OR turn_claimed_at < now() - make_interval(secs => :lease)) "
+    f"WHERE id = :s AND closed_at IS NULL AND NOT ({_LIVE_CLAIM}) "
     "AND (CAST(:u AS text) IS NULL OR user_id = :u) RETURNING user_id, "
     "EXISTS (SELECT 1 FROM compaction_state AS c WHERE c.session_id = sessions.id "
     "AND c.breaker_opened_at IS NOT NULL)"
 )
-_LIVE_CLAIM = "turn_owner IS NOT NULL AND turn_claimed_at >= now() - make_interval(secs => :lease)"
 """A claim that holds: set, and younger than the lease (``:lease`` seconds). The one copy of the
 rule; :data:`_CLAIM` takes a session whose claim does not hold."""
 _IDLE = text(

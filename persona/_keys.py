@@ -99,11 +99,6 @@ def normalize(text: str) -> str:
     return unicodedata.normalize(NORMAL_FORM, text)
 
 
-def is_regex_key(key: str) -> bool:
-    """True if ``key`` is written ``/pattern/flags``."""
-    return _REGEX_KEY.match(key.strip()) is not None
-
-
 def compile_key(
     key: str, *, case_sensitive: bool = False, whole_words: bool = True, regex_allowed: bool = True
 ) -> CompiledKey:

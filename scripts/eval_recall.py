@@ -44,7 +44,7 @@ whose vectors compose the keys, as the runtime embeds a message; full text keeps
 instead of ``User``), ``diversity`` (at most ``--session-cap`` hits of one conversation
 day before other days'). ``none`` turns all off. ``--embedder use`` measures the
 multilingual Universal Sentence Encoder instead of all-MiniLM-L6-v2 (needs the ``eval``
-extra); ``--embedder e5`` multilingual-e5-small (4-bit, :class:`memory.embeddings.E5Embedder`,
+extra); ``--embedder e5`` multilingual-e5-small (4-bit, :class:`eval_embedders.E5Embedder`,
 the ``eval`` extra too), questions always with e5's ``"query: "`` prefix and the archived turns
 (``--e5-keys``) with ``"query: "`` too (``query``: each turn embedded once, its vector both a
 query and a key's part, as the runtime embeds) or with ``"passage: "`` (e5's retrieval
@@ -237,14 +237,14 @@ def _embedders(name: str, cache: Path | None, e5_keys: str = "query"):
         return CachedEmbedder(inner, cache / f"{file}.pkl") if cache else inner
 
     if name == "e5":
-        from memory.embeddings import E5Embedder
+        from eval_embedders import E5Embedder
 
         questions = cached(E5Embedder(prefix="query"), "e5-query")
         if e5_keys == "query":
             return questions, questions
         return cached(E5Embedder(prefix="passage"), "e5-passage"), questions
     if name == "use":
-        from memory.embeddings import UniversalSentenceEncoderEmbedder
+        from eval_embedders import UniversalSentenceEncoderEmbedder
 
         inner = UniversalSentenceEncoderEmbedder()
     else:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from errors import ConfigurationError
-from memory.embeddings import E5Embedder
+from scripts.eval_embedders import E5Embedder
 
 
 def _dot(a: list[float], b: list[float]) -> float:

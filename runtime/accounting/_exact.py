@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from errors import UncountableContentError
-from runtime._offline import bundled_model_entry, litellm_tokenizer_dir, load_litellm, load_tiktoken
+from runtime._offline import bundled_model_entry, litellm_tokenizer_dir, load_tiktoken, model_info, quietly
 from runtime.accounting._estimator import ConservativeEstimator
 from runtime.accounting._framing import TokenCounter
 from runtime.accounting._media import (
@@ -128,18 +128,6 @@ def _estimator() -> ConservativeEstimator:
 _OPENAI_PROVIDERS = frozenset({"openai", "azure", "text-completion-openai", "azure_text", "openai_like"})
 
 
-def _quiet(call: Callable[[], Any]) -> Any:
-    """Run a litellm lookup with its debug printing off (it prints a provider list on failure)."""
-    litellm = load_litellm()
-
-    previous = litellm.suppress_debug_info
-    litellm.suppress_debug_info = True
-    try:
-        return call()
-    finally:
-        litellm.suppress_debug_info = previous
-
-
 _ASK_LITELLM = "ask litellm"
 
 
@@ -190,17 +178,15 @@ def tokenizer_kind(model: str | None) -> str | None:
     bundled = _bundled_tokenizer_kind(model)
     if bundled is not _ASK_LITELLM:
         return bundled
-    litellm = load_litellm()
-
     provider: str | None = None
     name = model
-    try:
-        info = _quiet(lambda: litellm.get_model_info(model))
+    info = model_info(model)
+    if info is not None:
         provider = info.get("litellm_provider")
         name = info.get("key") or model
-    except Exception:
+    else:
         try:
-            name, provider, *_ = _quiet(lambda: litellm.get_llm_provider(model))
+            name, provider, *_ = quietly(lambda litellm: litellm.get_llm_provider(model))
         except Exception:
             provider = None
     if provider == "deepseek":

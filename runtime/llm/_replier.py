@@ -46,7 +46,7 @@ from errors import (
     ModelUnavailableError,
     UnknownModelError,
 )
-from runtime._offline import bundled_model_entry, load_litellm
+from runtime._offline import bundled_model_entry, load_litellm, model_info
 from runtime.llm._errors import map_model_error
 from runtime.messages import to_openai
 
@@ -185,20 +185,13 @@ def model_window(model: str) -> int:
     bundled = (entry.get("max_input_tokens") or entry.get("max_tokens")) if entry is not None else None
     if isinstance(bundled, int) and bundled > 0:
         return bundled
-    litellm = load_litellm()
-
-    previous = litellm.suppress_debug_info
-    litellm.suppress_debug_info = True
-    try:
-        info = litellm.get_model_info(model)
-    except Exception as exc:  # litellm raises ModelNotMappedError, or a bare Exception in older versions
+    info = model_info(model)
+    if info is None:
         raise UnknownModelError(
             f"litellm does not know the context window of {model!r}. Set COMPANION_CONTEXT_WINDOW to the "
             "model's window in tokens (e.g. vLLM's --max-model-len, Ollama's num_ctx, llama.cpp's --ctx-size).",
             model=model,
-        ) from exc
-    finally:
-        litellm.suppress_debug_info = previous
+        )
     window = info.get("max_input_tokens") or info.get("max_tokens")
     if not window:
         raise UnknownModelError(

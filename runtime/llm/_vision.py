@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from runtime._offline import bundled_model_entry, load_litellm
+from runtime._offline import bundled_model_entry, model_info
 from runtime.accounting import anthropic_image_tokens, openai_image_tokens
 
 VISION_FAMILIES = (
@@ -97,16 +97,8 @@ def catalog_says(model: str) -> bool | None:
     bundled = entry.get("supports_vision") if entry is not None else None
     if isinstance(bundled, bool):
         return bundled
-    litellm = load_litellm()
-
-    previous = litellm.suppress_debug_info
-    litellm.suppress_debug_info = True
-    try:
-        stated = litellm.get_model_info(model=model).get("supports_vision")
-    except Exception:  # an unmapped model: the catalog does not know it
-        return None
-    finally:
-        litellm.suppress_debug_info = previous
+    info = model_info(model)  # None: an unmapped model, the catalog does not know it
+    stated = info.get("supports_vision") if info is not None else None
     return stated if isinstance(stated, bool) else None
 
 
