@@ -7,10 +7,7 @@ what each segment's key is.
 
 The choice, one segment per turn keyed by the turn with the turn before and after it
 (:data:`UNIT`, :data:`KEY`), was made by ``scripts/eval_recall.py`` on LoCoMo evidence
-recall at fixed token budgets (retrieval only, hybrid recall, 7 conversations,
-categories 1–4, at 1,000 / 2,000 tokens): one segment per exchange 64.4 / 74.0 %; per
-turn keyed by itself 65.2 / 73.0; keyed with the turn before 67.7 / 76.6; with the
-turns before and after 69.6 / 76.8 (all without neighbour expansion). Small segments
+recall at fixed token budgets (``docs/decisions/measurements.md#archive-segments-and-keys``). Small segments
 waste less budget on turns that are not the evidence; the surrounding turns give a
 short reply ("Yes, last May!") the topic it answers. The other layouts stay available
 to that script through :func:`segment_exchanges`.
@@ -45,10 +42,8 @@ KEY: Key = "window"
 """The key :func:`build_segments` uses."""
 WEIGHTING: Weighting = "centre2"
 """How the runtime composes a key's vector from its turns' vectors (:func:`key_vectors`), chosen
-by ``scripts/eval_recall.py --compose`` on the tuning splits at 1,000 / 2,000 tokens: LoCoMo
-71.6 / 81.2 % (the embedded window text 71.5 / 80.2), MemoryBank Chinese with the haystack
-96.3 / 98.1 (94.4 / 98.1); the token-weighted compositions lost 2 Chinese evidence turns at
-1,000 (``docs/evaluation.md``)."""
+by ``scripts/eval_recall.py --compose`` on the tuning splits
+(``docs/decisions/measurements.md#composed-keys``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,9 +81,7 @@ def build_segments(
             that names the user ("What did Caroline paint?") matches their lines by
             embedding and full text; ``None`` labels them :data:`USER_LABEL`. The
             runtime passes ``None``: on the tuning split the name did not pay
-            (``scripts/eval_recall.py --components dates,names``; LoCoMo 71.6 → 70.9 %
-            at 1,000 tokens and 80.2 → 78.5 % at 2,000; MemoryBank Chinese, with jieba
-            words, 96.3 % at 500 tokens either way).
+            (``docs/decisions/measurements.md#the-users-name-in-keys``).
     """
     return segment_exchanges(exchanges, assistant_name=assistant_name, user_name=user_name, unit=UNIT, key=KEY)
 

@@ -26,11 +26,9 @@ most recent occurrence before today. Seasons are the meteorological ones of the 
 hemisphere (spring March–May, summer June–August, autumn September–November, winter
 December–February).
 
-This is our own small parser because ``dateparser`` 1.5 (measured on the phrases above)
-reads "5月3号" on 2023-05-20 as 2022-12-20, "在5月2日" as 2023-10-22, "上周六" as the
-whole of last week and "last May" as this month, and its ``search_dates`` takes 1–225 ms
-per message; this one takes tens of microseconds (``tests/test_recall.py`` pins its
-readings).
+This is our own small parser: ``dateparser`` misread these phrases and was slow
+(``docs/decisions/measurements.md#our-own-date-parser``); ``tests/test_recall.py`` pins its
+readings.
 """
 
 from __future__ import annotations

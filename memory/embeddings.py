@@ -42,10 +42,8 @@ if TYPE_CHECKING:
 BUNDLED_NAMES = {"all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 BUNDLED_LABEL = "all-MiniLM-L6-v2"
 ENCODE_BATCH = 8
-"""Texts per forward pass inside one :meth:`SentenceTransformerEmbedder.embed` call. Measured with
-all-MiniLM-L6-v2 on one torch thread, 128 conversation texts (queries and three-turn keys), CPU
-time per text: 46 ms one at a time, 58 ms in passes of 8, 81 ms of 32, 95 ms of 64 (larger
-passes pad more and leave the cache); 8 keeps most of that while batching concurrent queries."""
+"""Texts per forward pass inside one :meth:`SentenceTransformerEmbedder.embed` call (why 8:
+``docs/decisions/measurements.md#embedding-passes``)."""
 
 
 class Embedder(Protocol):
@@ -204,9 +202,8 @@ def freeze_heap() -> None:
 
     Called once the model is loaded: torch, transformers and the model add about 400,000
     long-lived objects to the runtime's 100,000, and each full collection walked them all, a
-    pause of 0.3-0.8 s in whichever turn allocated the object that set it off (measured on a
-    2-core machine under a load of 4-5; ``scripts/bench_turn.py`` saw one of 295 ms in a turn).
-    Objects frozen this way are still freed when their last reference goes; only a reference
+    pause in whichever turn allocated the object that set it off
+    (``docs/decisions/measurements.md#a-frozen-heap``). Objects frozen this way are still freed when their last reference goes; only a reference
     cycle among them would never be collected, which is why the garbage is collected first."""
     gc.collect()
     gc.freeze()

@@ -8,10 +8,8 @@ sentence-transformers' to within 1e-6 per component (a test checks English, Chin
 emoji, the empty text and a text cut at the model's ``max_seq_length``), so an archive
 embedded by either is searched by the other without a re-embed.
 
-What it saves (measured on a shared 2-core machine, one thread each,
-``scripts/bench_embedder_models.py --models minilm,minilm-onnx``): importing torch and
-sentence-transformers, 3-8 s of every process that embeds; and two thirds of a one-text
-query's CPU time (4.5 against 14.5 ms). A batch of 32 texts costs about the same on either.
+What it saves: importing torch and sentence-transformers in every process that embeds, and
+most of a one-text query's CPU time (``docs/decisions/measurements.md#onnx-runtime``).
 
 The ONNX graph is exported from the model folder's weights with torch (``torch.onnx``) the
 first time a model is used on a machine, under a file lock so that concurrent processes

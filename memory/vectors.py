@@ -1,8 +1,7 @@
 """Vectors sent to PostgreSQL in pgvector's binary format.
 
 pgvector's SQLAlchemy type (``pgvector.sqlalchemy.Vector``) sends every vector as text: each
-of its 384 components printed as a decimal number (about 0.23 ms a vector in Python) and
-parsed back by the server. :class:`Vector` sends the same vector as pgvector's binary input
+of its 384 components printed as a decimal number and parsed back by the server. :class:`Vector` sends the same vector as pgvector's binary input
 (``vector_recv``: a 2-byte dimension, 2 bytes unused, then big-endian 4-byte floats), packed
 by :class:`pgvector.Vector`.
 

@@ -57,8 +57,7 @@ NORMAL_FORM: Final = "NFKC"
 
 REGEX_TIMEOUT_S = 0.02
 """Longest one regex key may search one scanned text, seconds. The ``regex`` package checks the
-limit now and then, not exactly: a runaway search measured 0.06-0.12 s with this limit on a busy
-machine (a sound key searches a few thousand words in well under a millisecond)."""
+limit now and then, not exactly (``docs/decisions/measurements.md#regex-key-timeout``)."""
 
 _NOSPACE = (
     r"\p{Line_Break=Ideographic}\p{Line_Break=Complex_Context}"

@@ -333,11 +333,7 @@ class Settings(_EnvironmentSettings):
     embed_threads: Annotated[int | None, AfterValidator(_zero_is_none)] = Field(1, ge=0, le=256)
     """``COMPANION_EMBED_THREADS``: the embedder's intra-op threads (ONNX Runtime's session option,
     or torch's process-wide ``torch.set_num_threads``, set when the model loads); ``None`` (0) leaves
-    the backend's default, one per core.
-    1 by measurement (``docs/settings.md``): with torch on a shared 2-core machine one query
-    embedding took 34-67 ms with one thread against 0.6-1.2 s with the default; with ONNX
-    Runtime a replay was faster with one (its turns use the other core); concurrent turns are
-    batched anyway."""
+    the backend's default, one per core. Why 1: ``docs/decisions/measurements.md#embedder-threads``."""
     embed_backend: Annotated[Literal["auto", "onnx", "torch"], BeforeValidator(_lower)] = "auto"
     """``COMPANION_EMBED_BACKEND``: what runs the embedding model. ``onnx``: ONNX Runtime, the graph
     exported from the model's weights once per machine into ``model_cache_dir``, the bundled

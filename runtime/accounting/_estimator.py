@@ -305,57 +305,12 @@ ESTIMATOR_PRICES: dict[str, float] = {
     "punctuation_repeats": 0.200,  # per mark that repeats the one before it ("]]]]", quotes): up to 1/2 token each
     "letters_between_marks": 1.000,  # per letter of a 1-2 letter run between two marks: a bound (see below)
 }
-"""Tokens per unit of each :data:`FEATURES` count for ASCII text, used by :class:`ConservativeEstimator`.
-
-Where the numbers come from, in two steps. First a linear program (``scipy.optimize.linprog``)
-chose the prices that minimise the summed estimate / actual ratio subject to estimate >= actual
-for every training text, where "actual" is the largest of the cl100k_base, o200k_base and
-DeepSeek counts. Training texts: MemoryBank-CN and LoCoMo messages, the generated JSON, Python
-and emoji corpora of ``scripts/bench_tokens.py`` (seed 20240601), chunks of the CPython 3.11
-standard library and of installed packages' sources (litellm, rich), and litellm's model-price
-JSON. The fitted prices were multiplied by 1.05, 1 was added to ``text``, and each was rounded
-up to 0.001. That table undercounted one random ASCII string in 400 to 1,000 (letters among
-punctuation marks) and nearly every list of space-separated digits. So ``space_digit`` (0.506:
-the bound below, 0.481, with the margin) and ``spaces_digit`` (1.000) were set from the bound,
-and a second program, ``scripts/fit_estimator.py --raise-only``, raised the other prices, none
-lowered, until 40,000 generated texts of each kind (ASCII soup over four alphabets, mixtures of
-character classes) were overestimated by a token or more; the rises were multiplied by 1.05.
-Run on this table, that command returns it unchanged. (Without ``--raise-only`` the script
-refits from scratch, with the generated texts and 0.5 added to ``text``: a different table.) In
-prose an ASCII word costs about ``space_runs + letters * lower`` (0.52 + 0.15 per letter); JSON
-and code are priced denser through the punctuation, adjacency and indentation counts.
-
-Three prices are bounds rather than fits. ``digit``: cl100k_base, o200k_base and DeepSeek all cut
-digit runs into groups of at most three (their pre-tokenizers' ``\\p{N}{1,3}``) and encode every
-1-3 digit group as one token (checked in the tests), so a run of ``n`` digits costs at most
-``ceil(n / 3) <= n / 3 + 2 / 3 < 0.334 n + 0.763`` tokens. ``space_digit``: their pre-tokenizers
-join a space to a following letter or mark but never to a digit, so a space before a digit is a
-token alone; and before a digit, cl100k_base and o200k_base end a run of 2 to about 80 spaces
-one space early, so the run is two tokens (both checked in the tests, for runs of up to 16
-spaces; ``double_spaces`` pays for longer runs): ``space_runs + space_digit >= 1`` and
-``space_runs + space_digit + spaces_digit >= 2``. ``control``: one byte, one token at most.
-
-``letters_between_marks`` is a bound too, set after a property test found ``Xa"B`Xa"B``
-(9 tokens in DeepSeek's and Anthropic's tokenizers, one a character; estimated 8 without it).
-The pre-tokenizers join at most one mark to the letters after it, so a run of one or two
-letters between marks is its own piece with the mark before it, and in the worst case every
-character of it is a token: a lower-case letter after a quote was priced 0.368 + 0.583 (the
-mark and its run) + 0.146 + 0.119 = 1.216 for two tokens, an upper-case pair after a quote
-1.562 for three. One more token per such letter covers every case with a margin; prose has
-almost none of them, and in code (``a.b``, ``x[i]``, ``{"a":``) each costs at most a token
-more than it needs.
-
-Known limits, measured: texts made only of words of one to three characters, letters or a
-letter and a digit ("a b c", "I am so", "x1 y2 z3", chess moves), cost a token a word or more,
-more than ``space_runs`` and their characters (ratio about 0.85 for letters); prose mixes them
-with longer words, which the prices overestimate. Short soup of letters and digits repeated
-(``dsA9YdgRbtec`` three times: 26 tokens in DeepSeek's tokenizer, estimated 24) is undercounted
-too: one text in 20,000 random mixtures of character classes (the tests' strategy) was.
-
-Characters outside ASCII are not priced by this table (the non-ASCII class counts of
-:data:`FEATURES` have no price): the fit saw only a few of them, so
-:class:`ConservativeEstimator` prices them by the byte-level bound instead (see there).
-"""
+"""Tokens per unit of each :data:`FEATURES` count for ASCII text, used by
+:class:`ConservativeEstimator`: fitted by a linear program so that the estimate is not under the
+largest of the cl100k_base, o200k_base and DeepSeek counts of any training text, then raised where
+the tests' adversarial texts found an undercount. Characters outside ASCII are not priced here
+(:func:`non_ascii_bound` bounds them). How each price was fitted, the texts, and the known limits:
+``docs/decisions/estimator.md``."""
 
 RARE_LETTER_PAIRS = (
     "b[fghknpqvwxz]|c[bfgjnqvwxz]|d[kqxz]|f[bcdghjkmnpqvwxz]|g[bcdfjkpqvwxz]|h[cfghjkpqvxz]|"

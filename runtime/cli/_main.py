@@ -132,9 +132,8 @@ def _skip_final_collection() -> None:
     """At this process's exit (an ``atexit`` hook; the others, the embedded server's stop among
     them, still run), move every object into the collector's permanent generation
     (:func:`gc.freeze`): the interpreter's last full collection then skips them, and the
-    operating system frees the memory. That collection frees each module's reference cycles one
-    by one and took about 0.5 s of ``companion inspect``'s 2.3 s (SQLAlchemy, pydantic, the
-    tokenizer and the model map loaded). Python does not promise to run ``__del__`` for objects
+    operating system frees the memory (``docs/decisions/measurements.md#the-last-collection-at-exit``).
+    Python does not promise to run ``__del__`` for objects
     still alive at exit; the standard streams are flushed as before. Registered once per process."""
     atexit.register(gc.freeze)
 

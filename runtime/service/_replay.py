@@ -361,7 +361,7 @@ def replay_conversation(
 def _ahead_texts(conv: Conversation, names: list[str]) -> list[list[str]]:
     """The texts the replay of ``conv`` will embed, per :data:`PREFETCH_TURNS` turns: each turn's
     text, once, shortest first (the model's passes then join texts of about one length and pad
-    little: 28 % less model CPU time on LoCoMo conv-26). A user turn's (without the speakers'
+    little, ``docs/decisions/measurements.md#replay-embeds-ahead``). A user turn's (without the speakers'
     ``names``, :func:`memory.recall.without_names`) is its recall query, stored with it; the others' are
     embedded by the compaction that archives them; archive keys and enriched queries are composed
     from these vectors (:func:`memory.archive.key_vectors`), so nothing else is embedded."""
@@ -460,8 +460,8 @@ def _track(report: ReplayReport, context) -> None:
 
 EVALUATE_THREADS = 2
 """Threads :func:`_evaluate` assembles questions' contexts on. Each assembly is a read that waits
-on PostgreSQL for much of its time, so a second thread works while the first waits: 2 measured
-faster than 1 on a 2-core machine (docs/evaluation.md). The figures do not depend on it: every
+on PostgreSQL for much of its time, so a second thread works while the first waits
+(``docs/decisions/measurements.md#evaluation-threads``). The figures do not depend on it: every
 question's context is assembled from the same stored state, and the counts are sums."""
 
 
