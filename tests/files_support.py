@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterator
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from memory.files import FileStore
 from runtime.files import ParseService
@@ -50,3 +53,14 @@ def parses(files, parser):
     yield svc
     parser.gate.set()
     svc.close()
+
+
+@pytest.fixture
+def parse_log() -> Iterator[Callable[[str], int]]:
+    """How many events of a name the parse service logged during the test: its production log
+    (``file.parse.claimed``, ``file.parse.pool_started``, ``file.watch.started``), not a counter
+    kept for tests."""
+    structlog.reset_defaults()
+    with capture_logs() as captured:
+        yield lambda name: sum(1 for e in captured if e["event"] == name)
+    structlog.reset_defaults()

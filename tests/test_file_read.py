@@ -11,7 +11,7 @@ from memory.files import FileStore
 from runtime.files import FileReader, ParseService, WindowLimits, read_window
 from runtime.parsing import serialize
 from tests import file_fixtures as F
-from tests.files_support import LONG, GatedParser, files, parser, parses  # noqa: F401  (fixtures)
+from tests.files_support import LONG, GatedParser, files, parse_log, parser, parses  # noqa: F401  (fixtures)
 
 
 def numbered_extract(pages: int, chars: int = 200, word_on: dict[int, str] | None = None) -> str:
@@ -176,7 +176,7 @@ def test_finished_parse_without_text_says_why(files, parses, parser, name, make,
         assert "password" in result
 
 
-def test_unknown_and_foreign_ids_fail_at_once_without_waiting(files, parses, parser):
+def test_unknown_and_foreign_ids_fail_at_once_without_waiting(files, parses, parser, parse_log):
     theirs = files.add(user_id="u2", name="book.pdf", data=F.book_pdf())  # pending, parser gated
     reader = FileReader(files, parses, wait_seconds=LONG)
     with pytest.raises(FileNotFound):
@@ -185,7 +185,7 @@ def test_unknown_and_foreign_ids_fail_at_once_without_waiting(files, parses, par
         reader.file_read(theirs.id, "u1")
     with pytest.raises(FileInputError):
         reader.file_read(theirs.id, "u2", start_page=0)
-    assert parses.watches_started == 0 and parser.calls == 0
+    assert parse_log("file.watch.started") == 0 and parser.calls == 0
 
 
 def test_focus_searches_the_body_before_the_front_matter(files, parses, parser):

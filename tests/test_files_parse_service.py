@@ -9,7 +9,7 @@ import pytest
 
 from runtime.files import ParseService
 from tests import file_fixtures as F
-from tests.files_support import LONG, files, parser  # noqa: F401  (fixtures)
+from tests.files_support import LONG, files, parse_log, parser  # noqa: F401  (fixtures)
 from tests.files_support import parses as service  # noqa: F401  (fixture)
 
 
@@ -45,7 +45,7 @@ def test_parse_ends_in_an_explicit_state(files, name, make, state, pages):
         assert f"--- page {pages} ---\n" in done.extract and f"--- page {pages + 1} ---" not in done.extract
 
 
-def test_three_concurrent_waiters_trigger_one_parse_and_share_one_watch(files, service, parser):
+def test_three_concurrent_waiters_trigger_one_parse_and_share_one_watch(files, service, parser, parse_log):
     stored = files.add(user_id="u1", name="book.pdf", data=F.book_pdf())
     results: list[str | None] = []
     registered = threading.Barrier(4)
@@ -66,8 +66,8 @@ def test_three_concurrent_waiters_trigger_one_parse_and_share_one_watch(files, s
         t.join(LONG)
     assert results == ["ready", "ready", "ready"]
     assert parser.calls == 1
-    assert service.parses_started == 1
-    assert service.watches_started == 1
+    assert parse_log("file.parse.claimed") == 1
+    assert parse_log("file.watch.started") == 1
 
 
 def test_cancelling_one_waiter_leaves_the_others_waiting(files, service, parser):
@@ -142,7 +142,9 @@ def test_an_edit_during_a_parse_drops_the_stale_result_and_parses_the_new_bytes(
     assert parser.calls == 2
 
 
-def test_opening_a_runtime_parses_the_files_a_stopped_process_left_pending(files, db_url, embedder, tmp_path):
+def test_opening_a_runtime_parses_the_files_a_stopped_process_left_pending(
+    files, db_url, embedder, tmp_path, parse_log
+):
     from runtime.config import Settings
     from runtime.service import Database, open_engine
 
@@ -153,7 +155,7 @@ def test_opening_a_runtime_parses_the_files_a_stopped_process_left_pending(files
         settings, with_model=False, embedder=embedder, database=Database(db_url, files.engine, embedded=False)
     )
     try:
-        assert engine.file_services.parses.parses_started == 1  # started by opening, not by a wait
+        assert parse_log("file.parse.claimed") == 1  # started by opening, not by a wait
         assert engine.file_services.parses.wait(stored.id, LONG) == "ready"
     finally:
         engine.file_services.close()
@@ -175,7 +177,7 @@ def _children() -> set[int]:
     return found
 
 
-def test_the_parse_subprocesses_start_on_the_first_parse_not_when_the_services_open(store):
+def test_the_parse_subprocesses_start_on_the_first_parse_not_when_the_services_open(store, parse_log):
     """A process that opens the file services without parsing (a CLI command) starts no subprocess."""
     from runtime.config import Settings
     from runtime.files import open_file_services
@@ -183,9 +185,9 @@ def test_the_parse_subprocesses_start_on_the_first_parse_not_when_the_services_o
     before = _children()
     services = open_file_services(Settings(database_url="unused"), store.engine)
     try:
-        assert _children() == before and not services.parses.pool_started
+        assert _children() == before and parse_log("file.parse.pool_started") == 0
         stored = services.upload(user_id="u1", name="book.pdf", data=F.book_pdf())
         assert services.parses.wait(stored.id, LONG) == "ready"
-        assert services.parses.pool_started  # started by the parse (its workers exit after each file)
+        assert parse_log("file.parse.pool_started") == 1  # started by the parse (its workers exit after each file)
     finally:
         services.close()

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from memory.tables import utcnow
 from runtime.files import ParseService
 from tests import hostile_files as H
-from tests.files_support import LONG, files  # noqa: F401  (fixture)
+from tests.files_support import LONG, files, parse_log  # noqa: F401  (fixtures)
 
 SLOW_XLSX_STRINGS = 1_000_000
 """An XLSX this many shared strings: tens of seconds of CPU for openpyxl, under every unpack limit."""
@@ -52,7 +52,7 @@ def test_one_users_hostile_files_do_not_hold_every_worker(files):
         assert [files.state(f.id) for f in hostile[1:]] == ["parsing", "parsing"]  # claimed, queued or running
 
 
-def test_a_file_that_kills_its_parser_twice_is_marked_failed_not_parsed_again(files):
+def test_a_file_that_kills_its_parser_twice_is_marked_failed_not_parsed_again(files, parse_log):
     stored = files.add(user_id="u1", name="note.txt", data=b"text that once killed a parser")
     with files.engine.begin() as db:  # two claims went stale: their processes died under them
         db.execute(
@@ -61,7 +61,7 @@ def test_a_file_that_kills_its_parser_twice_is_marked_failed_not_parsed_again(fi
         )
     with ParseService(files) as svc:
         assert svc.submit(stored.id) is None
-        assert svc.parses_started == 0
+        assert parse_log("file.parse.claimed") == 0
     failed = files.get(stored.id, user_id="u1")
     assert failed.parse_state == "failed" and "not tried again" in failed.parse_error
 

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import structlog
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from runtime.config import Settings
 from runtime.files import open_file_services
@@ -23,26 +25,34 @@ def _jobs(engine) -> list[tuple[str, str, str]]:
         ]
 
 
+def _events(captured: list[dict], name: str) -> int:
+    """How many ``name`` events the service logged (its production log, not a test counter)."""
+    return sum(1 for e in captured if e["event"] == name)
+
+
 def test_an_upload_defers_one_parse_job_that_a_worker_runs(store, embedder):
+    structlog.reset_defaults()
     settings = Settings(database_url="unused")
     uploads = open_file_services(settings, store.engine, queue=QueuedParses(store.engine))
     worker_services = open_file_services(settings, store.engine)  # another process's, in effect
     try:
         data = F.book_pdf()
-        stored = uploads.upload(user_id="u1", name="book.pdf", data=data)
-        again = uploads.upload(user_id="u1", name="book.pdf", data=data)  # same bytes: same file
-        assert again.id == stored.id
-        assert uploads.parses.wait(stored.id, 0.5) == "pending"  # a wait asks, it does not parse here
-        assert uploads.parses.parses_started == 0 and not uploads.parses.pool_started
+        with capture_logs() as uploading:
+            stored = uploads.upload(user_id="u1", name="book.pdf", data=data)
+            again = uploads.upload(user_id="u1", name="book.pdf", data=data)  # same bytes: same file
+            assert again.id == stored.id
+            assert uploads.parses.wait(stored.id, 0.5) == "pending"  # a wait asks, it does not parse here
+        assert _events(uploading, "file.parse.claimed") == 0 and _events(uploading, "file.parse.pool_started") == 0
         assert _jobs(store.engine) == [("parse:parse_file", stored.id, "todo")]  # one job however often asked
 
         worker = Engine(
             settings=settings, store=store, embedder=embedder, persona=PERSONA, file_services=worker_services
         )
-        drain(worker)
+        with capture_logs() as working:
+            drain(worker)
         done = uploads.files.get(stored.id, user_id="u1")
         assert (done.parse_state, done.page_count) == ("ready", 8)
-        assert worker_services.parses.parses_started == 1 and worker_services.parses.pool_started  # isolated
+        assert _events(working, "file.parse.claimed") == 1 and _events(working, "file.parse.pool_started") == 1
         assert _jobs(store.engine) == []  # done jobs are deleted
         assert uploads.reader.file_read(stored.id, "u1", start_page=1, max_pages=1)
     finally:

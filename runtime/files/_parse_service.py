@@ -179,10 +179,6 @@ class ParseService:
         self._lock = threading.Lock()
         self._futures: dict[str, Future] = {}
         self._watches: dict[str, _Watch] = {}
-        self.parses_started = 0
-        """Parses this service has run or is running (one per file, however many waited)."""
-        self.watches_started = 0
-        """Shared watches started (one per file while anyone waits on it)."""
 
     # -- parsing --------------------------------------------------------------------
     def submit(self, file_id: str) -> Future | None:
@@ -200,7 +196,7 @@ class ParseService:
                 return running
             if not self.files.claim_parse(file_id):
                 return None
-            self.parses_started += 1
+            log.info("file.parse.claimed", file_id=file_id)  # one per file, however many waited
             owner = self.files.owner(file_id) or ""
             future: Future = Future()
             self._futures[file_id] = future
@@ -339,11 +335,6 @@ class ParseService:
         )
         return state
 
-    @property
-    def pool_started(self) -> bool:
-        """True once the parse subprocess pool has started (the first isolated parse starts it)."""
-        return self._pool is not None
-
     def _process_pool(self) -> Any:
         """The parse subprocess pool, started on first use (a process that never parses, such as
         a CLI command, never starts it).
@@ -420,7 +411,7 @@ class ParseService:
             if watch is None:
                 watch = _Watch(file_id, state=self.files.state(file_id))
                 self._watches[file_id] = watch
-                self.watches_started += 1
+                log.debug("file.watch.started", file_id=file_id)  # one per file while anyone waits on it
                 watch.thread = threading.Thread(
                     target=self._poll, args=(watch,), name=f"companion-watch-{file_id}", daemon=True
                 )
