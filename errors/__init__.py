@@ -30,6 +30,7 @@ follows the branch, :mod:`runtime.cli`).
     │   ├── SessionOwnershipError   the session id belongs to another user
     │   ├── SessionClosedError      the session was closed; it takes no new turns
     │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
+    │   ├── TurnsChangedError       turns arrived after the last one the client saw; nothing was deleted
     │   └── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
     ├── ConfigurationError          an operator must fix a setting or the deployment (HTTP 500, exit 2)
     │   ├── UnknownModelError       the model name is not known and no override was given
@@ -199,6 +200,26 @@ class EmbeddingModelMismatch(EmbeddingDimensionMismatch):
         self.model_name = model_name
         self.recorded_name = recorded_name
         self.recorded_dim = recorded_dim
+
+
+class TurnsChangedError(ConflictError):
+    """Turns arrived in the session after the client last saw it, while a destructive operation
+    (an edit-and-resend) waited for the session. Nothing was deleted: the client shows the new
+    turns and asks again.
+
+    Attributes:
+        session_id: the session.
+        expected_last_seq: the last turn the client saw (``seq``).
+        last_seq: the session's last turn now.
+    """
+
+    code = "turns_changed"
+
+    def __init__(self, message: str, *, session_id: str, expected_last_seq: int, last_seq: int) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.expected_last_seq = expected_last_seq
+        self.last_seq = last_seq
 
 
 class DatabaseInUseError(ConflictError):

@@ -16,7 +16,7 @@ from sqlalchemy import CursorResult, Engine, bindparam, func, text, union_all, u
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
-from errors import InvalidMessageError, StorageError
+from errors import InvalidMessageError, StorageError, TurnsChangedError
 from memory.database import autocommit_engine, storage_errors
 from memory.sessions import closed_error
 from memory.tables import Turn, TurnState, TurnVector, utcnow
@@ -328,9 +328,16 @@ class Turns:
             ).all()
         return {r[0] for r in rows}
 
-    def truncate_from(self, session_id: str, *, seq: int) -> dict[str, Any]:
+    def last_seq(self, session_id: str) -> int:
+        """The session's last turn's ``seq`` (0 for none)."""
+        with storage_errors(session_id), Session(self._engine) as db:
+            return int(db.exec(select(func.coalesce(func.max(Turn.seq), 0)).where(Turn.session_id == session_id)).one())
+
+    def truncate_from(self, session_id: str, *, seq: int, expected_last_seq: int | None = None) -> dict[str, Any]:
         """Delete the session's turns with ``seq >= seq`` (and their ``turn_files`` rows) in one
-        transaction, for editing and resending the turn ``seq``.
+        transaction, for editing and resending the turn ``seq``. ``expected_last_seq``: the last
+        turn the caller saw; if the session holds a later one, nothing is deleted (checked under
+        the session row's lock, in the same transaction).
 
         Returns ``{"turns": deleted count, "file_ids": ids those turns carried}``; the files
         themselves stay (the caller removes those nothing references any more, afterwards).
@@ -339,9 +346,22 @@ class Turns:
             InvalidMessageError: ``reason="bad_edit"``: no such turn, it is not a user turn, or a
                 turn from it on has left the recent window (summarized or archived turns are
                 never deleted).
+            TurnsChangedError: the session's last turn is after ``expected_last_seq``.
         """
         with storage_errors(session_id), Session(self._engine) as db:
             db.execute(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
+            if expected_last_seq is not None:
+                last = int(
+                    db.exec(select(func.coalesce(func.max(Turn.seq), 0)).where(Turn.session_id == session_id)).one()
+                )
+                if last > expected_last_seq:
+                    raise TurnsChangedError(
+                        f"Session {session_id!r} has turns up to {last}, after turn {expected_last_seq}, the last one "
+                        "seen when the edit was asked; nothing was deleted. Show the new turns and edit again.",
+                        session_id=session_id,
+                        expected_last_seq=expected_last_seq,
+                        last_seq=last,
+                    )
             target = db.exec(select(Turn).where(Turn.session_id == session_id, Turn.seq == seq)).first()
             if target is None or target.role != "user":
                 raise InvalidMessageError(

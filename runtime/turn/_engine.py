@@ -172,12 +172,19 @@ class Engine(EngineParts):
         reply: str | None = None,
         on_delta: Callable[[str], None] | None = None,
         claim: TurnClaim | None = None,
+        expected_last_seq: int | None = None,
     ) -> TurnResult:
         """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then the
         edited message runs as a new turn with ``attachments``. Files of earlier turns are kept; the
         replaced turns' files are deleted after the truncation, if nothing references them.
 
+        ``expected_last_seq``: the last turn the caller saw when it asked. An edit waits for a
+        running turn of the session; if turns arrived after that one meanwhile, nothing is deleted
+        (:class:`~errors.TurnsChangedError`), so a message that was answered is never lost to an
+        edit that did not see it. ``None``: no such check (a caller that holds the claim already).
+
         Raises:
+            TurnsChangedError: the session's last turn is after ``expected_last_seq``; nothing changed.
             InvalidMessageError: a bad message, or ``bad_edit``: no such user turn, or it has left
                 the recent window. Nothing was changed.
             FileNotFound, SessionOwnershipError, InvalidRequestError: as in :meth:`turn`; nothing was
@@ -194,6 +201,7 @@ class Engine(EngineParts):
             reply=reply,
             on_delta=on_delta,
             claim=claim,
+            expected_last_seq=expected_last_seq,
         )
 
     def delete_file(self, *, user_id: str, file_id: str) -> bool:

@@ -291,6 +291,7 @@ class TurnRunner:
         reply: str | None = None,
         on_delta: Callable[[str], None] | None = None,
         claim: TurnClaim | None = None,
+        expected_last_seq: int | None = None,
     ) -> TurnResult:
         """See :meth:`runtime.turn.Engine.edit_turn`."""
         text = validate_message(message, max_chars=self.settings.max_message_chars)
@@ -317,7 +318,7 @@ class TurnRunner:
         )
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
-            removed = self.store.turns.truncate_from(session_id, seq=seq)
+            removed = self.store.turns.truncate_from(session_id, seq=seq, expected_last_seq=expected_last_seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
                 return self._claimed_turn(turn, held)

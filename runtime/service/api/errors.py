@@ -46,6 +46,7 @@ STATUSES: dict[type[E.CompanionError], int] = {
     E.SessionOwnershipError: 409,
     E.SessionClosedError: 409,
     E.TurnInProgressError: 409,
+    E.TurnsChangedError: 409,
     E.DatabaseInUseError: 409,
     E.ConfigurationError: 500,
     E.UnknownModelError: 500,
@@ -126,6 +127,8 @@ def error_body(exc: BaseException) -> dict[str, Any]:
     reason = getattr(exc, "reason", None)
     if reason:
         body["reason"] = reason
+    if isinstance(exc, E.TurnsChangedError):
+        body["last_seq"] = exc.last_seq
     return {"error": body}
 
 

@@ -111,6 +111,16 @@ class MessageIn(CheckedModel):
     )
 
 
+class ResendIn(MessageIn):
+    expected_last_seq: int | None = Field(
+        default=None,
+        ge=0,
+        description="The last turn's seq the client saw. When turns arrived after it (while the resend waited "
+        "for a running turn, or before), the resend answers 409 `turns_changed` with the current last seq and "
+        "deletes nothing. Default: the session's last turn when the request arrives.",
+    )
+
+
 class TokenReport(BaseModel):
     prompt_estimate_tokens: int = Field(description="Our estimate of the request sent to the model, tokens.")
     prompt_tokens: int | None = Field(description="The provider's reported prompt tokens, if it reported them.")

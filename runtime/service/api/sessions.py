@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from errors import InvalidMessageError, InvalidRequestError, SessionClosedError
+from errors import InvalidMessageError, InvalidRequestError, SessionClosedError, TurnsChangedError
 from memory.tables import App, TurnState
 from persona import expand
 from runtime.compaction import reset_breaker
@@ -31,6 +31,7 @@ from runtime.service.api.schemas import (
     MessageIn,
     NewSessionOut,
     PersonaOut,
+    ResendIn,
     SessionIn,
     SessionOut,
     SummaryOut,
@@ -179,7 +180,11 @@ async def post_message(
     tags=["sessions"],
     responses={
         200: {"description": "As POST /v1/sessions/{id}/messages.", "content": {"text/event-stream": {}}},
-        409: {"model": ErrorBody, "description": "The session is closed (`session_closed`)."},
+        409: {
+            "model": ErrorBody,
+            "description": "The session is closed (`session_closed`), or turns arrived after `expected_last_seq` "
+            "(`turns_changed`, with `last_seq`): nothing was deleted.",
+        },
         422: {
             "model": ErrorBody,
             "description": "Invalid message, or `seq` is no user turn of the recent window "
@@ -188,14 +193,22 @@ async def post_message(
     },
 )
 async def resend(
-    session_id: str, seq: int, body: MessageIn, app: App = Depends(current_app), svc: Services = Depends(services)
+    session_id: str, seq: int, body: ResendIn, app: App = Depends(current_app), svc: Services = Depends(services)
 ):
     """Edit the user turn ``seq`` and resend it: the turns from ``seq`` on are deleted, then
     the new message (with its ``attachments``) runs as a new turn, answered as by
     POST /messages. The replaced turns' files that nothing references any more are
-    deleted. Bad input (message, seq, attachments) changes nothing."""
+    deleted. Bad input (message, seq, attachments) changes nothing. Only what the client
+    could see is deleted: turns after ``expected_last_seq`` (default: the session's last turn
+    when the request arrived), stored while the resend waited for a running turn, make it
+    answer 409 ``turns_changed`` and delete nothing."""
     session, user = await _open_session(svc, app, session_id)
     text, attachments = await _checked_message(svc, body, user_id=user.id, session_id=session.id)
+    seen = (
+        body.expected_last_seq
+        if body.expected_last_seq is not None
+        else await run_in_threadpool(svc.engine.store.turns.last_seq, session.id)
+    )
     claim = await run_in_threadpool(svc.engine.claim, session.id)
     try:  # checked under the claim: no turn can change the recent window meanwhile
         turns = await run_in_threadpool(svc.engine.store.turns.of_session, session.id, state=TurnState.context)
@@ -204,6 +217,15 @@ async def resend(
                 f"Turn {seq} of session {session_id!r} is not a user turn in the recent window; only those can be "
                 "edited (GET /v1/sessions/{id}/turns lists them with their state).",
                 reason="bad_edit",
+            )
+        last = await run_in_threadpool(svc.engine.store.turns.last_seq, session.id)
+        if last > seen:  # turns arrived while the resend waited: what the client saw is not the session now
+            raise TurnsChangedError(
+                f"Session {session_id!r} has turns up to {last}, after turn {seen}, the last one seen when the "
+                "resend was asked; nothing was deleted. Show the new turns and edit again.",
+                session_id=session_id,
+                expected_last_seq=seen,
+                last_seq=last,
             )
     except BaseException:
         await run_in_threadpool(claim.release)
@@ -218,6 +240,7 @@ async def resend(
             attachments=attachments,
             on_delta=on_delta,
             claim=claim,
+            expected_last_seq=seen,
         )
 
     run = ClaimedRun(claim, work)
