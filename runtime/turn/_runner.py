@@ -154,8 +154,12 @@ class TurnRunner:
         """The turn, once its session is claimed: store the user turn, reply, store the reply,
         schedule the compaction."""
         user_turn = self._store_user_turn(turn)
-        outcome = self._reply(turn, user_turn)
-        assistant_turn = self._store_reply(turn, outcome)
+        try:
+            outcome = self._reply(turn, user_turn)
+            assistant_turn = self._store_reply(turn, outcome)
+        except CompanionError as exc:
+            exc.user_turn_stored = True  # what the caller tells its client: the message is kept
+            raise
         compactions = [c for c in [outcome.compaction] if c is not None]
         # a failed compaction is not retried in the same turn; the breaker counts it once.
         # The window the context was assembled from, with the reply: no other turn of the session
@@ -210,8 +214,6 @@ class TurnRunner:
             log.warning(
                 "turn.reply_failed", session_id=turn.session_id, user_seq=user_turn.seq, error=type(exc).__name__
             )
-            if isinstance(exc, CompanionError):
-                exc.user_turn_stored = True
             raise
 
     def _store_reply(self, turn: TurnInput, outcome: ReplyOutcome) -> Turn:

@@ -94,6 +94,13 @@ PUBLIC_MESSAGES: dict[type[E.CompanionError], str] = {
 """Classes whose own message is never sent: it carries the driver's text (hosts, socket paths,
 SQL). The body says what failed in our terms; the detail goes to the log."""
 
+STORED_BEFORE_FAILURE: dict[type[E.CompanionError], str] = {
+    E.StorageError: "The database became unavailable after your message was stored; it is kept, but no reply "
+    "was written. Try again later: the next message is answered with it in view.",
+}
+"""The public message of a class when the turn had stored the user's message before the failure
+(:attr:`errors.CompanionError.user_turn_stored`), so that the error says what storage holds."""
+
 _SERVER_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@%+=-]+/)+[\w.@%+=-]*")
 """An absolute filesystem path (``/var/run/postgresql/.s.PGSQL.5432``, ``/srv/files/ab/cd``)."""
 
@@ -102,6 +109,8 @@ def public_message(exc: E.CompanionError) -> str:
     """What a client may read of ``exc``: the fixed text of :data:`PUBLIC_MESSAGES` for its
     class, else its message with absolute server paths replaced by ``<path>`` for a 5xx."""
     for cls in type(exc).__mro__:
+        if exc.user_turn_stored and cls in STORED_BEFORE_FAILURE:
+            return STORED_BEFORE_FAILURE[cls]
         if cls in PUBLIC_MESSAGES:
             return PUBLIC_MESSAGES[cls]
     status, _ = status_and_code(exc)
@@ -129,6 +138,8 @@ def error_body(exc: BaseException) -> dict[str, Any]:
         body["reason"] = reason
     if isinstance(exc, E.TurnsChangedError):
         body["last_seq"] = exc.last_seq
+    if exc.user_turn_stored:
+        body["user_turn_stored"] = True
     return {"error": body}
 
 
