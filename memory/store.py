@@ -22,13 +22,14 @@ handed the store and its rooms, never the SQLAlchemy engine behind them.
 
 from __future__ import annotations
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
+from errors import StorageError
 from memory import compaction, segments, turns
 from memory.apps import Directory
 from memory.assembly import AssemblyReads, SessionReads
 from memory.compaction import DEFAULT_LOCK_SLOTS, LOCK_SLOT_WAIT, Compactions, NewSummary, compaction_lock_key
-from memory.database import send_binary_vectors
+from memory.database import send_binary_vectors, storage_errors
 from memory.images import Transcripts
 from memory.knowledge import Knowledge
 from memory.profiles import Profiles
@@ -83,6 +84,15 @@ class Store:
                 turns.delete_session_rows,
             ]
         )
+
+    def ready(self) -> bool:
+        """Whether the database answers a trivial statement now (a readiness probe: never raises)."""
+        try:
+            with storage_errors(), self.engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+        except StorageError:
+            return False
+        return True
 
     def conninfo(self) -> str:
         """A libpq connection string for this store's database (password included), for a

@@ -417,6 +417,10 @@ class Settings(_EnvironmentSettings):
     db_pool_size: int = Field(15, ge=1)
     """``COMPANION_DB_POOL_SIZE``: database connections one process keeps and never exceeds (no
     overflow); compaction locks are held on connections of their own, outside this pool."""
+    disk_warn_mb: int = Field(1024, ge=0)
+    """``COMPANION_DISK_WARN_MB``: with the embedded database, warn in the log
+    (``database.disk_low``) while its data directory's volume has less than this many MiB free,
+    before PostgreSQL fails on a full disk; 0 turns the warning off."""
     zip_depth: int = Field(2, ge=1)
     """``COMPANION_ZIP_DEPTH``: archive nesting parsed (1: the uploaded ZIP's members; 2: also a ZIP in it)."""
     # -- attachments in turns --

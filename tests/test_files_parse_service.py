@@ -4,6 +4,7 @@ each caller cancels only its own interest, and the watch stops when the last cal
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -191,3 +192,26 @@ def test_the_parse_subprocesses_start_on_the_first_parse_not_when_the_services_o
         assert parse_log("file.parse.pool_started") == 1  # started by the parse (its workers exit after each file)
     finally:
         services.close()
+
+
+def test_a_parse_the_database_failed_under_is_taken_up_again_when_it_answers(files, service, parser, monkeypatch):
+    from errors import StorageError
+
+    stored = files.add(user_id="u1", name="notes.txt", data=b"a note kept through an outage")
+    recorded = files.set_parse_result
+    outage = {"left": 1}
+
+    def down_once(*args, **kwargs):
+        if outage["left"]:
+            outage["left"] -= 1
+            raise StorageError("Database error (OperationalError): the server closed the connection")
+        return recorded(*args, **kwargs)
+
+    monkeypatch.setattr(files, "set_parse_result", down_once)
+    parser.gate.set()
+    service.submit(stored.id)
+    deadline = time.monotonic() + LONG
+    while files.get(stored.id, user_id="u1").parse_state != "ready" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert files.get(stored.id, user_id="u1").parse_state == "ready"  # not left "parsing" for the claim's lease
+    assert parser.calls == 2  # the aborted parse, then the one after the outage

@@ -30,8 +30,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     port = settings.api_port if args.port is None else args.port
     if port == 0:  # pick the port here, so the address printed below is the one served
         port = _free_port(host)
+    from runtime.service import supervise
+
     if args.workers > 1:
         _prepare_workers(settings)
+        supervise(settings)  # this process owns the embedded server while the workers run
         print(
             f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs), "
             f"{args.workers} worker processes",
@@ -54,6 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     # the reply never waits for a summary, an upload never for its parse: both are queue jobs
     engine = open_engine(settings, compaction="queue", parsing="queue")
+    supervise(settings)
     warm_embedder(engine)
     print(f"companion serve: http://{host}:{port} (OpenAPI at /openapi.json, docs at /docs)", flush=True)
     app = create_app(engine, job_worker=not args.no_worker, owns_engine=True)
@@ -128,9 +132,11 @@ def _job_engine():
 
 
 def cmd_jobs_run(args: argparse.Namespace) -> int:
-    from runtime.service import QueueWorker, drain, run_scheduler
+    from runtime.service import QueueWorker, drain, run_scheduler, supervise
 
     settings, engine = _job_engine()
+    if not args.once:
+        supervise(settings)
     if args.once:
         drain(engine, name=args.worker or "jobs-once")
         print("companion jobs run --once: the queue had no more jobs to take")

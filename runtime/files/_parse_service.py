@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,7 +38,7 @@ from typing import Any, Protocol
 
 import structlog
 
-from errors import FileError, FileParseError
+from errors import FileError, FileParseError, StorageError
 from memory.files import FileStore
 from memory.tables import FINAL_PARSE_STATES, ParseState
 from runtime.parsing import Extract, ParseLimits, parse_document, serialize
@@ -63,6 +64,11 @@ class ParseQueue(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+RESUME_SECONDS = (0.5, 5.0)
+"""A parse aborted by a storage outage is tried again after this many seconds, then at most this
+many apart (doubling), until the database answers."""
 
 
 class Parser(Protocol):
@@ -274,10 +280,15 @@ class ParseService:
 
     def _finished(self, file_id: str, future: Future) -> None:
         if not future.cancelled() and future.exception() is not None:
-            # the database failed under the parse: the claim stays until it goes stale
-            # (memory.file_parses.STALE_PARSE_SECONDS) and another submit or watch re-claims it
             exc = future.exception()
             log.error("file.parse.aborted", file_id=file_id, error_type=type(exc).__name__)
+            if isinstance(exc, StorageError):  # the database failed under the parse: parse again once it is back
+                threading.Thread(
+                    target=self._resume_after_outage,
+                    args=(file_id,),
+                    name=f"companion-parse-resume-{file_id}",
+                    daemon=True,
+                ).start()
         with self._lock:
             self._futures.pop(file_id, None)
             watch = self._watches.get(file_id)
@@ -285,6 +296,24 @@ class ParseService:
             self.submit(file_id)  # the file was edited while this parse ran: parse the new bytes
         if watch is not None:
             watch.wake.set()
+
+    def _resume_after_outage(self, file_id: str) -> None:
+        """Give the aborted parse's claim back and submit the file again, with pauses
+        (:data:`RESUME_SECONDS`), until the database answers; the parse then runs from the start.
+        Ends when the service closes."""
+        pause = RESUME_SECONDS[0]
+        while not self._closed:
+            time.sleep(pause)
+            try:
+                self.files.set_parse_result(file_id, state="pending")
+                self.submit(file_id)
+            except StorageError:
+                pause = min(pause * 2, RESUME_SECONDS[1])
+                continue
+            except RuntimeError:  # the executor was shut down meanwhile
+                return
+            log.info("file.parse.resumed_after_outage", file_id=file_id)
+            return
 
     def _run(self, file_id: str) -> str:
         try:

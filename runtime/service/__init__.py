@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from runtime.service._bootstrap import open_embedder, open_engine, settings_for_model
-    from runtime.service._database import Database, connect
+    from runtime.service._database import Database, connect, supervise
     from runtime.service._jobs import close_idle_sessions, run_scheduler
     from runtime.service._parse_jobs import QueuedParses
     from runtime.service._queue import BLUEPRINTS, QueuedCompaction, QueueWorker, build_app, drain
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "_bootstrap": ("open_embedder", "open_engine", "settings_for_model"),
-    "_database": ("Database", "connect"),
+    "_database": ("Database", "connect", "supervise"),
     "_jobs": ("close_idle_sessions", "run_scheduler"),
     "_parse_jobs": ("QueuedParses",),
     "_queue": ("BLUEPRINTS", "QueuedCompaction", "QueueWorker", "build_app", "drain"),
@@ -57,6 +57,7 @@ __all__ = [
     "build_app",
     "close_idle_sessions",
     "connect",
+    "supervise",
     "drain",
     "load_conversations",
     "open_embedder",

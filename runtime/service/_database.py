@@ -13,7 +13,7 @@ from sqlalchemy import Engine as SAEngine
 
 from errors import ConfigurationError, SchemaError
 from memory.database import check_connection, make_engine
-from memory.embedded import start_embedded
+from memory.embedded import EmbeddedSupervisor, start_embedded
 from runtime.config import Settings
 
 
@@ -46,3 +46,13 @@ def connect(settings: Settings) -> Database:
         database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
     check_connection(database.engine)
     return database
+
+
+def supervise(settings: Settings) -> EmbeddedSupervisor | None:
+    """For a long-lived process (``companion serve``, ``companion jobs run``) on the embedded
+    server (no ``DATABASE_URL``): start its supervisor, which restarts the server after a kill or
+    a shutdown on a full disk and warns while the volume is low (``COMPANION_DISK_WARN_MB``).
+    ``None`` with ``DATABASE_URL``: another server's supervision is its operator's."""
+    if settings.database_url:
+        return None
+    return EmbeddedSupervisor(settings.data_dir, warn_free_bytes=settings.disk_warn_mb * 2**20).start()

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
 
 from runtime.service.api import files, openai_compat, playground, profiles, sessions
 from runtime.service.api.deps import Services, checked_params
@@ -75,6 +76,18 @@ def create_app(engine: Engine, *, job_worker: bool = False, owns_engine: bool = 
     def healthz() -> dict[str, str]:
         """Liveness: the process answers. No key needed."""
         return {"status": "ok"}
+
+    @app.get(
+        "/readyz",
+        tags=["service"],
+        responses={503: {"description": "Storage is down: send no traffic here until it answers again."}},
+    )
+    def readyz() -> JSONResponse:
+        """Readiness: 200 while the database answers, 503 while it does not (an orchestrator
+        stops sending traffic). No key needed."""
+        if engine.store.ready():
+            return JSONResponse({"status": "ready"})
+        return JSONResponse({"status": "unavailable", "storage": "down"}, status_code=503)
 
     return app
 
