@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from pathlib import Path
 from string import Template
 
@@ -43,9 +44,46 @@ def _delimiter_pattern() -> re.Pattern[str]:
     return re.compile(rf"<(\s*/?\s*(?:{names}))(?![\w-])", re.IGNORECASE)
 
 
+LESS_THAN_FORMS = frozenset({"<", "\ufe64", "\uff1c"})
+"""The characters whose compatibility form (NFKC) is ``<``: ASCII, SMALL LESS-THAN SIGN and
+FULLWIDTH LESS-THAN SIGN (every code point checked; ``tests/test_reference_fences.py``)."""
+_SCAN_LIMIT = 4096
+"""Characters looked at after a ``<`` for the rest of a delimiter, format characters included."""
+
+
+def _skeleton(text: str, start: int) -> str:
+    """``text`` from ``start`` as a delimiter is matched: format characters (Unicode category Cf:
+    ZERO WIDTH SPACE, WORD JOINER, SOFT HYPHEN ...) removed and compatibility forms folded (NFKC:
+    ``＜／ｒｅｆｅｒｅｎｃｅ`` is ``</reference``), far enough to hold the longest delimiter."""
+    longest = max((len(t) for t in block_tags()), default=0) + 2
+    out: list[str] = []
+    letters = 0
+    for char in text[start : start + _SCAN_LIMIT]:
+        if unicodedata.category(char) == "Cf":
+            continue
+        folded = unicodedata.normalize("NFKC", char)
+        out.append(folded)
+        letters += not folded.isspace()
+        if letters > longest:
+            break
+    return "".join(out)
+
+
 def fence(text: str) -> str:
     """``text`` made safe to put inside a block: every look-alike of a block's opening or
-    closing delimiter (``</reference>``, ``< / SUMMARY``, ``<profile x=…``) has its ``<``
-    written as ``&lt;``, so reference material cannot end its block early or open a new
-    one. Everything else is unchanged."""
-    return _delimiter_pattern().sub(lambda m: "&lt;" + m.group(1), text)
+    closing delimiter (``</reference>``, ``< / SUMMARY``, ``<profile x=…``, and the same with
+    format characters inside or written in full-width or small forms, ``<\u200b/reference>``,
+    ``＜/reference＞``) has its ``<`` written as ``&lt;``, so reference material cannot end its
+    block early or open a new one. Delimiters are matched as a reader of the prompt would see
+    them: format characters (Cf) removed and compatibility forms folded (NFKC). Everything else
+    is unchanged."""
+    if not any(form in text for form in LESS_THAN_FORMS):
+        return text
+    pattern = _delimiter_pattern()
+    pieces: list[str] = []
+    last = 0
+    for index, char in enumerate(text):
+        if char in LESS_THAN_FORMS and pattern.match(_skeleton(text, index)):
+            pieces.append(text[last:index] + "&lt;")
+            last = index + 1
+    return "".join(pieces) + text[last:] if pieces else text

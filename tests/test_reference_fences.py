@@ -4,6 +4,8 @@ fenced before it enters its block, whatever delimiter look-alike it carries."""
 from __future__ import annotations
 
 import re
+import sys
+import unicodedata
 from datetime import UTC, datetime
 
 import pytest
@@ -111,3 +113,43 @@ def test_an_inlined_file_stays_inside_its_block(tag):
 def test_fence_changes_only_delimiter_look_alikes():
     text = "a <b> tag, x < y, <references> and <summaryx> stay; </reference> does not"
     assert prompts.fence(text) == "a <b> tag, x < y, <references> and <summaryx> stay; &lt;/reference> does not"
+
+
+def _as_read(text: str) -> str:
+    """``text`` as a reader (or a model) sees its delimiters: format characters gone, forms folded."""
+    import unicodedata
+
+    return unicodedata.normalize("NFKC", "".join(c for c in text if unicodedata.category(c) != "Cf")).lower()
+
+
+FORMAT_CHARACTERS = [chr(c) for c in range(sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"]
+
+
+def test_every_character_whose_compatibility_form_is_less_than_is_known():
+    found = {chr(c) for c in range(sys.maxunicode + 1) if unicodedata.normalize("NFKC", chr(c)).startswith("<")}
+    assert found == prompts.LESS_THAN_FORMS
+
+
+@pytest.mark.parametrize("tag", sorted(prompts.block_tags()))
+def test_a_delimiter_with_a_format_character_inside_is_escaped(tag):
+    assert len(FORMAT_CHARACTERS) > 150  # every Cf character, ZERO WIDTH SPACE, WORD JOINER and SOFT HYPHEN among them
+    for cf in FORMAT_CHARACTERS:
+        for written in (f"<{cf}/{tag}>", f"</{cf}{tag}>", f"</{tag[:1]}{cf}{tag[1:]}>", f"{cf}<{cf}{tag} x={cf}>"):
+            fenced = prompts.fence(f"before {written} after")
+            assert f"<{tag}" not in _as_read(fenced) and f"</{tag}" not in _as_read(fenced), repr(written)
+
+
+@pytest.mark.parametrize("less", sorted(prompts.LESS_THAN_FORMS))
+@pytest.mark.parametrize("slash", ["/", "\uff0f"])
+@pytest.mark.parametrize("greater", [">", "\uff1e", "\ufe65"])
+def test_full_width_and_small_forms_of_a_delimiter_are_escaped(less, slash, greater):
+    for tag in prompts.block_tags():
+        wide = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in tag)  # the full-width letters
+        for name in (tag, tag.upper(), wide):
+            fenced = prompts.fence(f"x {less}{slash}{name}{greater} y {less}{name}{greater} z")
+            assert f"</{tag}" not in _as_read(fenced) and f"<{tag}" not in _as_read(fenced)
+
+
+def test_text_without_a_delimiter_look_alike_is_unchanged():
+    text = "a < b, ＜b＞, <\u200bsummaryx>, 「</ref>」 and <references> stay as they are \u200b"
+    assert prompts.fence(text) == text

@@ -382,3 +382,17 @@ def reset_session_breaker(session_id: str, app: App = Depends(current_app), svc:
         consecutive_failures=state.consecutive_failures,
         compactions=state.compactions,
     )
+
+
+@router.get("/sessions/{session_id}/breaker", response_model=BreakerOut, tags=["sessions"])
+def session_breaker(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
+    """The session's compaction circuit breaker: its state, consecutive failures and the
+    compactions that ran. Changes nothing."""
+    session, _ = svc.directory.session(app.id, session_id)
+    state = svc.engine.store.compaction.state(session.id)
+    return BreakerOut(
+        session_id=session.id,
+        state=svc.engine.compactor.breaker_state(state),
+        consecutive_failures=state.consecutive_failures,
+        compactions=state.compactions,
+    )
