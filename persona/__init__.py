@@ -7,7 +7,7 @@ Its lorebook (``character_book``) comes as typed :class:`LoreEntry` values.
 third-party packages (``regex`` for lorebook keys).
 """
 
-from persona._keys import CompiledKey, normalize, search
+from persona._keys import CompiledKey, is_regex_form, normalize, search
 from persona._load import SUFFIXES, load_persona
 from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, Lorebook, LoreEntry, entry_keys
 from persona._macros import MacroContext, apply_macros, expand
@@ -29,5 +29,6 @@ __all__ = [
     "expand",
     "load_persona",
     "normalize",
+    "is_regex_form",
     "search",
 ]

@@ -98,6 +98,11 @@ def normalize(text: str) -> str:
     return unicodedata.normalize(NORMAL_FORM, text)
 
 
+def is_regex_form(key: str) -> bool:
+    """Whether ``key`` is written ``/pattern/flags`` (a regular expression where the entry allows them)."""
+    return _REGEX_KEY.match(key.strip()) is not None
+
+
 def compile_key(
     key: str, *, case_sensitive: bool = False, whole_words: bool = True, regex_allowed: bool = True
 ) -> CompiledKey:

@@ -35,7 +35,7 @@ import structlog
 
 from errors import PersonaError
 from persona._decorators import ROLES, parse_decorators
-from persona._keys import CompiledKey, InvalidKeyError, compiled
+from persona._keys import CompiledKey, InvalidKeyError, compiled, is_regex_form
 
 log = structlog.get_logger("companion.persona")
 
@@ -281,6 +281,8 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
         ("@@exclude_keys", entry.exclude_keys),
     ):
         for j, key in enumerate(values):
+            if entry.use_regex is False or not is_regex_form(key):
+                continue  # a literal key is escaped: it always compiles, and compiles when first needed
             try:
                 entry_keys(entry, (key,))
             except InvalidKeyError as exc:

@@ -446,6 +446,81 @@ def print_trace(trace: list[dict[str, Any]], sizes: list[int], slowest: int) -> 
             )
 
 
+def lorebook_bench(sizes: list[int], *, turns: int) -> int:
+    """Lorebook matching at ``sizes`` entries of one key each (a word of a Zipf-like synthetic
+    vocabulary, a third of them Chinese): the card's load time (JSON to a :class:`persona.Persona`,
+    keys checked), the first match (the book's index built), then ``turns`` turns of a scan of the
+    current message and the two turns before it (about 60 words each), some of them naming keys.
+    Prints milliseconds; ``--rounds`` sets the turns (4 per round)."""
+    import json as _json
+    import random as _random
+    import statistics as _statistics
+    import tempfile as _tempfile
+
+    from persona import load_persona
+    from runtime.context import Scan, match_entries
+
+    rng = _random.Random(11)
+    han = "灯塔海岛雨夜茶馆旧书信山路猫咪花园钟楼船长星空琴声集市"
+    print("entries | load ms | first match (index) ms | match p50 ms | p95 ms | fired per turn")
+    for size in sizes:
+        words = [
+            (
+                "".join(rng.choice(han) for _ in range(3))
+                if i % 3 == 0
+                else "".join(rng.choice("abcdefghijklmnop") for _ in range(7))
+            )
+            + str(i)
+            for i in range(size)
+        ]
+        card = {
+            "spec": "chara_card_v2",
+            "spec_version": "2.0",
+            "data": {
+                "name": "Mira",
+                "description": "A lighthouse keeper.",
+                "character_book": {
+                    "entries": [
+                        {"keys": [w], "content": f"Lore about {w}.", "enabled": True, "insertion_order": i}
+                        for i, w in enumerate(words)
+                    ]
+                },
+            },
+        }
+        with _tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "card.json"
+            path.write_text(_json.dumps(card, ensure_ascii=False), encoding="utf-8")
+            began = time.perf_counter()
+            persona = load_persona(path)
+            load_ms = (time.perf_counter() - began) * 1000
+        book = persona.character_book
+        filler = "the harbour at dawn was quiet and we talked about the old boats for a long while".split()
+
+        def message(filler: list[str] = filler, words: list[str] = words) -> str:
+            said = [rng.choice(filler) for _ in range(60)]
+            for _ in range(rng.randint(0, 3)):  # a few lore words named
+                said[rng.randrange(len(said))] = rng.choice(words)
+            return " ".join(said)
+
+        began = time.perf_counter()
+        match_entries(book, Scan(current=message(), previous=[message(), message()], depth=2))
+        first_ms = (time.perf_counter() - began) * 1000
+        times, fired = [], []
+        for _ in range(turns):
+            scan = Scan(current=message(), previous=[message(), message()], depth=2)
+            began = time.perf_counter()
+            fired.append(len(match_entries(book, scan)))
+            times.append((time.perf_counter() - began) * 1000)
+        times.sort()
+        p95 = times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
+        print(
+            f"{size:,} | {load_ms:.0f} | {first_ms:.0f} | {_statistics.median(times):.2f} | {p95:.2f} | "
+            f"{_statistics.mean(fired):.1f}",
+            flush=True,
+        )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100,1000,10000,100000", help="stored turns per user, comma-separated")
@@ -485,7 +560,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--statements", action="store_true", help="also each statement's time per turn, by size (where a turn grows)"
     )
+    parser.add_argument(
+        "--lorebook",
+        help="instead of the turn: lorebook matching for cards of these many entries (comma-separated, e.g. "
+        "1000,10000,50000), one key each: the card's load time and the matching time per turn, ms",
+    )
     args = parser.parse_args(argv)
+    if args.lorebook:
+        return lorebook_bench([int(s) for s in args.lorebook.split(",") if s.strip()], turns=args.rounds * 4)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     there = args.data.is_file()
     defaulted = [what for what, flag in (("LoCoMo texts", args.texts), ("mixed vectors", args.embeddings)) if not flag]

@@ -20,16 +20,26 @@ Rules (after SillyTavern's world info and the Character Card V3 spec):
 - Order: by ``insertion_order`` (lower first, the V2 spec's meaning), ties in card order;
   entries placed before the character come first. ``priority`` does not move an entry;
   it decides which entries stay when the retrieval budget is short (:func:`admission_order`).
+
+Matching stays linear in the text scanned, however large the book: each book gets a
+:class:`BookIndex` once (per loaded book, kept while the book is), with one Aho-Corasick
+automaton over the literal keys' texts. A turn runs the automaton over the deepest text it
+scans, once; only the entries whose primary keys occur in it (and constant, ``@@activate`` and
+regular-expression entries) are then checked under the rules above, and a literal key's pattern
+is compiled the first time its text occurs.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import ahocorasick
 import structlog
 
-from persona import CompiledKey, Lorebook, LoreEntry, entry_keys, normalize, search
+from persona import CompiledKey, Lorebook, LoreEntry, entry_keys, is_regex_form, normalize, search
 
 log = structlog.get_logger("companion.lorebook")
 _timed_out: set[str] = set()
@@ -84,20 +94,114 @@ def _any(keys: Sequence[CompiledKey], text: str, entry: LoreEntry) -> str | None
     return None
 
 
-def _secondary_ok(entry: LoreEntry, text: str) -> bool:
-    if entry.additional_keys and _any(entry_keys(entry, entry.additional_keys), text, entry) is None:
+def _secondary_ok(entry: LoreEntry, text: str, keys: _EntryKeys) -> bool:
+    if entry.additional_keys and _any(keys.additional(), text, entry) is None:
         return False
-    if entry.exclude_keys and _any(entry_keys(entry, entry.exclude_keys), text, entry) is not None:
+    if entry.exclude_keys and _any(keys.exclude(), text, entry) is not None:
         return False
     if not entry.selective or not entry.secondary_keys:
         return True
-    hits = [_any(entry_keys(entry, (k,)), text, entry) is not None for k in entry.secondary_keys]
+    hits = [_any((k,), text, entry) is not None for k in keys.secondary()]
     return {
         "AND_ANY": any(hits),
         "AND_ALL": all(hits),
         "NOT_ANY": not any(hits),
         "NOT_ALL": not all(hits),
     }[entry.selective_logic]
+
+
+class _EntryKeys:
+    """One entry's keys, each kind compiled the first time it is needed, then kept."""
+
+    def __init__(self, entry: LoreEntry) -> None:
+        self.entry = entry
+        self._compiled: dict[str, list[CompiledKey]] = {}
+
+    def _kind(self, kind: str, keys: tuple[str, ...]) -> list[CompiledKey]:
+        found = self._compiled.get(kind)
+        if found is None:
+            found = self._compiled[kind] = entry_keys(self.entry, keys)
+        return found
+
+    def primary(self) -> list[CompiledKey]:
+        return self._kind("keys", self.entry.keys)
+
+    def secondary(self) -> list[CompiledKey]:
+        return self._kind("secondary", self.entry.secondary_keys)
+
+    def additional(self) -> list[CompiledKey]:
+        return self._kind("additional", self.entry.additional_keys)
+
+    def exclude(self) -> list[CompiledKey]:
+        return self._kind("exclude", self.entry.exclude_keys)
+
+
+class BookIndex:
+    """A lorebook prepared for matching: one Aho-Corasick automaton over the texts of the literal
+    primary keys (case-folded for case-insensitive keys, as :func:`persona.search` compares them),
+    the entries each key text belongs to, and the entries always checked (constant, ``@@activate``,
+    a regular-expression or empty primary key). Building it is linear in the book's keys and
+    compiles no pattern."""
+
+    def __init__(self, book: Lorebook) -> None:
+        self.keys = [_EntryKeys(entry) for entry in book.entries]
+        self.always: list[int] = []
+        self.by_text: dict[tuple[bool, str], list[int]] = {}
+        """(case-folded?, key text) → indexes of the entries with a literal primary key of that text."""
+        folded, exact = ahocorasick.Automaton(), ahocorasick.Automaton()
+        for index, entry in enumerate(book.entries):
+            if not entry.enabled or not entry.content or entry.dont_activate and not entry.activate:
+                continue
+            if entry.activate or entry.constant:
+                self.always.append(index)
+                continue
+            for key in entry.keys:
+                if entry.use_regex is not False and is_regex_form(key) or not normalize(key):
+                    self.always.append(index)
+                    break
+                fold = not entry.case_sensitive
+                text = normalize(key).casefold() if fold else normalize(key)
+                self.by_text.setdefault((fold, text), []).append(index)
+                (folded if fold else exact).add_word(text, text)
+        self.always = sorted(set(self.always))
+        for automaton in (folded, exact):
+            if len(automaton):
+                automaton.make_automaton()
+        self._folded = folded if len(folded) else None
+        self._exact = exact if len(exact) else None
+
+    def candidates(self, text: str) -> list[int]:
+        """Indexes (card order) of the entries that may fire on ``text`` (normalized, the deepest
+        scanned): those a literal primary key of which occurs in it, and those always checked."""
+        found: set[int] = set(self.always)
+        for automaton, haystack, fold in ((self._folded, text.casefold(), True), (self._exact, text, False)):
+            if automaton is None:
+                continue
+            for key_text in {value for _, value in automaton.iter(haystack)}:
+                found.update(self.by_text[(fold, key_text)])
+        return sorted(found)
+
+
+_INDEXES: dict[int, tuple[weakref.ref[Lorebook], BookIndex]] = {}
+_INDEXES_LOCK = threading.Lock()
+
+
+def book_index(book: Lorebook) -> BookIndex:
+    """The :class:`BookIndex` of ``book``, built on first use and kept while the book object lives
+    (by identity: a new revision of a card is a new object with its own index)."""
+    key = id(book)
+    with _INDEXES_LOCK:
+        held = _INDEXES.get(key)
+        if held is not None and held[0]() is book:
+            return held[1]
+    index = BookIndex(book)
+
+    def forget(_: weakref.ref[Lorebook]) -> None:
+        _INDEXES.pop(key, None)
+
+    with _INDEXES_LOCK:
+        _INDEXES[key] = (weakref.ref(book, forget), index)
+    return index
 
 
 def scan_text(current: str, previous: Sequence[str], depth: int) -> str:
@@ -109,36 +213,35 @@ def scan_text(current: str, previous: Sequence[str], depth: int) -> str:
 def match_entries(book: Lorebook | None, scan: str | Scan) -> list[FiredEntry]:
     """The entries of ``book`` that fire on ``scan`` (a :class:`Scan`, or the text itself, which
     then stands for every depth), in prompt order: entries placed before the character first,
-    then by ``insertion_order``, then card order."""
+    then by ``insertion_order``, then card order. Linear in the text scanned (:class:`BookIndex`)."""
     if book is None:
         return []
     if isinstance(scan, str):
         scan = Scan(current=scan, previous=(), depth=0)
     texts: dict[int | None, str] = {}
 
-    def text_for(entry: LoreEntry) -> str:
-        depth = entry.scan_depth
+    def text_for(depth: int | None) -> str:
         if depth not in texts:
             texts[depth] = scan.text(depth)
         return texts[depth]
 
+    index = book_index(book)
+    depths = {e.scan_depth for e in book.entries if e.scan_depth is not None}
+    deepest = max([scan.depth, *depths])  # every entry's text is a suffix of the deepest one
     fired = []
-    for index, entry in enumerate(book.entries):
-        if not entry.enabled or not entry.content:
-            continue
+    for i in index.candidates(text_for(deepest)):
+        entry, keys = book.entries[i], index.keys[i]
         if entry.activate:
-            fired.append(FiredEntry(entry=entry, index=index, key=None))
+            fired.append(FiredEntry(entry=entry, index=i, key=None))
             continue
-        if entry.dont_activate:
-            continue
-        text = text_for(entry)
+        text = text_for(entry.scan_depth)
         if entry.constant:
-            if _secondary_ok(replace(entry, selective=False), text):
-                fired.append(FiredEntry(entry=entry, index=index, key=None))
+            if _secondary_ok(replace(entry, selective=False), text, keys):
+                fired.append(FiredEntry(entry=entry, index=i, key=None))
             continue
-        key = _any(entry_keys(entry, entry.keys), text, entry)
-        if key is not None and _secondary_ok(entry, text):
-            fired.append(FiredEntry(entry=entry, index=index, key=key))
+        key = _any(keys.primary(), text, entry)
+        if key is not None and _secondary_ok(entry, text, keys):
+            fired.append(FiredEntry(entry=entry, index=i, key=key))
     return sorted(fired, key=lambda f: (f.entry.placement != "before_char", f.entry.insertion_order, f.index))
 
 
