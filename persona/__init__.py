@@ -9,7 +9,7 @@ third-party packages (``regex`` for lorebook keys).
 
 from persona._keys import CompiledKey, is_regex_form, normalize, search
 from persona._load import SUFFIXES, load_persona
-from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, Lorebook, LoreEntry, entry_keys
+from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, Lorebook, LoreEntry, entry_keys, load_world_info
 from persona._macros import MacroContext, apply_macros, expand
 from persona._model import Persona
 from persona._plain import DEFAULT_PERSONA_FILE
@@ -30,5 +30,6 @@ __all__ = [
     "load_persona",
     "normalize",
     "is_regex_form",
+    "load_world_info",
     "search",
 ]

@@ -6,9 +6,13 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import structlog
+
 from errors import PersonaError
 from persona._lorebook import parse_lorebook
 from persona._model import Persona
+
+log = structlog.get_logger("companion.persona")
 
 MAX_NAME_CHARS = 200
 _START = re.compile(r"^\s*<START>\s*$", re.IGNORECASE | re.MULTILINE)
@@ -32,6 +36,28 @@ def _text(data: Mapping[str, Any], key: str, *, where: str, path: str) -> str:
     if "\x00" in value:
         raise PersonaError(f"Persona file {path!r}: {where} contains a NUL character.", path=path, field=where)
     return value.strip()
+
+
+def _strings(value: Any, *, where: str, path: str, split: str | None) -> list[str]:
+    """A list of strings, read tolerantly where card tools write it otherwise: ``null`` is an empty
+    list; one string is a list of that string (cut at ``split`` when given: tags written
+    ``"a, b"``); numbers are their text. Anything else is refused. Each tolerant reading is logged
+    (``persona.field_coerced``).
+
+    Raises:
+        PersonaError: a value that is none of those (``field`` is ``where``)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        log.warning("persona.field_coerced", field=where, reading="a string as a list of strings")
+        return [v.strip() for v in value.split(split)] if split else [value]
+    if isinstance(value, list) and all(
+        isinstance(v, str) or (isinstance(v, (int, float)) and not isinstance(v, bool)) or v is None for v in value
+    ):
+        if not all(isinstance(v, str) for v in value):
+            log.warning("persona.field_coerced", field=where, reading="numbers and nulls in a list of strings")
+        return [str(v) for v in value if v is not None]
+    raise PersonaError(f"Persona file {path!r}: {where} must be a list of strings.", path=path, field=where)
 
 
 def build_persona(
@@ -92,20 +118,14 @@ def build_persona(
     nickname = _text(data, "nickname", where=prefix + "nickname", path=path)
     version = data.get("character_version")
     version = str(version).strip() if isinstance(version, (str, int, float)) and not isinstance(version, bool) else ""
-    raw_greetings = data.get("alternate_greetings") or []
     where = prefix + "alternate_greetings"
-    if not isinstance(raw_greetings, list) or not all(isinstance(g, str) for g in raw_greetings):
-        raise PersonaError(f"Persona file {path!r}: {where} must be a list of strings.", path=path, field=where)
-    tags = data.get("tags") or []
-    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-        raise PersonaError(
-            f"Persona file {path!r}: {prefix}tags must be a list of strings.", path=path, field=prefix + "tags"
-        )
+    raw_greetings = _strings(data.get("alternate_greetings"), where=where, path=path, split=None)
+    tags = _strings(data.get("tags"), where=prefix + "tags", path=path, split=",")
     return Persona(
         name=name.strip(),
         nickname=nickname,
         first_message=first,
-        alternate_greetings=tuple(g.strip() for g in raw_greetings),
+        alternate_greetings=tuple(g.strip() for g in raw_greetings if g.strip()),
         character_version=version,
         example_dialogues=examples,
         tags=tuple(tags),

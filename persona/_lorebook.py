@@ -26,6 +26,7 @@ Matching options and placement, from the entry's fields, SillyTavern's entry
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -127,9 +128,22 @@ def _int(value: Any, *, field: str, path: str, default: int) -> int: ...
 @overload
 def _int(value: Any, *, field: str, path: str, default: None) -> int | None: ...
 def _int(value: Any, *, field: str, path: str, default: int | None) -> int | None:
+    """A whole number; ``null`` is ``default``, and a number written as a string (``"10"``,
+    ``" 4.0 "``) is read as that number (logged, ``persona.field_coerced``).
+
+    Raises:
+        PersonaError: anything else (a word, a boolean, a list)."""
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            log.warning("persona.field_coerced", field=field, reading="a number written as a string")
+            return int(number)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise PersonaError(f"Persona file {path!r}: {field} must be a number, got {value!r}.", path=path, field=field)
     return int(value)
 
@@ -163,6 +177,11 @@ def parse_lorebook(book: Any, *, field: str, path: str) -> Lorebook | None:
     if not isinstance(book, Mapping):
         raise PersonaError(f"Persona file {path!r}: {field} must be an object.", path=path, field=field)
     raw_entries = book.get("entries", [])
+    if raw_entries is None:
+        raw_entries = []
+    if isinstance(raw_entries, Mapping):  # SillyTavern's world-info shape: entries keyed by uid
+        log.warning("persona.field_coerced", field=f"{field}.entries", reading="an object keyed by uid as a list")
+        raw_entries = [raw_entries[k] for k in sorted(raw_entries, key=_uid_order)]
     if not isinstance(raw_entries, list):
         raise PersonaError(
             f"Persona file {path!r}: {field}.entries must be a list.", path=path, field=f"{field}.entries"
@@ -182,6 +201,14 @@ def parse_lorebook(book: Any, *, field: str, path: str) -> Lorebook | None:
         token_budget=_budget(book.get("token_budget"), field=f"{field}.token_budget", path=path),
         ignored_decorators=tuple(sorted(ignored)),
     )
+
+
+def _uid_order(uid: Any) -> tuple[int, float, str]:
+    """Entries keyed by uid in number order (``"2"`` before ``"10"``), other keys after them as written."""
+    try:
+        return (0, float(uid), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(uid))
 
 
 def _budget(value: Any, *, field: str, path: str) -> int | None:
@@ -255,7 +282,7 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
         selective=bool(raw.get("selective", False)),
         selective_logic=_logic(raw, field=where, path=path),
         constant=constant,
-        enabled=bool(raw.get("enabled", not raw.get("disable", False))),
+        enabled=bool(raw["enabled"]) if raw.get("enabled") is not None else not raw.get("disable"),
         insertion_order=_int(
             raw.get("insertion_order", raw.get("order")), field=f"{where}.insertion_order", path=path, default=100
         ),
@@ -311,3 +338,77 @@ def entry_keys(entry: LoreEntry, keys: tuple[str, ...]) -> list[CompiledKey]:
         )
         for key in keys
     ]
+
+
+_WORLD_INFO_EXTENSIONS = {
+    "position": "position",
+    "depth": "depth",
+    "role": "role",
+    "scanDepth": "scan_depth",
+    "matchWholeWords": "match_whole_words",
+}
+"""SillyTavern World Info entry fields that a card's entry keeps in its ``extensions``."""
+
+
+def world_info_entries(data: Any, *, path: str) -> list[dict[str, Any]]:
+    """The entries of a SillyTavern World Info JSON (``{"entries": {"0": {...}, ...}}``: ``key``,
+    ``keysecondary``, ``comment``, ``order``, ``disable``, ``position``, ``depth``, ...) in the
+    shape of a card's ``character_book`` entries, in uid order.
+
+    Raises:
+        PersonaError: no ``entries`` object or list, or an entry that is not an object.
+    """
+    entries = data.get("entries") if isinstance(data, Mapping) else None
+    if isinstance(entries, Mapping):
+        entries = [entries[k] for k in sorted(entries, key=_uid_order)]
+    if not isinstance(entries, list):
+        raise PersonaError(
+            f"World Info file {path!r} needs an 'entries' object (SillyTavern's World Info JSON).",
+            path=path,
+            field="entries",
+        )
+    converted = []
+    for i, raw in enumerate(entries):
+        if not isinstance(raw, Mapping):
+            raise PersonaError(
+                f"World Info file {path!r}: entries[{i}] must be an object.", path=path, field=f"entries[{i}]"
+            )
+        ext = {ours: raw[theirs] for theirs, ours in _WORLD_INFO_EXTENSIONS.items() if raw.get(theirs) is not None}
+        entry: dict[str, Any] = {
+            "keys": raw.get("key", raw.get("keys")),
+            "secondary_keys": raw.get("keysecondary", raw.get("secondary_keys")),
+            "comment": raw.get("comment") or "",
+            "content": raw.get("content"),
+            "constant": bool(raw.get("constant")),
+            "selective": bool(raw.get("selective")),
+            "selectiveLogic": raw.get("selectiveLogic"),
+            "insertion_order": raw.get("order", raw.get("insertion_order")),
+            "enabled": not raw.get("disable"),
+            "case_sensitive": raw.get("caseSensitive"),
+            "extensions": ext,
+        }
+        converted.append({k: v for k, v in entry.items() if v is not None})
+    return converted
+
+
+def load_world_info(path: str) -> tuple[Lorebook, dict[str, Any]]:
+    """A SillyTavern World Info JSON file as a lorebook, checked as a card's book is, and as the
+    ``character_book`` object a V2/V3 card holds (to put into a card).
+
+    Raises:
+        PersonaError: the file is missing, not JSON, or not World Info; a malformed entry (named).
+    """
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except OSError as exc:
+        raise PersonaError(f"Cannot read World Info file {path!r}: {exc.strerror or exc}.", path=path) from exc
+    except ValueError as exc:
+        raise PersonaError(f"World Info file {path!r} is not valid JSON ({exc}).", path=path) from exc
+    book = {
+        "name": str(data.get("name") or "") if isinstance(data, Mapping) else "",
+        "entries": world_info_entries(data, path=path),
+    }
+    return parse_lorebook(book, field="world_info", path=path) or Lorebook(entries=()), book

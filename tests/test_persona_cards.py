@@ -109,7 +109,7 @@ def _card_file(tmp_path, card) -> object:
         pytest.param(
             lambda t: _card_file(t, v2_card(description=["x"])), "data.description", id="description-not-text"
         ),
-        pytest.param(lambda t: _card_file(t, v2_card(tags="a")), "data.tags", id="tags-not-list"),
+        pytest.param(lambda t: _card_file(t, v2_card(tags={"a": 1})), "data.tags", id="tags-not-list"),
         pytest.param(
             lambda t: _card_file(t, v2_card(character_book={"entries": [{"keys": [], "content": "x"}]})),
             "data.character_book.entries[0].keys",
@@ -319,7 +319,7 @@ def test_alternate_greetings_are_read_in_order(tmp_path):
         "Storm night, {{user}}.",
         "Quiet morning.",
     )
-    path.write_text(json.dumps(v2_card(alternate_greetings="x")), encoding="utf-8")
+    path.write_text(json.dumps(v2_card(alternate_greetings={"x": "y"})), encoding="utf-8")
     with pytest.raises(PersonaError) as info:
         load_persona(path)
     assert info.value.field == "data.alternate_greetings"
@@ -346,3 +346,157 @@ def test_png_card_whose_json_starts_with_a_byte_order_mark_loads(tmp_path):
     chunk = base64.b64encode(BOM + json.dumps(v2_card(name="Mira")).encode("utf-8")).decode("ascii")
     path = write_card_png(tmp_path / "mira.png", {"chara": chunk})
     assert load_persona(path).name == "Mira"
+
+
+# -- cards as tools write them: tolerant where the intent is clear, strict where it is not ---------
+def _entry(**fields):
+    return {"keys": ["lamp"], "content": "The lamp is old.", **fields}
+
+
+@pytest.mark.parametrize(
+    "fields, check",
+    [
+        pytest.param(
+            {"alternate_greetings": "Storm night."},
+            lambda p: p.greetings[1:] == ("Storm night.",),
+            id="greetings-a-string",
+        ),
+        pytest.param({"tags": "cozy, fantasy"}, lambda p: p.tags == ("cozy", "fantasy"), id="tags-comma-separated"),
+        pytest.param(
+            {"alternate_greetings": None, "tags": None, "creator_notes": None, "mes_example": None},
+            lambda p: p.greetings[1:] == () and p.tags == () and p.example_dialogues == (),
+            id="nulls-for-optional-fields",
+        ),
+        pytest.param({"tags": ["cozy", 7, None]}, lambda p: p.tags == ("cozy", "7"), id="numbers-and-nulls-in-a-list"),
+        pytest.param(
+            {"character_book": {"scan_depth": "3", "token_budget": "500", "entries": [_entry(insertion_order="10")]}},
+            lambda p: (
+                (
+                    p.character_book.scan_depth,
+                    p.character_book.token_budget,
+                    p.character_book.entries[0].insertion_order,
+                )
+                == (3, 500, 10)
+            ),
+            id="numbers-as-strings",
+        ),
+        pytest.param(
+            {
+                "character_book": {
+                    "entries": {"10": _entry(content="ten"), "2": _entry(content="two"), "0": _entry(content="zero")}
+                }
+            },
+            lambda p: [e.content for e in p.character_book.entries] == ["zero", "two", "ten"],
+            id="entries-keyed-by-uid",
+        ),
+        pytest.param(
+            {"character_book": {"entries": [_entry(enabled=None, secondary_keys=None, extensions=None)]}},
+            lambda p: p.character_book.entries[0].enabled and p.character_book.entries[0].secondary_keys == (),
+            id="nulls-in-an-entry",
+        ),
+    ],
+)
+def test_cards_as_tools_write_them_are_read_with_a_warning(tmp_path, fields, check):
+    import structlog
+    from structlog.testing import capture_logs
+
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(v2_card(**fields)), encoding="utf-8")
+    structlog.reset_defaults()
+    with capture_logs() as logs:
+        persona = load_persona(path)
+    assert check(persona)
+    coerced = [e for e in logs if e["event"] == "persona.field_coerced"]
+    nulls_only = all(v is None for v in fields.values()) or "enabled" in str(fields)
+    assert bool(coerced) != nulls_only  # a null is a default (silent); every other tolerant reading is logged
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        pytest.param(
+            {"character_book": {"entries": [_entry(insertion_order="soon")]}},
+            "insertion_order",
+            id="a-word-for-a-number",
+        ),
+        pytest.param({"character_book": {"scan_depth": "nan"}}, "scan_depth", id="not-a-finite-number"),
+        pytest.param({"alternate_greetings": [["nested"]]}, "alternate_greetings", id="a-list-of-lists"),
+        pytest.param({"character_book": {"entries": "lamp"}}, "entries", id="entries-a-string"),
+    ],
+)
+def test_cards_whose_intent_is_not_clear_are_refused_naming_the_field(tmp_path, fields, field):
+    path = tmp_path / "card.json"
+    path.write_text(json.dumps(v2_card(**fields)), encoding="utf-8")
+    with pytest.raises(PersonaError) as info:
+        load_persona(path)
+    assert field in (info.value.field or "")
+
+
+WORLD_INFO = {
+    "name": "Harbour lore",
+    "entries": {
+        "1": {
+            "uid": 1,
+            "key": ["lighthouse", "灯塔"],
+            "keysecondary": ["storm"],
+            "comment": "The lighthouse",
+            "content": "The lighthouse was built in 1887.",
+            "constant": False,
+            "selective": True,
+            "selectiveLogic": 0,
+            "order": 50,
+            "position": 4,
+            "depth": 2,
+            "role": 0,
+            "disable": False,
+            "scanDepth": None,
+            "caseSensitive": None,
+            "matchWholeWords": None,
+        },
+        "0": {"uid": 0, "key": [], "comment": "Always", "content": "It rains often.", "constant": True, "order": 10},
+        "2": {"uid": 2, "key": "ferry", "content": "The ferry is late.", "disable": True, "order": "70"},
+    },
+}
+
+
+def test_a_sillytavern_world_info_file_is_read_as_a_lorebook(tmp_path):
+    from persona import load_world_info
+
+    path = tmp_path / "harbour.json"
+    path.write_text(json.dumps(WORLD_INFO, ensure_ascii=False), encoding="utf-8")
+    book, raw = load_world_info(str(path))
+    always, lighthouse, ferry = book.entries
+    assert (always.constant, always.content, always.insertion_order) == (True, "It rains often.", 10)
+    assert lighthouse.keys == ("lighthouse", "灯塔") and lighthouse.secondary_keys == ("storm",)
+    assert (lighthouse.placement, lighthouse.depth, lighthouse.role, lighthouse.name) == (
+        "depth",
+        2,
+        "system",
+        "The lighthouse",
+    )
+    assert (ferry.enabled, ferry.keys, ferry.insertion_order) == (False, ("ferry",), 70)
+    card = tmp_path / "card.json"
+    card.write_text(json.dumps(v2_card(character_book=raw), ensure_ascii=False), encoding="utf-8")
+    assert load_persona(card).character_book.entries == book.entries  # into a card, the same book
+
+
+def test_lorebook_import_writes_a_character_book_and_refuses_what_is_not_world_info(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "harbour.json"
+    path.write_text(json.dumps(WORLD_INFO, ensure_ascii=False), encoding="utf-8")
+    out = tmp_path / "book.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "persona", "lorebook", "import", str(path), "--out", str(out)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "3 entries (1 constant), 3 keys" in done.stderr
+    assert [e["content"] for e in json.loads(out.read_text())["entries"]][0] == "It rains often."
+    path.write_text(json.dumps({"spec": "chara_card_v2"}), encoding="utf-8")
+    refused = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "persona", "lorebook", "import", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "entries" in refused.stderr and "Traceback" not in refused.stderr

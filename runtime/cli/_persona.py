@@ -50,6 +50,26 @@ def _kb_engine():
     return open_engine(_settings(), with_model=False)
 
 
+def cmd_lorebook_import(args: argparse.Namespace) -> int:
+    """Read a SillyTavern World Info file, check it as a card's lorebook is checked, and write it as
+    the ``character_book`` object of a V2/V3 card (to put under a card's ``data``)."""
+    import json
+
+    from persona import load_world_info
+
+    _settings()
+    book, raw = load_world_info(args.file)
+    text = json.dumps(raw, ensure_ascii=False, indent=1)
+    if args.out is not None:
+        args.out.write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    constant = sum(1 for e in book.entries if e.constant)
+    keys = sum(len(e.keys) for e in book.entries)
+    print(f"{len(book.entries)} entries ({constant} constant), {keys} keys", file=sys.stderr)
+    return 0
+
+
 def cmd_kb_add(args: argparse.Namespace) -> int:
     from runtime.files import add_texts, read_documents
 
@@ -134,6 +154,14 @@ def _add_persona_commands(sub) -> None:
     show.add_argument("file", help="a card (.json, .png) or our .toml/.yaml file")
     show.add_argument("--user", default="User", help="what {{user}} becomes (default: User)")
     show.set_defaults(func=cmd_persona_show)
+    lorebook = p_sub.add_parser("lorebook", help="lorebooks")
+    lb_sub = lorebook.add_subparsers(dest="lorebook_command", required=True)
+    imported = lb_sub.add_parser(
+        "import", help="read a SillyTavern World Info JSON as a lorebook and write it as a card's character_book"
+    )
+    imported.add_argument("file", help="the World Info .json")
+    imported.add_argument("--out", type=Path, help="write the character_book JSON here (default: standard output)")
+    imported.set_defaults(func=cmd_lorebook_import)
 
     kb = sub.add_parser("kb", help="a persona's knowledge base")
     kb_sub = kb.add_subparsers(dest="kb_command", required=True)
