@@ -1,4 +1,4 @@
-"""Periods a message names, in English and Chinese, resolved against the message's own time.
+r"""Periods a message names, in English and Chinese, resolved against the message's own time.
 
 :func:`time_spans` finds absolute and relative time expressions and turns each into a
 half-open period ``[start, end)`` in the time zone of ``now``:
@@ -16,7 +16,16 @@ ago", "a year ago"
 "last month", "last year", "this year"      "前年", "今年", "上周末"
 "last Saturday", "on Saturday"              "上周六", "上星期六", "这周六", "周六"
 "last summer", "this spring"                "去年夏天", "今年春天", "夏天"
+\                                           "民國112年5月3日", "民国一一二年" (ROC years)
+\                                           "农历正月初五", "農曆八月十五", "除夕", "中秋"
 ==========================================  =========================================
+
+Chinese is read in Simplified and Traditional characters alike ("上週六", "兩個禮拜前",
+"這個月", "5月3號"), with digits in ASCII or full width and numerals in any position
+("二〇二三年五月三日", "五月廿三"). An ROC year (民國/民国 N 年) is 1911 + N. A lunar date
+(农历/農曆 month and day, or a festival: 春节, 元宵, 端午, 七夕, 中秋, 重阳, 腊八, 除夕) is
+converted by ``lunardate`` to its most recent solar date not after ``now``; one that does not
+exist in the lunar calendar (a 30th of a 29-day month) is no date, never a wrong one.
 
 A date without a year is its most recent occurrence not after ``now`` ("5月3号" said on
 2023-05-20 is 2023-05-03; said on 2023-04-01 it is 2022-05-03). "last May" is the most
@@ -64,7 +73,17 @@ _CN_DIGITS = {
     "八": 8,
     "九": 9,
 }
-_CN_NUM = r"[0-9０-９零〇一二两三四五六七八九十]+"
+_CN_NUM = r"[0-9０-９零〇一二两三四五六七八九十廿卅]+"
+_FOLD = str.maketrans(
+    {
+        **{chr(0xFF10 + i): str(i) for i in range(10)},  # full-width digits
+        **{chr(0xFF21 + i): chr(0x41 + i) for i in range(26)},  # full-width letters
+        **{chr(0xFF41 + i): chr(0x61 + i) for i in range(26)},
+        **dict(zip("週個禮這兩幾國曆號後農臘節陽閏", "周个礼这两几国历号后农腊节阳闰", strict=True)),
+    }
+)
+"""One character for one, so that positions in the folded text are the message's: Traditional
+forms of the characters the rules read to Simplified, full-width digits and letters to ASCII."""
 _EN_MONTHS = {
     m: i + 1
     for i, names in enumerate(
@@ -114,10 +133,13 @@ _SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12, "春
 
 
 def _cn_int(raw: str) -> int | None:
-    """1–99 written in digits (ASCII or full width) or Chinese numerals; ``None`` otherwise."""
+    """1–99 written in digits (ASCII or full width) or Chinese numerals (``廿`` 20, ``卅`` 30);
+    ``None`` otherwise."""
     raw = raw.translate(str.maketrans("０１２３４５６７８９", "0123456789"))
     if raw.isdigit():
         return int(raw)
+    if raw[:1] in ("廿", "卅"):
+        raw = ("二十" if raw[0] == "廿" else "三十") + raw[1:]
     if "十" in raw:
         tens, _, ones = raw.partition("十")
         t = _CN_DIGITS.get(tens, None) if tens else 1
@@ -126,6 +148,73 @@ def _cn_int(raw: str) -> int | None:
     if len(raw) == 1 and raw in _CN_DIGITS:
         return _CN_DIGITS[raw]
     return None
+
+
+def _cn_year(raw: str) -> int | None:
+    """A year number in digits, digit by digit in numerals (``二〇二三``, ``一一二``), or with
+    ``百``/``十`` (``一百一十二``); ``None`` otherwise."""
+    raw = raw.translate(str.maketrans("０１２３４５６７８９", "0123456789"))
+    if raw.isdigit():
+        return int(raw)
+    if raw and all(c in _CN_DIGITS for c in raw):
+        return int("".join(str(_CN_DIGITS[c]) for c in raw))
+    hundreds, sep, rest = raw.partition("百")
+    if sep:
+        h = _CN_DIGITS.get(hundreds) if hundreds else 1
+        if h is None:
+            return None
+        rest = rest.lstrip("零〇")
+        tail = _cn_int(rest) if rest else 0
+        return None if tail is None else 100 * h + tail
+    return _cn_int(raw)
+
+
+_LUNAR_MONTHS = {
+    "正": 1,
+    "冬": 11,
+    "腊": 12,
+    **{n: i for i, n in enumerate("一二三四五六七八九十", start=1)},
+    "十一": 11,
+    "十二": 12,
+}
+_LUNAR_FESTIVALS = {
+    "春节": (1, 1),
+    "元宵": (1, 15),
+    "端午": (5, 5),
+    "七夕": (7, 7),
+    "中秋": (8, 15),
+    "重阳": (9, 9),
+    "腊八": (12, 8),
+}
+
+
+def _lunar_day(raw: str) -> int | None:
+    """A lunar day: ``初一``–``初十``, ``十一``–``三十``, ``廿一``–``廿九``."""
+    if raw.startswith("初"):
+        n = _cn_int(raw[1:])
+        return n if n is not None and 1 <= n <= 10 else None
+    n = _cn_int(raw)
+    return n if n is not None and 1 <= n <= 30 else None
+
+
+def _lunar(r: _Resolver, month: int, day: int, leap: bool, text: str) -> TimeSpan | None:
+    """The most recent solar date not after today of lunar ``month``/``day`` (``day`` 0: the last
+    day of the lunar year, 除夕), by ``lunardate``; ``None`` when no such lunar date exists."""
+    from lunardate import LunarDate
+
+    found = []
+    for year in (r.today.year - 1, r.today.year):
+        try:
+            solar = (
+                LunarDate(year + 1, 1, 1).to_solar_date() - timedelta(days=1)
+                if day == 0
+                else LunarDate(year, month, day, leap).to_solar_date()
+            )
+        except ValueError:  # a 30th of a 29-day month, a leap month the year does not have
+            continue
+        if solar <= r.today:
+            found.append(solar)
+    return r.days(max(found), 1, text) if found else None
 
 
 def _en_int(raw: str) -> int | None:
@@ -208,6 +297,27 @@ class _Resolver:
 
 
 _CN_RULES: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(
+            r"(?:农历|阴历)(?P<leap>闰)?(?P<month>十一|十二|正|冬|腊|[一二三四五六七八九十])月"
+            r"(?P<day>初[一二三四五六七八九十]|廿[一二三四五六七八九]|二十|三十|十[一二三四五六七八九]|[一二三四五六七八九十])"
+        ),
+        "lunar",
+    ),
+    (re.compile(r"(?P<festival>春节|元宵|端午|七夕|中秋|重阳|腊八|除夕)"), "festival"),
+    (
+        re.compile(
+            rf"民国\s*(?P<year>[0-9０-９零〇一二三四五六七八九十百]+)\s*年"
+            rf"(?:(?P<month>{_CN_NUM})月(?:份)?(?:(?P<day>{_CN_NUM})[日号])?)?"
+        ),
+        "roc",
+    ),
+    (
+        re.compile(
+            rf"(?P<year>[零〇一二三四五六七八九]{{4}})年(?P<month>{_CN_NUM})月(?:份)?(?:(?P<day>{_CN_NUM})[日号])?"
+        ),
+        "cn_ymd",
+    ),
     (re.compile(rf"(?P<year>\d{{4}})年(?P<month>{_CN_NUM})月(?:份)?(?:(?P<day>{_CN_NUM})[日号號])?"), "ymd"),
     (re.compile(rf"(?P<rel>去年|今年|前年)?(?P<month>{_CN_NUM})月(?:份)?(?:(?P<day>{_CN_NUM})[日号號])?"), "md"),
     (re.compile(r"(?P<rel>大前天|前天|昨天|今天)"), "dayword"),
@@ -247,8 +357,27 @@ _CN_REL_YEAR = {"去年": -1, "今年": 0, "前年": -2}
 _CN_REL_WEEK = {"上上": -2, "上": -1, "这": 0, "本": 0, "下": 1}
 
 
-def _chinese(r: _Resolver, kind: str, m: re.Match[str]) -> TimeSpan | None:
-    g, text = m.groupdict(), m.group(0)
+def _chinese(r: _Resolver, kind: str, m: re.Match[str], text: str) -> TimeSpan | None:
+    g = m.groupdict()
+    if kind == "lunar":
+        day = _lunar_day(g["day"])
+        return None if day is None else _lunar(r, _LUNAR_MONTHS[g["month"]], day, bool(g["leap"]), text)
+    if kind == "festival":
+        if g["festival"] == "除夕":
+            return _lunar(r, 12, 0, False, text)
+        return _lunar(r, *_LUNAR_FESTIVALS[g["festival"]], False, text)
+    if kind in ("roc", "cn_ymd"):
+        year = _cn_year(g["year"])
+        if year is None or (kind == "roc" and not 1 <= year <= 300):
+            return None
+        year = year + 1911 if kind == "roc" else year
+        month = _cn_int(g["month"]) if g["month"] else None
+        day = _cn_int(g["day"]) if g["day"] else None
+        if month is None:
+            return r.year(year, text)
+        if not 1 <= month <= 12:
+            return None
+        return r.day(month, day, year, text) if day else r.month(year, month, text)
     if kind == "ymd":
         month, day = _cn_int(g["month"]), _cn_int(g["day"]) if g["day"] else None
         if not month or not 1 <= month <= 12:
@@ -290,8 +419,8 @@ def _chinese(r: _Resolver, kind: str, m: re.Match[str]) -> TimeSpan | None:
     return None
 
 
-def _english(r: _Resolver, kind: str, m: re.Match[str]) -> TimeSpan | None:
-    g, text = m.groupdict(), m.group(0)
+def _english(r: _Resolver, kind: str, m: re.Match[str], text: str) -> TimeSpan | None:
+    g = m.groupdict()
     if kind == "md":
         return r.day(_EN_MONTHS[g["month"].lower()], int(g["day"]), int(g["year"]) if g["year"] else None, text)
     if kind == "month":
@@ -346,12 +475,13 @@ def time_spans(message: str, *, now: datetime) -> list[TimeSpan]:
     resolver = _Resolver(now)
     taken: list[tuple[int, int]] = []
     found: list[tuple[int, TimeSpan]] = []
+    folded = message.translate(_FOLD)  # one character for one: a match's place is the message's
     for rules, read in ((_CN_RULES, _chinese), (_EN_RULES, _english)):
         for pattern, kind in rules:
-            for m in pattern.finditer(message):
+            for m in pattern.finditer(folded):
                 if any(m.start() < e and s < m.end() for s, e in taken):
                     continue
-                span = read(resolver, kind, m)
+                span = read(resolver, kind, m, message[m.start() : m.end()])
                 if span is not None:
                     taken.append((m.start(), m.end()))
                     found.append((m.start(), span))
