@@ -44,6 +44,9 @@ class HTTPError:
     code: str | int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     """Extra response headers, e.g. ``{"Retry-After": "1"}``."""
+    body: dict[str, Any] | None = None
+    """The JSON body as the provider sends it, when it is not OpenAI's ``{"error": {...}}``
+    (SiliconFlow's ``{"code", "message"}``, MiniMax's ``base_resp``, ...)."""
 
 
 def rate_limited(retry_after: float | None = None) -> HTTPError:
@@ -158,6 +161,125 @@ OVERFLOW: dict[str, HTTPError] = {
     ),
     "ollama": HTTPError(400, "prompt too long; exceeded max context length by 367 tokens", type="api_error"),
     "ollama-input": HTTPError(400, "the input length exceeds the context length", type="api_error"),
+    # -- providers whose wordings the first table missed: each as its API sends it ----------
+    "moonshot": HTTPError(
+        400,
+        "Invalid request: Your request exceeded model token limit: 1024",
+        type="invalid_request_error",
+    ),
+    "dashscope": HTTPError(
+        400,
+        "Range of input length should be [1, 1024]",
+        type="invalid_request_error",
+        code="invalid_parameter_error",
+    ),
+    "dashscope-native": HTTPError(
+        400,
+        "<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, 1024]",
+        body={
+            "code": "InvalidParameter",
+            "message": "<400> InternalError.Algo.InvalidParameter: Range of input length should be [1, 1024]",
+            "request_id": "5c9f0a1e-0000-0000-0000-000000000000",
+        },
+    ),
+    "zhipu": HTTPError(400, "Prompt exceeds max length", type="invalid_request_error", code="1261"),
+    "zhipu-zh": HTTPError(400, "Prompt 超长", body={"error": {"code": "1261", "message": "Prompt 超长"}}),
+    "qianfan": HTTPError(
+        400,
+        "the max input characters is 20000",
+        body={"error_code": 336103, "error_msg": "the max input characters is 20000", "id": "as-0000000000"},
+    ),
+    "qianfan-question": HTTPError(
+        400,
+        "the max length of current question is 2000",
+        body={"error_code": 336007, "error_msg": "the max length of current question is 2000"},
+    ),
+    "minimax": HTTPError(
+        400,
+        "invalid params, context window exceeds limit",
+        body={"base_resp": {"status_code": 2013, "status_msg": "invalid params, context window exceeds limit"}},
+    ),
+    "doubao": HTTPError(
+        400,
+        "Total tokens of image and text exceed max message tokens. Request id: 0217000000000000000",
+        type="BadRequest",
+        code="InvalidParameter",
+    ),
+    "hunyuan": HTTPError(
+        400,
+        "输入长度超过限制，请缩短输入内容",
+        body={
+            "error": {
+                "message": "输入长度超过限制，请缩短输入内容",
+                "type": "invalid_request_error",
+                "code": "InvalidParameter",
+            }
+        },
+    ),
+    "siliconflow": HTTPError(
+        400,
+        "length of prompt_tokens (1391) must be less than max_seq_len (1024).",
+        body={
+            "code": 20015,
+            "message": "length of prompt_tokens (1391) must be less than max_seq_len (1024).",
+            "data": None,
+        },
+    ),
+    "xai-input-too-large": HTTPError(
+        400,
+        "The prompt is too large for this model: 1391 tokens, the maximum is 1024.",
+        body={
+            "code": "input_too_large",
+            "error": "The prompt is too large for this model: 1391 tokens, the maximum is 1024.",
+        },
+    ),
+    "mistral-draft": HTTPError(
+        400,
+        "Prompt contains 1391 tokens and 0 draft tokens, too large for model with 1024 maximum context length",
+        body={
+            "object": "error",
+            "message": "Prompt contains 1391 tokens and 0 draft tokens, too large for model with 1024 maximum context length",
+            "type": "invalid_request_error",
+            "param": None,
+            "code": None,
+        },
+    ),
+    "cohere": HTTPError(
+        400,
+        "too many tokens: total number of tokens in the prompt cannot exceed 1024 - received 1391. Try using a "
+        "shorter prompt, or enabling prompt truncating.",
+        body={
+            "message": "too many tokens: total number of tokens in the prompt cannot exceed 1024 - received 1391. "
+            "Try using a shorter prompt, or enabling prompt truncating."
+        },
+    ),
+    "cohere-v2": HTTPError(
+        400,
+        "too many tokens: size limit exceeded by 367 tokens. Try using shorter or fewer inputs, or setting "
+        "prompt_truncation='AUTO'.",
+        body={
+            "message": "too many tokens: size limit exceeded by 367 tokens. Try using shorter or fewer inputs, or setting prompt_truncation='AUTO'."
+        },
+    ),
+    "gemini-native": HTTPError(
+        400,
+        "The input token count (1391) exceeds the maximum number of tokens allowed (1024).",
+        body={
+            "error": {
+                "code": 400,
+                "message": "The input token count (1391) exceeds the maximum number of tokens allowed (1024).",
+                "status": "INVALID_ARGUMENT",
+            }
+        },
+    ),
+    "bedrock": HTTPError(
+        400, "Input is too long for requested model.", body={"message": "Input is too long for requested model."}
+    ),
+    "bedrock-titan": HTTPError(
+        400,
+        "Too many input tokens. Max input tokens: 1024, request input token count: 1391",
+        body={"message": "Too many input tokens. Max input tokens: 1024, request input token count: 1391"},
+    ),
     "openrouter": HTTPError(
         400,
         "This endpoint's maximum context length is 1024 tokens. However, you requested about 1391 tokens (1135 of text "
@@ -170,7 +292,27 @@ OVERFLOW: dict[str, HTTPError] = {
 status: 400, TGI's 422, an older llama.cpp's 500). Every limit they state is 1024 tokens."""
 
 OVERFLOW_LIMIT: dict[str, int | None] = {
-    name: (None if name in ("llama.cpp", "llama.cpp-500", "ollama", "ollama-input") else 1024) for name in OVERFLOW
+    name: (
+        None
+        if name
+        in (
+            "llama.cpp",
+            "llama.cpp-500",
+            "ollama",
+            "ollama-input",
+            "zhipu",
+            "zhipu-zh",
+            "qianfan",
+            "qianfan-question",
+            "minimax",
+            "doubao",
+            "hunyuan",
+            "cohere-v2",
+            "bedrock",
+        )
+        else 1024
+    )
+    for name in OVERFLOW
 }
 """The context limit each :data:`OVERFLOW` wording states, tokens (``None``: it states none)."""
 
@@ -261,7 +403,10 @@ class FakeLLM:
 
             def _error(self, error: HTTPError) -> None:
                 data = json.dumps(
-                    {"error": {"message": error.message, "type": error.type, "code": error.code}}
+                    error.body
+                    if error.body is not None
+                    else {"error": {"message": error.message, "type": error.type, "code": error.code}},
+                    ensure_ascii=False,
                 ).encode()
                 self.send_response(error.status)
                 self.send_header("content-type", "application/json")

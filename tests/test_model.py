@@ -259,6 +259,10 @@ def test_each_providers_overflow_wording_is_an_overflow_with_its_stated_limit(wo
             id="groq-tokens-per-minute",
         ),
         pytest.param(400, "Invalid 'messages[1].content': string too long.", id="string-too-long"),
+        pytest.param(400, "请求过于频繁，请稍后再试", id="zh-too-frequent"),
+        pytest.param(400, "您的请求超过速率限制，请降低请求频率", id="zh-rate-limit"),
+        pytest.param(400, "账户余额不足，请充值后再试", id="zh-balance"),
+        pytest.param(400, "输出长度超过了 max_tokens 的上限", id="zh-output-length"),
     ],
 )
 def test_wordings_about_other_limits_are_not_overflows(status, message):

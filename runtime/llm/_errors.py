@@ -95,6 +95,38 @@ OVERFLOW_WORDINGS: tuple[OverflowWording, ...] = (
     #         "the input length exceeds the context length"
     OverflowWording("ollama", r"prompt too long; exceeded (?:max )?context length"),
     OverflowWording("ollama", r"input length exceeds the context length"),
+    # Moonshot / Kimi: "Invalid request: Your request exceeded model token limit: 8192"
+    OverflowWording("moonshot", rf"exceeded model token limit(?:: (?P<limit>{_N}))?"),
+    # DashScope / Qwen (compatible mode and native): "Range of input length should be [1, 30720]"
+    OverflowWording("dashscope", rf"range of input length should be \[1, (?P<limit>{_N})\]"),
+    # Zhipu GLM / Z.ai, error code 1261: "Prompt exceeds max length", "Prompt 超长"
+    OverflowWording("zhipu", r"prompt\s*(?:exceeds max length|超长|超过最大长度)"),
+    # Baidu Qianfan / ERNIE (limits in characters, not tokens): error_code 336103 "the max input
+    # characters is 20000", 336007 "the max length of current question is 2000"
+    OverflowWording("qianfan", r"the max input characters is \d+"),
+    OverflowWording("qianfan", r"the max length of current question is \d+"),
+    # MiniMax, base_resp status_code 2013: "invalid params, context window exceeds limit"
+    OverflowWording("minimax", r"context window exceeds limit"),
+    # Volcengine Doubao (Ark), code InvalidParameter: "Total tokens of image and text exceed max message tokens"
+    OverflowWording("doubao", r"exceed max message tokens"),
+    # Tencent Hunyuan and other Chinese APIs: "输入长度超过限制", "输入超长", "消息长度超过最大限制"
+    OverflowWording(
+        "chinese",
+        r"(?:输入|上下文|消息|提示词?)(?:的)?(?:长度|内容|token\s*数)?(?:已)?(?:超长|超过(?:了)?(?:模型)?(?:的)?(?:最大)?(?:长度)?限制|超出(?:了)?(?:模型)?(?:的)?(?:最大)?(?:长度)?限制)",
+    ),
+    # SiliconFlow, code 20015: "length of prompt_tokens (37419) must be less than max_seq_len (32768)."
+    OverflowWording(
+        "siliconflow", rf"length of prompt_tokens \({_N}\) must be less than max_seq_len \((?P<limit>{_N})\)"
+    ),
+    # xAI's newer error code "input_too_large": "... {N} tokens, the maximum is {limit}."
+    OverflowWording("xai", rf"input_too_large(?:.*?maximum is (?P<limit>{_N}))?"),
+    OverflowWording("xai", rf"(?:prompt|input) is too large for (?:this|the) model(?:.*?maximum is (?P<limit>{_N}))?"),
+    # Cohere: "too many tokens: total number of tokens in the prompt cannot exceed 4081 - received ...";
+    #         v2: "too many tokens: size limit exceeded by 1200 tokens"
+    OverflowWording("cohere", rf"total number of tokens in the prompt cannot exceed (?P<limit>{_N})"),
+    OverflowWording("cohere", r"too many tokens: size limit exceeded by"),
+    # Bedrock (Titan): "Too many input tokens. Max input tokens: 8192, request input token count: 9000"
+    OverflowWording("bedrock", rf"too many input tokens\. max input tokens: (?P<limit>{_N})"),
     # others that name the context window outright
     OverflowWording("generic", r"exceeds? the (?:model's )?context (?:size|window)"),
 )
@@ -102,8 +134,13 @@ OVERFLOW_WORDINGS: tuple[OverflowWording, ...] = (
 500 some llama.cpp versions send). One row per wording; :func:`is_overflow` tries them all and
 :func:`provider_limit` takes the first stated limit. Sources: each provider's error text as
 users reported it (OpenAI, DeepSeek, OpenRouter, xAI, Gemini, Anthropic, SGLang, vLLM, TGI,
-llama.cpp, LM Studio and Ollama issue trackers; Mistral as client libraries match it). Kept
-specific: rate-limit wordings such as "too many tokens, please wait" must not match."""
+llama.cpp, LM Studio and Ollama issue trackers; Mistral as client libraries match it); the
+Chinese providers (Moonshot, DashScope, Zhipu, Qianfan, MiniMax, Doubao, Hunyuan, SiliconFlow),
+Cohere and Bedrock as their error references and users' reports word them. A limit is captured
+only where it is stated in tokens (Qianfan's is in characters). To add a provider: one row here,
+and one entry in ``tests/fake_llm.OVERFLOW`` with its status and JSON body as the provider
+sends them. Kept specific: rate-limit wordings such as "too many tokens, please wait" must not
+match."""
 
 _OVERFLOW_PATTERNS = tuple(re.compile(w.pattern, re.IGNORECASE | re.DOTALL) for w in OVERFLOW_WORDINGS)
 OVERFLOW_STATUS = frozenset({None, 400, 413, 422, 500})
@@ -121,9 +158,21 @@ def _text(exc: BaseException) -> str:
     except Exception:  # an exception whose __str__ fails still gets classified
         raw = ""
     body = getattr(exc, "body", None)
-    if isinstance(body, dict):  # the JSON error body, when the client kept it
-        raw = f"{raw} {body.get('message') or ''} {body.get('code') or ''} {body.get('type') or ''}"
+    if isinstance(body, (dict, list, str)):  # the JSON error body (or its "error" string), in any provider's shape
+        raw = f"{raw} {' '.join(_values(body))}"
     return str(raw)
+
+
+def _values(body: object, depth: int = 0) -> list[str]:
+    """The strings and numbers of a JSON error body, nested objects included (``{"error": {...}}``,
+    ``{"base_resp": {"status_msg"}}``, ``{"error_code", "error_msg"}``), in order."""
+    if isinstance(body, dict) and depth < 4:
+        return [v for value in body.values() for v in _values(value, depth + 1)]
+    if isinstance(body, list) and depth < 4:
+        return [v for value in body[:10] for v in _values(value, depth + 1)]
+    if isinstance(body, (str, int, float)) and not isinstance(body, bool):
+        return [str(body)]
+    return []
 
 
 def is_overflow(exc: BaseException) -> bool:
