@@ -62,6 +62,21 @@ def settings_for_model(settings: Settings) -> Settings:
     return settings.model_copy(update={"context_window": window}) if window < settings.budgets.total else settings
 
 
+def check_persona_fits(persona: Persona, settings: Settings) -> None:
+    """At start-up, not at the first turn: the persona's parts that are never cut must fit the
+    ``persona`` budget (scaled to the window), counted as a turn counts them, with the default
+    user name.
+
+    Raises:
+        ConfigurationError: they do not (``COMPANION_BUDGET_PERSONA``), with the message a turn
+            would give.
+    """
+    from runtime.accounting import counter_for
+    from runtime.context import render_persona
+
+    render_persona(persona, cap=settings.scaled_budgets.persona, counter=counter_for(settings.model))
+
+
 def open_engine(
     settings: Settings,
     *,
@@ -98,7 +113,9 @@ def open_engine(
         EmbeddingModelMismatch: the stored vectors were made by another model than the embedder's
             (recorded in the database; the first open records the embedder's,
             :func:`memory.vector_model.check_model`).
-        PersonaError, ConfigurationError: a bad persona file or setting.
+        PersonaError, ConfigurationError: a bad persona file or setting, or a persona whose parts
+            that are never cut exceed the ``persona`` budget (:func:`check_persona_fits`): checked
+            when the engine opens, before the database, never first at a turn.
     """
     if not structlog.is_configured():  # a library caller who set up structlog keeps their setup
         configure_logging(settings.log_level, settings.log_format)
@@ -110,6 +127,8 @@ def open_engine(
             timeout=settings.model_timeout,
             retry=RetryPolicy(retries=settings.model_retries, total_seconds=settings.model_retry_seconds),
         )
+    persona = persona or load_persona(settings.persona_file)  # a bad card or lorebook regex: refused here
+    check_persona_fits(persona, settings)
     database = database or connect(settings)
     embedder = embedder or open_embedder(settings)
     if database.embedded and current_revision(database.engine) != head_revision():
@@ -136,7 +155,7 @@ def open_engine(
         settings=settings,
         store=Store(database.engine),
         embedder=embedder,
-        persona=persona or load_persona(settings.persona_file),
+        persona=persona,
         replier=replier,
         summarizer=summarizer,
         file_services=services,
