@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from sqlalchemy import Engine, text
 from sqlmodel import Session, select
 
+from errors import InvalidFieldError
 from memory.database import autocommit_engine, storage_errors
 from memory.tables import UserProfile, utcnow
 from memory.validation import check_id, check_text
@@ -49,15 +50,18 @@ class Profiles:
         name: str | None = None,
         pronouns: str | None = None,
         facts: Sequence[str] | None = None,
+        time_zone: str | None = None,
     ) -> UserProfile:
         """Set fields of the user's profile (creating the user and profile if missing).
 
-        ``None`` leaves a field as it is; ``""`` clears ``name`` or ``pronouns``; ``facts``
-        replaces the user-set facts (blank ones dropped, duplicates merged).
+        ``None`` leaves a field as it is; ``""`` clears ``name``, ``pronouns`` or ``time_zone``;
+        ``facts`` replaces the user-set facts (blank ones dropped, duplicates merged);
+        ``time_zone`` is an IANA zone name (``Asia/Shanghai``, ``Europe/Lisbon``).
 
         Raises:
             InvalidFieldError: a field with NUL or a lone surrogate, or over its length
-                (``name`` 200, ``pronouns`` 100, each fact :data:`MAX_FACT_CHARS` characters).
+                (``name`` 200, ``pronouns`` 100, each fact :data:`MAX_FACT_CHARS` characters), or a
+                ``time_zone`` that is no IANA zone (reason ``unknown_time_zone``).
         """
         check_id(user_id, field="user_id")
         if name is not None:
@@ -66,6 +70,8 @@ class Profiles:
             check_text(pronouns, field="pronouns", max_chars=100)
         for k, fact in enumerate(facts or []):
             check_text(fact, field=f"facts[{k}]", max_chars=MAX_FACT_CHARS)
+        if time_zone:
+            check_time_zone(time_zone)
         with storage_errors(), Session(self.engine) as db:
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             profile = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()
@@ -76,6 +82,8 @@ class Profiles:
                 profile.pronouns = pronouns.strip() or None
             if facts is not None:
                 profile.facts = _dedupe([f.strip() for f in facts if f.strip()])
+            if time_zone is not None:
+                profile.time_zone = time_zone.strip() or None
             profile.updated_at = utcnow()
             db.add(profile)
             db.commit()
@@ -117,3 +125,22 @@ def _dedupe(facts: Sequence[str]) -> list[str]:
             seen.add(key)
             out.append(fact)
     return out
+
+
+def check_time_zone(name: str) -> None:
+    """``name`` must be an IANA time zone the system knows (``zoneinfo``).
+
+    Raises:
+        InvalidFieldError: it is not (field ``time_zone``, reason ``unknown_time_zone``).
+    """
+    import zoneinfo
+
+    check_text(name, field="time_zone", max_chars=100)
+    try:
+        zoneinfo.ZoneInfo(name.strip())
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidFieldError(
+            f"time_zone: {name!r} is not an IANA time zone (e.g. Asia/Shanghai, Europe/Lisbon, UTC).",
+            field="time_zone",
+            reason="unknown_time_zone",
+        ) from exc

@@ -5,7 +5,7 @@ Units: ``*_tokens`` fields are tokens; ``*_at`` fields are timezone-aware UTC ti
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
@@ -116,6 +116,25 @@ class Turn(SQLModel, table=True):
     state: TurnState = Field(default=TurnState.context, max_length=20)
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     """When the turn was said (for replays, the source's date)."""
+    utc_offset_minutes: int | None = None
+    """The UTC offset the turn's time was given with, minutes (``+08:00``: 480); ``None`` when it
+    was not given (the server's clock) (migration 0019)."""
+
+    def local_created_at(self) -> datetime:
+        """:attr:`created_at` at the offset it was given with (UTC when none was)."""
+        return created_at_offset(self.created_at, self.utc_offset_minutes)
+
+
+def offset_minutes(at: datetime | None) -> int | None:
+    """The UTC offset ``at`` was given with, whole minutes; ``None`` for no time or a naive one."""
+    offset = at.utcoffset() if at is not None else None
+    return None if offset is None else int(offset.total_seconds() // 60)
+
+
+def created_at_offset(at: datetime, offset_minutes: int | None) -> datetime:
+    """``at`` (aware) at ``offset_minutes`` from UTC; UTC when ``None``."""
+    zone = timezone(timedelta(minutes=offset_minutes)) if offset_minutes is not None else UTC
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).astimezone(zone)
 
 
 class TurnVector(SQLModel, table=True):
@@ -208,6 +227,8 @@ class UserProfile(SQLModel, table=True):
     """Facts the user or app set; only an explicit set changes them."""
     learned: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Facts merged from the profile section of summaries, oldest first."""
+    time_zone: str | None = Field(default=None, max_length=100)
+    """The user's IANA time zone (``Asia/Shanghai``), set by the user or app (migration 0019)."""
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
 
 

@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 from errors import InvalidMessageError, StorageError, TurnsChangedError
 from memory.database import autocommit_engine, storage_errors
 from memory.sessions import closed_error
-from memory.tables import Turn, TurnState, TurnVector, utcnow
+from memory.tables import Turn, TurnState, TurnVector, offset_minutes, utcnow
 from memory.vectors import Vector
 
 
@@ -173,9 +173,9 @@ class Turns:
             insert = (
                 "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
                 "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
-                "interrupted, state, created_at) "
+                "interrupted, state, created_at, utc_offset_minutes) "
                 "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
-                ":interrupted, :state, :at FROM turns WHERE session_id = :s RETURNING *"
+                ":interrupted, :state, :at, :off FROM turns WHERE session_id = :s RETURNING *"
             )
             statement = (
                 text(insert)
@@ -199,6 +199,7 @@ class Turns:
                     interrupted=interrupted,
                     state=TurnState.context.value,
                     at=created_at or utcnow(),
+                    off=offset_minutes(created_at),
                 )
             ).one()
             turn = Turn.model_validate(dict(inserted._mapping))

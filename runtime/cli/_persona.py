@@ -125,7 +125,9 @@ def _print_profile(user: str, profile) -> None:
     if profile is None:
         print(f"{user}: no profile")
         return
-    print(f"{user}: name {profile.name or '-'}; pronouns {profile.pronouns or '-'}")
+    print(
+        f"{user}: name {profile.name or '-'}; pronouns {profile.pronouns or '-'}; time zone {profile.time_zone or '-'}"
+    )
     for fact in profile.facts:
         print(f"  fact: {fact}")
     for fact in profile.learned:
@@ -143,7 +145,10 @@ def cmd_profile_set(args: argparse.Namespace) -> int:
     if args.clear_facts or args.fact:
         before = profiles.get(args.user)
         facts = ([] if args.clear_facts or before is None else list(before.facts)) + list(args.fact or [])
-    _print_profile(args.user, profiles.set(args.user, name=args.name, pronouns=args.pronouns, facts=facts))
+    _print_profile(
+        args.user,
+        profiles.set(args.user, name=args.name, pronouns=args.pronouns, facts=facts, time_zone=args.time_zone),
+    )
     return 0
 
 
@@ -188,4 +193,5 @@ def _add_persona_commands(sub) -> None:
     pset.add_argument("--pronouns", help="e.g. she/her ('' clears)")
     pset.add_argument("--fact", action="append", help="add a fact (repeatable)")
     pset.add_argument("--clear-facts", action="store_true", help="remove the user-set facts first")
+    pset.add_argument("--time-zone", help="the user's IANA time zone, e.g. Asia/Shanghai ('' clears)")
     pset.set_defaults(func=cmd_profile_set)

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 import structlog
@@ -53,6 +53,7 @@ from memory.tables import CompactionState, Turn, TurnState, utcnow
 from prompts import render
 from runtime.accounting import TokenCounter, longest_fitting_prefix
 from runtime.compaction._summarizers import RolledTurn, Summarizer, turns_to_check, validate_summary
+from runtime.context import user_zone
 from runtime.summary_items import items_from_json, items_to_json
 
 log = structlog.get_logger("companion.compaction")
@@ -137,7 +138,7 @@ def plan_rollout(turns: Sequence[Turn], *, cap: int, target: float, keep_exchang
     return out
 
 
-def cut_for_summarizer(turn: Turn, *, limit: int, counter: TokenCounter) -> RolledTurn:
+def cut_for_summarizer(turn: Turn, *, limit: int, counter: TokenCounter, zone: tzinfo = UTC) -> RolledTurn:
     """What a summarizer may read of ``turn``: whole, or cut to ``limit`` tokens when it is larger.
 
     A turn larger than the ``recent`` cap is cut (``RolledTurn.cut``) rather than fed
@@ -151,9 +152,9 @@ def cut_for_summarizer(turn: Turn, *, limit: int, counter: TokenCounter) -> Roll
             return counter.count_text(whole[:n] + render("notice_turn_cut", shown=n, total=len(whole))) <= limit
 
         text = text[: longest_fitting_prefix(len(text), fits)]
-    return RolledTurn(
-        seq=turn.seq, role=turn.role, date=turn.created_at.date().isoformat(), text=text, chars=len(turn.content)
-    )
+    # dated on the user's day: at the offset the turn's time was given with, else in the user's zone
+    said = turn.local_created_at() if turn.utc_offset_minutes is not None else turn.created_at.astimezone(zone)
+    return RolledTurn(seq=turn.seq, role=turn.role, date=said.date().isoformat(), text=text, chars=len(turn.content))
 
 
 class Compactor:
@@ -356,7 +357,9 @@ class Compactor:
     ) -> CompactionOutcome:
         rolled = [t for g in groups for t in g]
         boundary = rolled[-1].seq
-        inputs = [cut_for_summarizer(t, limit=recent_cap, counter=self.counter) for t in rolled]
+        profile = self.store.profiles.get(user_id)
+        zone = user_zone(profile.time_zone if profile is not None else None, None)
+        inputs = [cut_for_summarizer(t, limit=recent_cap, counter=self.counter, zone=zone) for t in rolled]
         inputs = [i for i in inputs if i.text.strip()]
         previous = self.store.compaction.summary(session_id)
         prev_items = items_from_json(previous.items, session_id=session_id) if previous else []

@@ -25,6 +25,7 @@ from runtime.context._attachments import (
     safe_name,
     strip_placeholders,
 )
+from runtime.context._clock import local_date, user_zone
 from runtime.context._image_markers import TRANSCRIPT_MARKERS, dedupe, marker, render_transcript, split_transcripts
 from runtime.context._lorebook import Scan, key_matches, match_entries, scan_text
 from runtime.context._persona import DEFAULT_USER_NAME, macro_context, render_persona
@@ -35,6 +36,8 @@ from runtime.context._trim import fit_messages
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
 __all__ = [
+    "local_date",
+    "user_zone",
     "enrich_query",
     "enrichment",
     "named_speaker",

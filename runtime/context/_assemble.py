@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, tzinfo
 from typing import Any, cast
 
 from persona import Persona
@@ -98,6 +99,8 @@ class AssembledContext:
     when the request starts with that last request; ``total_tokens`` is never below it."""
     attached_files: list[str] = field(default_factory=list)
     """Ids of the files whose blocks (first-turn or folded) the messages show, in turn order."""
+    zone: tzinfo = UTC
+    """The user's time zone the context's dates are shown in (:attr:`ContextInputs.zone`)."""
 
     @property
     def overflow(self) -> bool:
@@ -142,6 +145,8 @@ class ContextInputs:
     idle_to_memory: bool = True
     """Let what the persona, the summary and retrieval leave of their caps flow to recalled
     segments (``False`` for an overflow retry, which must send less)."""
+    zone: tzinfo = UTC
+    """The user's time zone (:func:`runtime.context.user_zone`): recalled segments are dated in it."""
 
 
 CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
@@ -229,6 +234,7 @@ def assemble_context(
     memory = _memory_section(
         inputs.candidates,
         inputs.profile,
+        zone=inputs.zone,
         pinned_cap=budgets.memory,
         cap=budgets.memory + (max(idle, 0) if inputs.idle_to_memory else 0),
         counter=counter,
@@ -294,6 +300,7 @@ def assemble_context(
         overhead_tokens=inputs.overhead,
         baseline_tokens=by_baseline,
         attached_files=_attached_files(inputs, retrieval, fit.shown),
+        zone=inputs.zone,
     )
 
 
@@ -312,6 +319,7 @@ def _memory_section(
     candidates: Sequence[RecalledItem],
     profile: PinnedProfile | None,
     *,
+    zone: tzinfo,
     pinned_cap: int,
     cap: int,
     counter: TokenCounter,
@@ -320,7 +328,7 @@ def _memory_section(
     the recalled segments that fit what is left of ``cap`` tokens (the budget with idle flow)."""
     pinned = render_profile(profile, cap=pinned_cap, counter=counter)
     room_for_recalled = cap - pinned.tokens - (1 if pinned.text else 0)
-    memory_text, recalled, recalled_report = memory_block(candidates, room_for_recalled, counter)
+    memory_text, recalled, recalled_report = memory_block(candidates, room_for_recalled, counter, zone)
     if pinned.text:
         memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
     report = SourceReport(

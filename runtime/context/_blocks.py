@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, tzinfo
 
 from prompts import fence, render
 from runtime.accounting import TokenCounter
+from runtime.context._clock import local_date
 from runtime.context._report import SourceReport
 from runtime.context._values import RecalledItem, SummaryText
 
@@ -57,14 +59,14 @@ def _summary_body(summary: SummaryText | None, cap: int, counter: TokenCounter) 
 
 
 def memory_block(
-    candidates: Sequence[RecalledItem], cap: int, counter: TokenCounter
+    candidates: Sequence[RecalledItem], cap: int, counter: TokenCounter, zone: tzinfo = UTC
 ) -> tuple[str, list[RecalledItem], SourceReport]:
     if not candidates or cap <= 0:
         return "", [], SourceReport(source="memory", tokens=0, cap=cap, items=0)
     used = counter.count_text(render("memory_block", body=""))
     chosen: list[tuple[RecalledItem, str]] = []
     for seg in candidates:
-        entry = render("memory_entry", date=seg.session_date.date().isoformat(), content=fence(seg.content))
+        entry = render("memory_entry", date=local_date(seg.session_date, zone), content=fence(seg.content))
         cost = counter.count_text(entry) + 1
         if used + cost <= cap:
             chosen.append((seg, entry))

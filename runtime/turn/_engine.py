@@ -128,11 +128,17 @@ class Engine(EngineParts):
         return self.sessions.greet(user_id=user_id, session_id=session_id, at=at, greeting=greeting)
 
     def set_profile(
-        self, *, user_id: str, name: str | None = None, pronouns: str | None = None, facts: list[str] | None = None
+        self,
+        *,
+        user_id: str,
+        name: str | None = None,
+        pronouns: str | None = None,
+        facts: list[str] | None = None,
+        time_zone: str | None = None,
     ) -> UserProfile:
         """Set the user's pinned profile (``None`` leaves a field; ``facts`` replaces the user-set
-        facts). See :meth:`memory.profiles.Profiles.set`."""
-        return self.profiles.set(user_id, name=name, pronouns=pronouns, facts=facts)
+        facts; ``time_zone``: an IANA zone). See :meth:`memory.profiles.Profiles.set`."""
+        return self.profiles.set(user_id, name=name, pronouns=pronouns, facts=facts, time_zone=time_zone)
 
     def assemble(
         self,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 
 from memory.archive import USER_LABEL, compose, key_weights
 from memory.assembly import SessionReads
@@ -52,6 +52,7 @@ from runtime.context import (
     match_entries,
     named_speaker,
     retrieval_items,
+    user_zone,
     without_names,
 )
 from runtime.turn._extensions import Gathered, TurnExtension
@@ -192,7 +193,11 @@ class ContextGatherer:
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
         turns = gathered.turns
-        query = self.query(turns, pending, stored=stored, known=known, profile=profile)
+        zone = user_zone(
+            profile.time_zone if profile is not None else None,
+            next((t.utc_offset_minutes for t in reversed(stored) if t.utc_offset_minutes is not None), None),
+        )
+        query = self.query(turns, pending, stored=stored, known=known, profile=profile, zone=zone)
         recalled = (
             self.recall(query, user_id=user_id, session_id=session_id, budgets=budgets, reads=reads, turns=turns)
             if query is not None
@@ -224,6 +229,7 @@ class ContextGatherer:
                 attachments=gathered.blocks,
                 earlier_files=gathered.earlier,
                 idle_to_memory=idle_to_memory,
+                zone=zone,
             ),
             budgets=budgets,
             window=window or self.window,
@@ -241,6 +247,7 @@ class ContextGatherer:
         stored: Sequence[Turn],
         known: Mapping[int, list[float]] | None,
         profile: UserProfile | None,
+        zone: tzinfo = UTC,
     ) -> RecallText | None:
         """What recall and the knowledge base search with: the newest user message (or
         ``pending``), its vector, and a follow-up's enriched text and composed vector
@@ -249,8 +256,8 @@ class ContextGatherer:
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
             return None
-        # relative times ("yesterday", "上周六") count from when the message was said; a
-        # pending message (not stored) is taken as said right after the newest turn
+        # relative times ("yesterday", "上周六") count from when the message was said, on the
+        # user's clock (``zone``); a pending message (not stored) is taken as said right after the newest turn
         asked_at = (
             next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None) or utcnow()
         )
@@ -280,7 +287,7 @@ class ContextGatherer:
             vector=vector,
             recall_text=enrich_query(text, [t.content for t in before]),
             recall_vector=recall_vector,
-            asked_at=_aware(asked_at),
+            asked_at=_aware(asked_at).astimezone(zone),
             speaker=named_speaker(text, names),
         )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from datetime import UTC, tzinfo
 from typing import Literal
 
 from prompts import template
@@ -64,13 +65,13 @@ def find_notices(context: AssembledContext) -> list[NoticeOut]:
     return found
 
 
-def recalled_out(seg: RecalledItem) -> RecalledOut:
+def recalled_out(seg: RecalledItem, zone: tzinfo = UTC) -> RecalledOut:
     return RecalledOut(
         id=seg.id,
         session_id=seg.session_id,
         first_seq=seg.first_seq,
         last_seq=seg.last_seq,
-        session_date=seg.session_date,
+        session_date=seg.session_date.astimezone(zone),  # on the user's clock
         tokens=seg.tokens,
         content=seg.content,
         reasons=[r for r in REASONS if r in seg.reason.split("+")],
@@ -99,7 +100,7 @@ def context_out(context: AssembledContext) -> ContextOut:
             name: SourceOut(tokens=r.tokens, cap=r.cap, items=r.items, cut=r.cut, text=context.source_text.get(name))
             for name, r in context.sources.items()
         },
-        recalled=[recalled_out(s) for s in context.recalled],
+        recalled=[recalled_out(s, context.zone) for s in context.recalled],
         retrieved=[retrieved_out(i) for i in context.retrieved],
         notices=find_notices(context),
         attached_files=list(context.attached_files),

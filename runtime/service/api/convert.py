@@ -90,5 +90,6 @@ def profile_out(profile: UserProfile | None, user: User) -> ProfileOut:
         pronouns=profile.pronouns,
         facts=list(profile.facts or []),
         learned=list(profile.learned or []),
+        time_zone=profile.time_zone,
         updated_at=profile.updated_at,
     )

@@ -36,5 +36,7 @@ def get_profile(user_id: str, app: App = Depends(current_app), svc: Services = D
 def put_profile(user_id: str, body: ProfileIn, app: App = Depends(current_app), svc: Services = Depends(services)):
     """Set the user's pinned profile; answers the whole profile as stored."""
     user = svc.directory.user(app.id, user_id)
-    profile = svc.engine.set_profile(user_id=user.id, name=body.name, pronouns=body.pronouns, facts=body.facts)
+    profile = svc.engine.set_profile(
+        user_id=user.id, name=body.name, pronouns=body.pronouns, facts=body.facts, time_zone=body.time_zone
+    )
     return profile_out(profile, user)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator
+from pydantic import AwareDatetime, BaseModel, Field, ValidationInfo, field_validator
 
 from errors import InvalidFieldError
 from memory.profiles import MAX_FACT_CHARS
@@ -108,6 +108,12 @@ class MessageIn(CheckedModel):
     attachments: list[Annotated[str, Field(max_length=200)]] = Field(
         default_factory=list,
         description="Ids of the user's stored files the message carries, in order (POST /v1/users/{id}/files).",
+    )
+    sent_at: AwareDatetime | None = Field(
+        default=None,
+        description="When the user sent the message, with their UTC offset (ISO 8601, e.g. "
+        '"2026-12-04T07:30:00+08:00"). The offset is kept with the turn: the message is dated on the user\'s '
+        'day, and relative dates in it ("yesterday", 昨天) are read on their clock. Default: now, with no offset.',
     )
 
 
@@ -294,6 +300,13 @@ class ProfileIn(CheckedModel):
     facts: list[Annotated[str, Field(max_length=MAX_FACT_CHARS)]] | None = Field(
         default=None, max_length=100, description="Replaces the user-set facts (null leaves them; [] clears them)."
     )
+    time_zone: str | None = Field(
+        default=None,
+        max_length=100,
+        description='The user\'s IANA time zone, e.g. "Asia/Shanghai" (null leaves it; "" clears it). Dates in the '
+        "memory block and the summary, and relative dates (yesterday, 昨天), are read in it; without it, in the "
+        "offset of the user's last message that carried one.",
+    )
 
 
 class ProfileOut(BaseModel):
@@ -302,4 +315,5 @@ class ProfileOut(BaseModel):
     pronouns: str | None = None
     facts: list[str] = Field(default_factory=list, description="Facts set by the user or app.")
     learned: list[str] = Field(default_factory=list, description="Facts learned from summaries (read-only here).")
+    time_zone: str | None = None
     updated_at: datetime | None = None

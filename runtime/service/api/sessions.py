@@ -165,6 +165,7 @@ async def post_message(
             user_id=user.id,
             session_id=session.id,
             message=text,
+            at=body.sent_at,
             on_delta=on_delta,
             attachments=attachments,
             claim=claim,
