@@ -7,6 +7,7 @@ Its lorebook (``character_book``) comes as typed :class:`LoreEntry` values.
 third-party packages (``regex`` for lorebook keys).
 """
 
+from persona._clock_macros import CLOCK_MACROS, format_moment, humanize
 from persona._keys import CompiledKey, is_regex_form, normalize, search
 from persona._load import SUFFIXES, load_persona
 from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, Lorebook, LoreEntry, entry_keys, load_world_info
@@ -15,6 +16,9 @@ from persona._model import Persona
 from persona._plain import DEFAULT_PERSONA_FILE
 
 __all__ = [
+    "CLOCK_MACROS",
+    "format_moment",
+    "humanize",
     "DEFAULT_PERSONA_FILE",
     "PLACEMENTS",
     "SELECTIVE_LOGICS",

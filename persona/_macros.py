@@ -35,9 +35,16 @@ is left exactly as written.
 ``{{trim}}``                                nothing, and the newlines around it go too
 =========================================  ==================================================
 
+Clock macros (``{{time}}``, ``{{date}}``, ``{{weekday}}``, ``{{isodate}}``, ``{{isotime}}``,
+``{{datetimeformat FORMAT}}``, ``{{idle_duration}}``: :mod:`persona._clock_macros`) become the
+turn's time on the user's clock when the context has one (``now``); with ``clock_note`` they
+become a stable pointer to a short clock note instead, and their names are recorded, so that the
+text they sit in stays the same from turn to turn (the prompt-cache rule of
+``docs/personas.md``). Without ``now`` they are left as written.
+
 Left as written on purpose: chat-state macros (``{{lastMessage}}``, ``{{input}}``,
-variables, ``{{if}}``), clock macros (``{{time}}``, ``{{date}}``, ...) and runtime-state
-macros (``{{model}}``, ``{{maxPrompt}}``, ...): their values are not part of the card.
+variables, ``{{if}}``) and runtime-state macros (``{{model}}``, ``{{maxPrompt}}``, ...): their
+values are not part of the card.
 """
 
 from __future__ import annotations
@@ -47,7 +54,10 @@ import random
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Protocol
+
+from persona._clock_macros import CLOCK_MACROS, clock_value
 
 _INNER = re.compile(r"\{\{((?:(?!\{\{|\}\}).)*)\}\}", re.DOTALL)
 """A macro with no macro inside it."""
@@ -94,6 +104,15 @@ class MacroContext:
     """The first message, then the alternate greetings (for ``{{charFirstMessage::N}}``)."""
     rng: random.Random | None = None
     """For ``{{random}}`` and ``{{roll}}``; ``None``: the module's shared generator."""
+    now: datetime | None = None
+    """The turn's time on the user's clock (aware, in their zone), for the clock macros; ``None``:
+    they are left as written."""
+    idle: timedelta | None = None
+    """Time since the user's message before this one, for ``{{idle_duration}}``."""
+    clock_note: bool = False
+    """Clock macros become a stable pointer to the clock note (their names go to ``clock_used``)."""
+    clock_used: list[str] = field(default_factory=list)
+    """Clock macros met with ``clock_note`` set, in order (filled while expanding)."""
 
 
 def apply_macros(text: str, *, char: str, user: str, **context: Any) -> str:
@@ -251,6 +270,24 @@ def _first_message(
     return expand(text, ctx, field="first_mes" if index == 0 else f"alternate_greetings[{index - 1}]", depth=depth + 1)
 
 
+CLOCK_POINTER = "(see the clock note)"
+"""What a clock macro becomes in text that must not change from turn to turn (``clock_note``)."""
+
+
+def _clock(name: str) -> _Handler:
+    def handle(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
+        if ctx.now is None:
+            return None
+        value = clock_value(name, args, ctx.now, ctx.idle)
+        if value is None or not ctx.clock_note:
+            return value
+        if name not in ctx.clock_used:
+            ctx.clock_used.append(name)
+        return CLOCK_POINTER
+
+    return handle
+
+
 def _empty(args: list[str], rest: str, ctx: MacroContext, field: str, depth: int, at: int, rng: _Rng) -> str | None:
     return ""
 
@@ -274,6 +311,7 @@ _HANDLERS: dict[str, _Handler] = {
     "comment": _empty,
     "hidden_key": _empty,
     "charfirstmessage": _first_message,
+    **{name: _clock(name) for name in CLOCK_MACROS},
     **{
         name: _card_field(name)
         for name in (

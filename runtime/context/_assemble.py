@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, cast
 
 from persona import Persona
@@ -147,6 +147,10 @@ class ContextInputs:
     segments (``False`` for an overflow retry, which must send less)."""
     zone: tzinfo = UTC
     """The user's time zone (:func:`runtime.context.user_zone`): recalled segments are dated in it."""
+    now: datetime | None = None
+    """The turn's time on the user's clock, for the cards' clock macros (``None``: left as written)."""
+    idle: timedelta | None = None
+    """Time since the user's message before this one, for ``{{idle_duration}}``."""
 
 
 CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
@@ -213,6 +217,8 @@ def assemble_context(
         user_name=user_name,
         calibration=inputs.calibration,
         session_id=inputs.session_id,
+        now=inputs.now,
+        idle=inputs.idle,
     )
     post_history: list[Mapping[str, Any]] = [rendered.post_history] if rendered.post_history else []
     persona = SourceReport(

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from errors import ConfigurationError
-from persona import MacroContext, Persona, expand
+from persona import MacroContext, Persona, expand, format_moment, humanize
 from prompts import render
 from runtime.accounting import TokenCounter
 from runtime.messages import Message
@@ -28,8 +29,18 @@ DEFAULT_USER_NAME = "User"
 """What ``{{user}}`` becomes when the user's pinned profile has no name."""
 
 
-def macro_context(persona: Persona, *, user_name: str = DEFAULT_USER_NAME, session_id: str = "") -> MacroContext:
-    """What ``persona``'s macros resolve to for ``user_name`` in session ``session_id``."""
+def macro_context(
+    persona: Persona,
+    *,
+    user_name: str = DEFAULT_USER_NAME,
+    session_id: str = "",
+    now: datetime | None = None,
+    idle: timedelta | None = None,
+    clock_note: bool = False,
+) -> MacroContext:
+    """What ``persona``'s macros resolve to for ``user_name`` in session ``session_id``; the clock
+    macros to ``now`` (the turn's time on the user's clock) and ``idle``, or with ``clock_note``
+    to a pointer to the clock note (:func:`clock_note`)."""
     examples = "".join(f"<START>\n{e}\n" for e in persona.example_dialogues).rstrip("\n")
     return MacroContext(
         char=persona.char_name,
@@ -48,6 +59,26 @@ def macro_context(persona: Persona, *, user_name: str = DEFAULT_USER_NAME, sessi
             "mesexamplesraw": examples,
         },
         greetings=persona.greetings,
+        now=now,
+        idle=idle,
+        clock_note=clock_note,
+    )
+
+
+def clock_note(now: datetime, idle: timedelta | None, *, user_name: str) -> str:
+    """The short clock note that carries the clock macros' values for text that must stay the same
+    from turn to turn (the persona): the time, weekday and date on the user's clock, and how long
+    since their message before this one."""
+    return render(
+        "clock_note",
+        user=user_name,
+        time=format_moment(now, "h:mm A"),
+        weekday=format_moment(now, "dddd"),
+        date=format_moment(now, "MMMM D, YYYY"),
+        isodate=format_moment(now, "YYYY-MM-DD"),
+        isotime=format_moment(now, "HH:mm"),
+        offset=format_moment(now, "Z"),
+        idle=f" Their last message was {humanize(idle)} ago." if idle is not None else "",
     )
 
 
@@ -84,6 +115,8 @@ def render_persona(
     user_name: str = DEFAULT_USER_NAME,
     calibration: float = 1.0,
     session_id: str = "",
+    now: datetime | None = None,
+    idle: timedelta | None = None,
 ) -> RenderedPersona:
     """Render ``persona`` within ``cap`` tokens.
 
@@ -99,7 +132,9 @@ def render_persona(
             personality, scenario, post-history instructions) alone exceed ``cap``.
     """
 
-    ctx = macro_context(persona, user_name=user_name, session_id=session_id)
+    # clock macros point to the clock note, which goes with the post-history message after the
+    # recent turns: the persona's own text stays the same from turn to turn (a cacheable prefix)
+    ctx = macro_context(persona, user_name=user_name, session_id=session_id, now=now, idle=idle, clock_note=True)
 
     def macro(text: str, field: str) -> str:
         return expand(text, ctx, field=field)
@@ -121,6 +156,10 @@ def render_persona(
             fixed.append(block)
             parts[name] = counter.count_text(block)
     post_text = macro(persona.post_history_instructions, "post_history_instructions").strip()
+    examples = [m for i, e in enumerate(persona.example_dialogues) if (m := macro(e, f"mes_example[{i}]")).strip()]
+    if ctx.clock_used and now is not None:
+        note = clock_note(now, idle, user_name=user_name)
+        post_text = f"{note}\n\n{post_text}" if post_text else note
     post = Message(role="system", content=post_text) if post_text else None
     post_tokens = counter.count_message(post) if post else 0
     if post:
@@ -143,7 +182,6 @@ def render_persona(
             f"its budget is {cap}. Shorten the card or raise COMPANION_BUDGET_PERSONA.",
             setting="COMPANION_BUDGET_PERSONA",
         )
-    examples = [m for i, e in enumerate(persona.example_dialogues) if (m := macro(e, f"mes_example[{i}]")).strip()]
     kept: list[str] = []
     for example in examples:
         trial = system_with([*kept, example], len(examples) - len(kept) - 1)

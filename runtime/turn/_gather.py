@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 
 from memory.archive import USER_LABEL, compose, key_weights
 from memory.assembly import SessionReads
@@ -204,6 +204,15 @@ class ContextGatherer:
             else []
         )
         factor, overhead, baseline = calibration(usage)
+        now = (
+            query.asked_at
+            if query is not None
+            else _aware(turns[-1].created_at if turns else utcnow()).astimezone(zone)
+        )
+        earlier = [t.created_at for t in turns if t.role == "user"]
+        if pending is None and earlier:
+            earlier = earlier[:-1]  # the current message's own turn
+        idle = now - _aware(earlier[-1]) if earlier else None
         retrieval = self.retrieval(
             turns,
             pending,
@@ -212,6 +221,8 @@ class ContextGatherer:
             profile,
             session_id,
             knowledge=reads.has_knowledge,
+            now=now,
+            idle=idle,
         )
         context = assemble_context(
             ContextInputs(
@@ -230,6 +241,8 @@ class ContextGatherer:
                 earlier_files=gathered.earlier,
                 idle_to_memory=idle_to_memory,
                 zone=zone,
+                now=now,
+                idle=idle,
             ),
             budgets=budgets,
             window=window or self.window,
@@ -371,6 +384,8 @@ class ContextGatherer:
         session_id: str = "",
         *,
         knowledge: bool = True,
+        now: datetime | None = None,
+        idle: timedelta | None = None,
     ) -> list[RetrievalItem]:
         """Lorebook entries fired by the current message and the turns before it, then the
         persona's nearest knowledge chunks (not searched with ``knowledge`` ``False``: the
@@ -378,7 +393,7 @@ class ContextGatherer:
         book = self.persona.character_book
         name = user_name(profile)
         char = self.persona.char_name
-        macros = macro_context(self.persona, user_name=name, session_id=session_id)
+        macros = macro_context(self.persona, user_name=name, session_id=session_id, now=now, idle=idle)
         if not query:  # nothing to match yet (e.g. after the greeting): constant entries only
             return retrieval_items(match_entries(book, ""), [], char=char, user=name, macros=macros)
         if pending is not None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 
@@ -10,9 +10,9 @@ from errors import InvalidRequestError, SessionOwnershipError
 from memory.files import FileStore
 from memory.profiles import Profiles
 from memory.store import Store
-from memory.tables import Turn
+from memory.tables import Turn, offset_minutes, utcnow
 from persona import Persona, expand
-from runtime.context import macro_context
+from runtime.context import macro_context, user_zone
 from runtime.turn._gather import user_name
 from runtime.turn._runner import TurnRunner
 
@@ -41,7 +41,15 @@ class SessionOps:
         if self.store.sessions.get(session_id) is not None and self.store.turns.of_session(session_id):
             return None
         where = "first_mes" if greeting == 0 else f"alternate_greetings[{greeting - 1}]"
-        ctx = macro_context(self.persona, user_name=user_name(self.profiles.get(user_id)), session_id=session_id)
+        profile = self.profiles.get(user_id)
+        said = at if at is not None and at.tzinfo is not None else (at or utcnow()).replace(tzinfo=UTC)
+        ctx = macro_context(
+            self.persona,
+            user_name=user_name(profile),
+            session_id=session_id,
+            # the greeting's clock macros on the user's clock: their zone, else the greeting's own offset
+            now=said.astimezone(user_zone(profile.time_zone if profile is not None else None, offset_minutes(at))),
+        )
         text = expand(greetings[greeting], ctx, field=where).strip()
         if not text:
             return None
