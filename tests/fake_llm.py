@@ -280,6 +280,16 @@ OVERFLOW: dict[str, HTTPError] = {
         "Too many input tokens. Max input tokens: 1024, request input token count: 1391",
         body={"message": "Too many input tokens. Max input tokens: 1024, request input token count: 1391"},
     ),
+    "unseen-provider": HTTPError(
+        400,
+        "Your input exceeds the context length of this model (1024 tokens); shorten it and try again.",
+        body={
+            "error": {
+                "message": "Your input exceeds the context length of this model (1024 tokens); shorten it and try again.",
+                "code": "bad_request",
+            }
+        },
+    ),
     "openrouter": HTTPError(
         400,
         "This endpoint's maximum context length is 1024 tokens. However, you requested about 1391 tokens (1135 of text "
@@ -309,6 +319,7 @@ OVERFLOW_LIMIT: dict[str, int | None] = {
             "hunyuan",
             "cohere-v2",
             "bedrock",
+            "unseen-provider",
         )
         else 1024
     )

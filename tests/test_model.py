@@ -263,6 +263,9 @@ def test_each_providers_overflow_wording_is_an_overflow_with_its_stated_limit(wo
         pytest.param(400, "您的请求超过速率限制，请降低请求频率", id="zh-rate-limit"),
         pytest.param(400, "账户余额不足，请充值后再试", id="zh-balance"),
         pytest.param(400, "输出长度超过了 max_tokens 的上限", id="zh-output-length"),
+        pytest.param(400, "The input exceeds the rate limit of 100 requests per minute.", id="input-rate"),
+        pytest.param(400, "max_tokens exceeds the model's maximum output tokens (8192).", id="output-max-tokens"),
+        pytest.param(400, "The input image exceeds the maximum size of 20MB.", id="image-size"),
     ],
 )
 def test_wordings_about_other_limits_are_not_overflows(status, message):

@@ -129,6 +129,14 @@ OVERFLOW_WORDINGS: tuple[OverflowWording, ...] = (
     OverflowWording("bedrock", rf"too many input tokens\. max input tokens: (?P<limit>{_N})"),
     # others that name the context window outright
     OverflowWording("generic", r"exceeds? the (?:model's )?context (?:size|window)"),
+    # a wording no row above knows, for the input: "input/prompt/messages ... too long / exceed(s) ...
+    # context / token limit / maximum length" in one sentence, never about rates, quotas or the output
+    OverflowWording(
+        "generic",
+        r"\b(?:prompt|input|messages?|context)\b(?![^.]*(?:per minute|per day|rate|quota|tpm|rpm|max_tokens|"
+        r"output|completion|image|file|upload))[^.]{0,80}?\b(?:is too long|too many tokens|exceeds?|exceeded)\b"
+        r"[^.]{0,80}?\b(?:context(?: length| window| size)?|token limit|maximum (?:length|tokens|context))\b",
+    ),
 )
 """How providers word a context overflow inside a plain error (400, 413, TGI's 422, or the
 500 some llama.cpp versions send). One row per wording; :func:`is_overflow` tries them all and
