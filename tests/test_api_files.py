@@ -313,6 +313,7 @@ def test_the_profile_round_trips_and_enters_the_memory_source(app_a):
         "pronouns": None,
         "facts": [],
         "learned": [],
+        "time_zone": None,
         "updated_at": None,
     }
     put = http.put(
