@@ -6,6 +6,7 @@ Usage::
         [--data ../shared/data/locomo_dev7.json] [--embeddings mixed|random|real]
         [--texts locomo|synthetic] [--quality] [--statements] [--slowest 4] [--embed-threads N]
         [--keep] [--json out.json]
+    python scripts/bench_turn.py --lorebook 1000,10000,50000 [--rounds 25]   # lorebook matching alone
 
 Runs against its own embedded PostgreSQL in a temporary directory (deleted at the end), or a
 fresh ``bench_<hex>`` database on ``DATABASE_URL``'s server (dropped at the end, also after an
