@@ -37,36 +37,40 @@ def block_tags() -> frozenset[str]:
     return frozenset(tags)
 
 
-@functools.lru_cache(maxsize=1)
-def _delimiter_pattern() -> re.Pattern[str]:
-    names = "|".join(sorted((re.escape(t) for t in block_tags()), key=len, reverse=True))
-    # "<", optional spaces, optional "/", optional spaces, a block name, then anything but a name character
-    return re.compile(rf"<(\s*/?\s*(?:{names}))(?![\w-])", re.IGNORECASE)
-
-
 LESS_THAN_FORMS = frozenset({"<", "\ufe64", "\uff1c"})
 """The characters whose compatibility form (NFKC) is ``<``: ASCII, SMALL LESS-THAN SIGN and
 FULLWIDTH LESS-THAN SIGN (every code point checked; ``tests/test_reference_fences.py``)."""
-_SCAN_LIMIT = 4096
-"""Characters looked at after a ``<`` for the rest of a delimiter, format characters included."""
+_SKIP = "\ue010"
+"""What a format character (Unicode category Cf) becomes in the folded text: a place the
+delimiter pattern skips, so that the folded text keeps every character's position."""
 
 
-def _skeleton(text: str, start: int) -> str:
-    """``text`` from ``start`` as a delimiter is matched: format characters (Unicode category Cf:
-    ZERO WIDTH SPACE, WORD JOINER, SOFT HYPHEN ...) removed and compatibility forms folded (NFKC:
-    ``＜／ｒｅｆｅｒｅｎｃｅ`` is ``</reference``), far enough to hold the longest delimiter."""
-    longest = max((len(t) for t in block_tags()), default=0) + 2
-    out: list[str] = []
-    letters = 0
-    for char in text[start : start + _SCAN_LIMIT]:
+class _Folding(dict[int, str]):
+    """``str.translate`` table, filled as characters are met: a format character (Cf) to
+    :data:`_SKIP`, a character whose NFKC form is one character to that character (``Ｒ`` to
+    ``R``, ``＜`` to ``<``), any other character to itself. One character for one."""
+
+    def __missing__(self, code: int) -> str:
+        char = chr(code)
         if unicodedata.category(char) == "Cf":
-            continue
-        folded = unicodedata.normalize("NFKC", char)
-        out.append(folded)
-        letters += not folded.isspace()
-        if letters > longest:
-            break
-    return "".join(out)
+            value = _SKIP
+        else:
+            folded = unicodedata.normalize("NFKC", char)
+            value = folded if len(folded) == 1 else char
+        self[code] = value
+        return value
+
+
+_FOLDING = _Folding()
+
+
+@functools.lru_cache(maxsize=1)
+def _delimiter_pattern() -> re.Pattern[str]:
+    """A block's opening or closing delimiter in folded text: ``<``, spaces, an optional ``/``,
+    spaces, a block name (format characters allowed anywhere in it), then no name character."""
+    skip = f"[\\s{_SKIP}]*"
+    names = "|".join(f"{_SKIP}*".join(re.escape(c) for c in tag) for tag in sorted(block_tags(), key=len, reverse=True))
+    return re.compile(rf"<{skip}/?{skip}(?:{names})(?!{_SKIP}*[\w-])", re.IGNORECASE)
 
 
 def fence(text: str) -> str:
@@ -75,15 +79,16 @@ def fence(text: str) -> str:
     format characters inside or written in full-width or small forms, ``<\u200b/reference>``,
     ``＜/reference＞``) has its ``<`` written as ``&lt;``, so reference material cannot end its
     block early or open a new one. Delimiters are matched as a reader of the prompt would see
-    them: format characters (Cf) removed and compatibility forms folded (NFKC). Everything else
-    is unchanged."""
+    them: format characters (Cf) removed and compatibility forms folded (NFKC), on a folded copy
+    that keeps every character's position (``str.translate``, one character for one). Everything
+    else is unchanged."""
     if not any(form in text for form in LESS_THAN_FORMS):
         return text
-    pattern = _delimiter_pattern()
-    pieces: list[str] = []
-    last = 0
-    for index, char in enumerate(text):
-        if char in LESS_THAN_FORMS and pattern.match(_skeleton(text, index)):
-            pieces.append(text[last:index] + "&lt;")
-            last = index + 1
-    return "".join(pieces) + text[last:] if pieces else text
+    starts = [m.start() for m in _delimiter_pattern().finditer(text.translate(_FOLDING))]
+    if not starts:
+        return text
+    pieces, last = [], 0
+    for start in starts:
+        pieces.append(text[last:start] + "&lt;")
+        last = start + 1
+    return "".join(pieces) + text[last:]
