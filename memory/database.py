@@ -13,8 +13,9 @@ import contextlib
 import functools
 import os
 import re
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -333,3 +334,59 @@ def check_dimension(engine: Engine, *, model_dim: int, model_name: str) -> None:
         raise EmbeddingDimensionMismatch(
             table=ARCHIVE_TABLE, table_dim=table_dim, model_dim=model_dim, model_name=model_name
         )
+
+
+class UntilStorageAnswers:
+    """Calls that failed because the database could not be reached (:class:`StorageError`), run
+    again on one background thread, with pauses (``pauses``: first and longest, seconds,
+    doubling), until each one returns; then the thread ends. One call per key: deferring a key
+    already waiting keeps the first call. A daemon thread: what still waits when the process ends
+    is not run (a claim then lapses with its lease; a parse claim goes stale)."""
+
+    def __init__(self, name: str, *, pauses: tuple[float, float]) -> None:
+        self.name = name
+        self.pauses = pauses
+        self._waiting: dict[object, Callable[[], None]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def defer(self, key: object, call: Callable[[], None]) -> None:
+        """Run ``call`` later, again until it does not raise :class:`StorageError`."""
+        with self._lock:
+            if self._closed:
+                return
+            self._waiting.setdefault(key, call)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+
+    def waiting(self) -> int:
+        """Calls still waiting for the database."""
+        with self._lock:
+            return len(self._waiting)
+
+    def close(self) -> None:
+        """Drop what waits and run nothing more."""
+        with self._lock:
+            self._closed = True
+            self._waiting.clear()
+
+    def _run(self) -> None:
+        pause = self.pauses[0]
+        while True:
+            time.sleep(pause)
+            with self._lock:
+                waiting = list(self._waiting.items())
+            for key, call in waiting:
+                try:
+                    call()
+                except StorageError:
+                    continue
+                with self._lock:
+                    self._waiting.pop(key, None)
+            with self._lock:
+                if not self._waiting:
+                    self._thread = None
+                    return
+            pause = min(pause * 2, self.pauses[1])

@@ -10,7 +10,6 @@ one transaction).
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from sqlalchemy import Connection, CursorResult, Engine, text
 from sqlmodel import Session
 
 from errors import NotFoundError, SessionClosedError, SessionOwnershipError, StorageError, TurnInProgressError
-from memory.database import autocommit_engine, storage_errors
+from memory.database import UntilStorageAnswers, autocommit_engine, storage_errors
 from memory.tables import ChatSession, utcnow
 from memory.validation import check_id
 
@@ -133,10 +132,8 @@ class Sessions:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._one = autocommit_engine(engine)
-        self._unreleased: dict[tuple[str, str], float] = {}
-        """(session id, owner) → when its release first failed (monotonic seconds)."""
-        self._unreleased_lock = threading.Lock()
-        self._releaser: threading.Thread | None = None
+        self._unreleased = UntilStorageAnswers("companion-claim-release", pauses=RELEASE_RETRY_SECONDS)
+        """Claims whose release waits for the database to answer again."""
         self.session_rows: list[SessionRowsDeleter] = []
         """The other rooms' deleters of a session's rows, run by :meth:`delete` in its transaction,
         in order (the holder, :class:`memory.store.Store`, registers them)."""
@@ -241,39 +238,17 @@ class Sessions:
             self._release(session_id, owner)
         except StorageError as exc:
             log.warning("session.release_deferred", session_id=session_id, error=type(exc.__cause__ or exc).__name__)
-            with self._unreleased_lock:
-                self._unreleased.setdefault((session_id, owner), time.monotonic())
-                if self._releaser is None:
-                    self._releaser = threading.Thread(
-                        target=self._release_later, name="companion-claim-release", daemon=True
-                    )
-                    self._releaser.start()
+            failed = time.monotonic()
+
+            def release_later() -> None:
+                self._release(session_id, owner)
+                log.info("session.release_retried", session_id=session_id, after_s=round(time.monotonic() - failed, 1))
+
+            self._unreleased.defer((session_id, owner), release_later)
 
     def unreleased(self) -> int:
         """Claims whose release waits for the database to answer again."""
-        with self._unreleased_lock:
-            return len(self._unreleased)
-
-    def _release_later(self) -> None:
-        """Release the deferred claims, with pauses, until none is left."""
-        pause = RELEASE_RETRY_SECONDS[0]
-        while True:
-            time.sleep(pause)
-            with self._unreleased_lock:
-                waiting = list(self._unreleased.items())
-            for (session_id, owner), since in waiting:
-                try:
-                    self._release(session_id, owner)
-                except StorageError:
-                    continue
-                with self._unreleased_lock:
-                    self._unreleased.pop((session_id, owner), None)
-                log.info("session.release_retried", session_id=session_id, after_s=round(time.monotonic() - since, 1))
-            with self._unreleased_lock:
-                if not self._unreleased:
-                    self._releaser = None
-                    return
-            pause = min(pause * 2, RELEASE_RETRY_SECONDS[1])
+        return self._unreleased.waiting()
 
     def _release(self, session_id: str, owner: str) -> None:
         with storage_errors(session_id), Session(self._one) as db:

@@ -169,6 +169,10 @@ class BookIndex:
                 automaton.make_automaton()
         self._folded = folded if len(folded) else None
         self._exact = exact if len(exact) else None
+        self.deepest_entry_scan: int | None = max(
+            (e.scan_depth for e in book.entries if e.scan_depth is not None), default=None
+        )
+        """The deepest scan depth an entry sets for itself (``None``: no entry sets one)."""
 
     def candidates(self, text: str) -> list[int]:
         """Indexes (card order) of the entries that may fire on ``text`` (normalized, the deepest
@@ -226,8 +230,8 @@ def match_entries(book: Lorebook | None, scan: str | Scan) -> list[FiredEntry]:
         return texts[depth]
 
     index = book_index(book)
-    depths = {e.scan_depth for e in book.entries if e.scan_depth is not None}
-    deepest = max([scan.depth, *depths])  # every entry's text is a suffix of the deepest one
+    # every entry's text is a suffix of the deepest one
+    deepest = max(scan.depth, index.deepest_entry_scan if index.deepest_entry_scan is not None else scan.depth)
     fired = []
     for i in index.candidates(text_for(deepest)):
         entry, keys = book.entries[i], index.keys[i]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +38,7 @@ from typing import Any, Protocol
 import structlog
 
 from errors import FileError, FileParseError, StorageError
+from memory.database import UntilStorageAnswers
 from memory.files import FileStore
 from memory.tables import FINAL_PARSE_STATES, ParseState
 from runtime.parsing import Extract, ParseLimits, parse_document, serialize
@@ -176,6 +176,8 @@ class ParseService:
         """The pebble process pool, started by the first isolated parse (:meth:`_process_pool`)."""
         self._pool_lock = threading.Lock()
         self._closed = False
+        self._resumes = UntilStorageAnswers("companion-parse-resume", pauses=RESUME_SECONDS)
+        """Parses a storage outage aborted, submitted again once the database answers."""
         self._queues: dict[str, deque[tuple[str, Future]]] = {}
         """Waiting parses per owner (user id), oldest first."""
         self._turns: deque[str] = deque()
@@ -283,12 +285,7 @@ class ParseService:
             exc = future.exception()
             log.error("file.parse.aborted", file_id=file_id, error_type=type(exc).__name__)
             if isinstance(exc, StorageError):  # the database failed under the parse: parse again once it is back
-                threading.Thread(
-                    target=self._resume_after_outage,
-                    args=(file_id,),
-                    name=f"companion-parse-resume-{file_id}",
-                    daemon=True,
-                ).start()
+                self._resumes.defer(file_id, lambda: self._resume(file_id))
         with self._lock:
             self._futures.pop(file_id, None)
             watch = self._watches.get(file_id)
@@ -297,23 +294,19 @@ class ParseService:
         if watch is not None:
             watch.wake.set()
 
-    def _resume_after_outage(self, file_id: str) -> None:
-        """Give the aborted parse's claim back and submit the file again, with pauses
-        (:data:`RESUME_SECONDS`), until the database answers; the parse then runs from the start.
-        Ends when the service closes."""
-        pause = RESUME_SECONDS[0]
-        while not self._closed:
-            time.sleep(pause)
-            try:
-                self.files.set_parse_result(file_id, state="pending")
-                self.submit(file_id)
-            except StorageError:
-                pause = min(pause * 2, RESUME_SECONDS[1])
-                continue
-            except RuntimeError:  # the executor was shut down meanwhile
-                return
-            log.info("file.parse.resumed_after_outage", file_id=file_id)
+    def _resume(self, file_id: str) -> None:
+        """Give a parse's claim back and submit the file again (run by :attr:`_resumes` until the
+        database answers, with pauses :data:`RESUME_SECONDS`); the parse then runs from the start.
+
+        Raises:
+            StorageError: the database still does not answer (the call is tried again later).
+        """
+        self.files.set_parse_result(file_id, state="pending")
+        try:
+            self.submit(file_id)
+        except RuntimeError:  # the executor was shut down meanwhile: a later process parses it
             return
+        log.info("file.parse.resumed_after_outage", file_id=file_id)
 
     def _run(self, file_id: str) -> str:
         try:
@@ -490,6 +483,7 @@ class ParseService:
 
     def close(self) -> None:
         """Stop accepting parses and wait for running ones to end; close the queue's connections."""
+        self._resumes.close()
         self._executor.shutdown(wait=True, cancel_futures=False)
         if self.queue is not None:
             self.queue.close()

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, datetime, timedelta
 
 from memory.archive import USER_LABEL, compose, key_weights
 from memory.assembly import SessionReads
@@ -197,18 +197,17 @@ class ContextGatherer:
             profile.time_zone if profile is not None else None,
             next((t.utc_offset_minutes for t in reversed(stored) if t.utc_offset_minutes is not None), None),
         )
-        query = self.query(turns, pending, stored=stored, known=known, profile=profile, zone=zone)
+        # when the message was said, on the user's clock: relative dates ("yesterday", "上周六") and the
+        # clock macros count from it; a pending message (not stored) is taken as said right after the newest turn
+        said = next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None)
+        now = _aware(said or (turns[-1].created_at if turns else utcnow())).astimezone(zone)
+        query = self.query(turns, pending, stored=stored, known=known, profile=profile, asked_at=now)
         recalled = (
             self.recall(query, user_id=user_id, session_id=session_id, budgets=budgets, reads=reads, turns=turns)
             if query is not None
             else []
         )
         factor, overhead, baseline = calibration(usage)
-        now = (
-            query.asked_at
-            if query is not None
-            else _aware(turns[-1].created_at if turns else utcnow()).astimezone(zone)
-        )
         earlier = [t.created_at for t in turns if t.role == "user"]
         if pending is None and earlier:
             earlier = earlier[:-1]  # the current message's own turn
@@ -260,20 +259,16 @@ class ContextGatherer:
         stored: Sequence[Turn],
         known: Mapping[int, list[float]] | None,
         profile: UserProfile | None,
-        zone: tzinfo = UTC,
+        asked_at: datetime,
     ) -> RecallText | None:
         """What recall and the knowledge base search with: the newest user message (or
         ``pending``), its vector, and a follow-up's enriched text and composed vector
-        (:func:`runtime.context.enrichment`). ``None`` when there is no message yet."""
+        (:func:`runtime.context.enrichment`). ``None`` when there is no message yet. ``asked_at``:
+        when the message was said, on the user's clock (aware)."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
             return None
-        # relative times ("yesterday", "上周六") count from when the message was said, on the
-        # user's clock (``zone``); a pending message (not stored) is taken as said right after the newest turn
-        asked_at = (
-            next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None) or utcnow()
-        )
         last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
         before = turns if pending is not None else turns[:last_user]
         context_turns = [before[i] for i in enrichment(text, [t.content for t in before])]
@@ -300,7 +295,7 @@ class ContextGatherer:
             vector=vector,
             recall_text=enrich_query(text, [t.content for t in before]),
             recall_vector=recall_vector,
-            asked_at=_aware(asked_at).astimezone(zone),
+            asked_at=asked_at,
             speaker=named_speaker(text, names),
         )
 
