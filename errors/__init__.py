@@ -31,7 +31,9 @@ follows the branch, :mod:`runtime.cli`).
     │   ├── SessionClosedError      the session was closed; it takes no new turns
     │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
     │   ├── TurnsChangedError       turns arrived after the last one the client saw; nothing was deleted
-    │   └── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
+    │   ├── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
+    │   ├── CharacterInUseError     the character has sessions; delete them with it, or keep it
+    │   └── CharacterReadOnlyError  the deployment's characters are changed by its operator, not by an app
     ├── ConfigurationError          an operator must fix a setting or the deployment (HTTP 500, exit 2)
     │   ├── UnknownModelError       the model name is not known and no override was given
     │   ├── SchemaError             the database schema is missing or behind; run `companion db upgrade`
@@ -82,7 +84,7 @@ class NotFoundError(CompanionError):
     exactly like missing ones, so that their ids do not leak.
 
     Attributes:
-        kind: ``user``, ``session`` or ``file``.
+        kind: ``user``, ``session``, ``file`` or ``character``.
         resource_id: the id asked for (as the caller gave it).
     """
 
@@ -236,6 +238,38 @@ class DatabaseInUseError(ConflictError):
     def __init__(self, message: str, *, processes: int) -> None:
         super().__init__(message)
         self.processes = processes
+
+
+class CharacterInUseError(ConflictError):
+    """A character that sessions still use was asked to be deleted without them. Nothing was deleted.
+
+    Attributes:
+        character_id: the character.
+        sessions: how many sessions use it.
+    """
+
+    code = "character_in_use"
+
+    def __init__(self, message: str, *, character_id: str, sessions: int) -> None:
+        super().__init__(message)
+        self.character_id = character_id
+        self.sessions = sessions
+
+
+class CharacterReadOnlyError(ConflictError):
+    """An app asked to change or delete a character of the deployment (``COMPANION_PERSONA``'s, or
+    one added with ``companion characters add`` without ``--app``): only its operator may. Nothing
+    was changed.
+
+    Attributes:
+        character_id: the character.
+    """
+
+    code = "character_read_only"
+
+    def __init__(self, message: str, *, character_id: str) -> None:
+        super().__init__(message)
+        self.character_id = character_id
 
 
 class PersonaError(InputError):

@@ -68,17 +68,24 @@ def cte(name: str, sql: str, *columns: str, materialized: bool = False) -> CTE:
 
 @dataclass(frozen=True, kw_only=True)
 class Excluded:
-    """The segments left out of every ranker: those of session ``:xs`` whose last turn is at or
-    after ``:xseq`` (turns still in the recent window). ``active`` ``False``: none."""
+    """The rows every ranker reads besides the user's: with ``scoped``, only character
+    ``:character_id``'s; and, with ``active``, not the segments of session ``:xs`` whose last turn
+    is at or after ``:xseq`` (turns still in the recent window)."""
 
     active: bool
+    scoped: bool = False
 
     def clause(self, alias: str = "") -> str:
-        """`` AND NOT (...)`` on the rows of ``alias`` (none: unqualified columns), or ``""``."""
-        if not self.active:
-            return ""
+        """`` AND ...`` on the rows of ``alias`` (none: unqualified columns), or ``""``."""
         prefix = f"{alias}." if alias else ""
-        return f" AND NOT ({prefix}session_id = :xs AND {prefix}last_seq >= :xseq)"
+        scope = f" AND {prefix}character_id = :character_id" if self.scoped else ""
+        if not self.active:
+            return scope
+        return f"{scope} AND NOT ({prefix}session_id = :xs AND {prefix}last_seq >= :xseq)"
+
+    def scope(self) -> str:
+        """The character filter alone, on ``archive_counts``' rows (``""`` unscoped)."""
+        return " AND character_id = :character_id" if self.scoped else ""
 
     def count(self) -> str:
         """What the excluded segments take off the user's N (the full-text idf's document count)."""
@@ -150,7 +157,8 @@ class TextRanker:
         return [
             cte(
                 "total",
-                "SELECT coalesce((SELECT segments FROM archive_counts WHERE user_id = :user_id), 0)"
+                "SELECT coalesce((SELECT sum(segments) FROM archive_counts WHERE user_id = :user_id"
+                f"{excluded.scope()}), 0)"
                 f"{excluded.count()} AS n",
                 "n",
             ),
@@ -238,7 +246,7 @@ class DateRanker:
                 "WHERE a.id IN (SELECT s.id "
                 "FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e) "
                 "JOIN archived_segments AS s "
-                "ON s.user_id = :user_id AND s.session_date >= w.s AND s.session_date < w.e)"
+                f"ON s.user_id = :user_id AND s.session_date >= w.s AND s.session_date < w.e{excluded.clause('s')})"
                 f"{excluded.clause('a')}",
                 "id",
                 "distance",
@@ -348,13 +356,15 @@ _HITS_AND_NEIGHBOURS = (
 
 
 @functools.cache
-def ranked_statement(*, use_index: bool, excluding: bool, dated: bool, together: bool, dim: int) -> TextualSelect:
+def ranked_statement(
+    *, use_index: bool, excluding: bool, dated: bool, together: bool, dim: int, scoped: bool = False
+) -> TextualSelect:
     """The ranked ``SELECT``: the vector and full-text rankers, the date ranker when ``dated``,
     their fusion, and the hits; with ``together``, the neighbours of the best ``:expand`` hits as
     well, read by the same index ranges in the same statement (``part`` 0 rows are the hits in
     rank order, ``part`` 1 rows the neighbours by hit and ``first_seq``: one round trip, not two).
     Built once per shape (statements are immutable values)."""
-    excluded = Excluded(active=excluding)
+    excluded = Excluded(active=excluding, scoped=scoped)
     ctes = [
         *VectorRanker(use_index=use_index, dim=dim).ctes(excluded),
         *TextRanker(use_index=use_index).ctes(excluded),
@@ -368,12 +378,12 @@ def ranked_statement(*, use_index: bool, excluding: bool, dated: bool, together:
 
 
 @functools.cache
-def neighbours_statement(*, excluding: bool) -> TextualSelect:
+def neighbours_statement(*, excluding: bool, scoped: bool = False) -> TextualSelect:
     """The ``SELECT`` of the neighbours of hits given as arrays (``:hit_ids`` …), for a ranking a
     ``session_cap`` reordered."""
     given = (
         "unnest(CAST(:hit_ids AS bigint[]), CAST(:hit_sessions AS text[]), CAST(:hit_first AS int[]), "
         "CAST(:hit_last AS int[])) AS h(hit, session_id, first_seq, last_seq)"
     )
-    sql = neighbours_sql(given, Excluded(active=excluding)) + " ORDER BY h.hit, s.first_seq"
+    sql = neighbours_sql(given, Excluded(active=excluding, scoped=scoped)) + " ORDER BY h.hit, s.first_seq"
     return _select(sql, *SEGMENT_COLUMNS, "neighbour_of")

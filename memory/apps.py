@@ -10,7 +10,7 @@
   takes the app id and answers :class:`~errors.NotFoundError` for a session or
   user of another app exactly as for a missing one.
 - A new session of a user starts from the summary of that user's newest *closed*
-  session with the same persona (:meth:`Directory.start_session`): the items are copied
+  session with the same character (:meth:`Directory.start_session`): the items are copied
   flat (never nested), renumbered to ``seq <= 0`` and marked ``carried_from``, so the
   next compaction keeps or drops them like any other entry, within the summary cap.
 """
@@ -151,20 +151,20 @@ class Directory:
                 ).all()
             )
 
-    def start_session(self, *, user_id: str, persona: str) -> ChatSession:
+    def start_session(self, *, user_id: str, character_id: str) -> ChatSession:
         """A new session of the user (``user_id`` is the internal id), in one transaction.
 
         It starts from the summary of the user's newest closed session with the same
-        persona, if that has one: a flat copy of its entries (``seq`` renumbered to
+        character, if that has one: a flat copy of its entries (``seq`` renumbered to
         ``<= 0``, ``carried_from`` set), never a summary nested in a summary.
         """
         with storage_errors(), Session(self.engine) as db:
-            session_id = self._start(db, user_id=user_id, persona=persona)
+            session_id = self._start(db, user_id=user_id, character_id=character_id)
             db.commit()
             return db.get_one(ChatSession, session_id)
 
-    def open_session(self, *, user_id: str, persona: str) -> ChatSession:
-        """The user's newest open session with this persona, or a new one (as
+    def open_session(self, *, user_id: str, character_id: str) -> ChatSession:
+        """The user's newest open session with this character, or a new one (as
         :meth:`start_session`). The user row is locked meanwhile, so two requests at once
         for a user with no open session get the same new session."""
         with storage_errors(), Session(self.engine) as db:
@@ -172,28 +172,32 @@ class Directory:
             current = db.exec(
                 select(ChatSession)
                 .where(
-                    ChatSession.user_id == user_id, ChatSession.persona == persona, col(ChatSession.closed_at).is_(None)
+                    ChatSession.user_id == user_id,
+                    ChatSession.character_id == character_id,
+                    col(ChatSession.closed_at).is_(None),
                 )
                 .order_by(col(ChatSession.created_at).desc(), col(ChatSession.id).desc())
             ).first()
-            session_id = current.id if current is not None else self._start(db, user_id=user_id, persona=persona)
+            session_id = (
+                current.id if current is not None else self._start(db, user_id=user_id, character_id=character_id)
+            )
             db.commit()
             return db.get_one(ChatSession, session_id)
 
     @staticmethod
-    def _start(db: Session, *, user_id: str, persona: str) -> str:
+    def _start(db: Session, *, user_id: str, character_id: str) -> str:
         """Insert a new session (and its carried-over summary) in ``db``'s transaction; its id."""
         session_id = "s_" + uuid.uuid4().hex
-        db.add(ChatSession(id=session_id, user_id=user_id, persona=persona))
+        db.add(ChatSession(id=session_id, user_id=user_id, character_id=character_id))
         db.flush()
         db.execute(text("INSERT INTO compaction_state (session_id) VALUES (:s)").bindparams(s=session_id))
-        carry_over(db, session_id=session_id, user_id=user_id, persona=persona)
+        carry_over(db, session_id=session_id, user_id=user_id, character_id=character_id)
         return session_id
 
 
-def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> str | None:
+def carry_over(db: Session, *, session_id: str, user_id: str, character_id: str) -> str | None:
     """Start the new session ``session_id`` (already inserted, no summary yet) from the
-    summary of the user's newest closed session with the same persona, in ``db``'s
+    summary of the user's newest closed session with the same character, in ``db``'s
     transaction: a flat copy of its entries (see :func:`carry_items`), ``carried_from``
     set on the session. Returns the session carried from, or ``None`` if there was none
     (no closed session, or one without a summary)."""
@@ -201,7 +205,7 @@ def carry_over(db: Session, *, session_id: str, user_id: str, persona: str) -> s
         select(ChatSession)
         .where(
             ChatSession.user_id == user_id,
-            ChatSession.persona == persona,
+            ChatSession.character_id == character_id,
             col(ChatSession.closed_at).is_not(None),
             ChatSession.id != session_id,
         )

@@ -1,6 +1,6 @@
 """The read model of context assembly: what a turn reads of a session besides its turns, in one statement.
 
-It reads across rooms (summaries, archive counts, turn files, knowledge chunks) and writes
+It reads across rooms (summaries, sessions, characters, archive counts, turn files, knowledge chunks) and writes
 nothing; each of those tables is written by its own room.
 """
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, text
 
 from memory.database import autocommit_engine, storage_errors
-from memory.recall import ARCHIVE_SIZES
+from memory.profiles import dedupe_facts
 from memory.tables import Summary
 
 
@@ -22,7 +22,8 @@ class SessionReads:
     summary: Summary | None
     """The session's summary, as :meth:`memory.compaction.Compactions.summary` gives it."""
     archived_segments: int
-    """The user's archived segments (their ``archive_counts`` row)."""
+    """The archived segments recall reads: the user's with the session's character (their
+    ``archive_counts`` row), or all of the user's (``scoped`` ``False``)."""
     archive_rows: float
     """The archive table's estimated rows (``pg_class.reltuples``: ``-1`` before it was ever
     analyzed), for :func:`memory.recall.index_pays`."""
@@ -30,7 +31,14 @@ class SessionReads:
     """Whether any turn of the session carries a file (``False``: :meth:`memory.turns.Turns.attachments`
     would return nothing)."""
     has_knowledge: bool
-    """Whether the persona has knowledge chunks (``False``: a knowledge search finds nothing)."""
+    """Whether the session's character has knowledge chunks (``False``: a knowledge search finds nothing)."""
+    character_id: str | None
+    """The session's character (``None``: no such session yet)."""
+    revision: int
+    """That character's newest revision (0: none)."""
+    learned: tuple[str, ...] = ()
+    """What the session's character learned of the user from summaries, oldest first (with
+    ``scoped`` ``False``, what every character did, repeats left out)."""
 
 
 class AssemblyReads:
@@ -39,9 +47,11 @@ class AssemblyReads:
     def __init__(self, engine: Engine) -> None:
         self._one = autocommit_engine(engine)
 
-    def session(self, session_id: str, *, user_id: str, persona: str) -> SessionReads:
-        """The session's summary, the user's archive size, and whether the session's turns carry
-        files and the persona has knowledge, in one statement (:class:`SessionReads`): what
+    def session(self, session_id: str, *, user_id: str, scoped: bool = True) -> SessionReads:
+        """The session's summary, its character and that one's newest revision, the archive's size
+        (the user's segments with the session's character; with ``scoped`` ``False``, all of the
+        user's), and whether the session's turns carry files and the character has knowledge, in
+        one statement (:class:`SessionReads`): what
         assembling a context would otherwise read in four, two of them only to find nothing. A
         read: nothing changes. Each part is read by a key or an index; whether the session has
         files is the question :meth:`memory.turns.Turns.attachments` answers, at no greater cost."""
@@ -50,13 +60,22 @@ class AssemblyReads:
                 text(
                     "SELECT s.session_id IS NOT NULL AS found, s.content, s.items, s.first_seq, s.last_seq, "
                     "s.tokens, s.dropped_quotes, s.updated_at, "
-                    f"{ARCHIVE_SIZES}, "
+                    "coalesce((SELECT sum(a.segments) FROM archive_counts AS a WHERE a.user_id = :u "
+                    "AND (NOT :scoped OR a.character_id = ss.character_id)), 0) AS archived, "
+                    "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass)) AS archive_rows, "
                     "EXISTS (SELECT 1 FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
                     "WHERE t.session_id = :s) AS has_files, "
-                    "EXISTS (SELECT 1 FROM knowledge_chunks WHERE persona = :p) AS has_knowledge "
-                    "FROM (SELECT 1) AS one LEFT JOIN summaries AS s ON s.session_id = :s"
+                    "EXISTS (SELECT 1 FROM knowledge_chunks AS k WHERE k.character_id = ss.character_id) AS has_knowledge, "
+                    "ss.character_id, coalesce(h.revision, 0) AS revision, "
+                    "(SELECT coalesce(jsonb_agg(e.f ORDER BY lf.updated_at, lf.character_id, e.n), '[]') "
+                    "FROM learned_facts AS lf CROSS JOIN LATERAL jsonb_array_elements_text(lf.facts) "
+                    "WITH ORDINALITY AS e(f, n) WHERE lf.user_id = :u "
+                    "AND (NOT :scoped OR lf.character_id = ss.character_id)) AS learned "
+                    "FROM (SELECT 1) AS one LEFT JOIN summaries AS s ON s.session_id = :s "
+                    "LEFT JOIN sessions AS ss ON ss.id = :s AND ss.user_id = :u "
+                    "LEFT JOIN characters AS h ON h.id = ss.character_id"
                 ),
-                {"s": session_id, "u": user_id, "p": persona},
+                {"s": session_id, "u": user_id, "scoped": scoped},
             ).one()
         summary = (
             Summary(
@@ -78,4 +97,7 @@ class AssemblyReads:
             archive_rows=float(row.archive_rows if row.archive_rows is not None else -1),
             has_files=bool(row.has_files),
             has_knowledge=bool(row.has_knowledge),
+            character_id=row.character_id,
+            revision=int(row.revision),
+            learned=tuple(dedupe_facts(row.learned or [])),
         )

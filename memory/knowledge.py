@@ -1,7 +1,7 @@
-"""A persona's knowledge base: chunks of text with embeddings, in ``knowledge_chunks``.
+"""A character's knowledge base: chunks of text with embeddings, in ``knowledge_chunks``.
 
-Every read and write is scoped to one persona by name (``WHERE persona = :p`` in SQL),
-so two personas' knowledge never mixes. Adding a file replaces that file's chunks in
+Every read and write is scoped to one character by id (``WHERE character_id = :p`` in SQL),
+so two characters' knowledge never mixes. Adding a file replaces that file's chunks in
 the same transaction as the rest of the add; nothing is ever half-written.
 """
 
@@ -43,7 +43,7 @@ class KnowledgeHit:
 
 @dataclass(frozen=True, kw_only=True)
 class KnowledgeSource:
-    """One file in a persona's knowledge base."""
+    """One file in a character's knowledge base."""
 
     source: str
     chunks: int
@@ -56,22 +56,23 @@ _EMBEDDING = Vector()
 """The vector type: a list of floats goes to the server in binary (:class:`memory.vectors.Vector`)."""
 
 
-def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
-    """In one transaction: for each source, delete the persona's chunks of it and write the new ones."""
+def replace_sources(engine: Engine, *, character_id: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
+    """In one transaction: for each source, delete the character's chunks of it and write the new ones."""
     with storage_errors(), engine.begin() as conn:
         for source, chunks in sources.items():
             conn.execute(
-                text("DELETE FROM knowledge_chunks WHERE persona = :p AND source = :s"), {"p": persona, "s": source}
+                text("DELETE FROM knowledge_chunks WHERE character_id = :p AND source = :s"),
+                {"p": character_id, "s": source},
             )
             if chunks:
                 conn.execute(
                     text(
-                        "INSERT INTO knowledge_chunks (persona, source, chunk_index, content, tokens, sha256, embedding) "
+                        "INSERT INTO knowledge_chunks (character_id, source, chunk_index, content, tokens, sha256, embedding) "
                         "VALUES (:p, :s, :i, :c, :t, :h, CAST(:e AS vector))"
                     ).bindparams(bindparam("e", type_=_EMBEDDING)),
                     [
                         {
-                            "p": persona,
+                            "p": character_id,
                             "s": source,
                             "i": i,
                             "c": chunk.content,
@@ -84,39 +85,42 @@ def replace_sources(engine: Engine, *, persona: str, sources: Mapping[str, Seque
                 )
 
 
-def remove_source(engine: Engine, *, persona: str, source: str) -> int:
-    """Delete the persona's chunks of ``source``; returns how many were deleted."""
+def remove_source(engine: Engine, *, character_id: str, source: str) -> int:
+    """Delete the character's chunks of ``source``; returns how many were deleted."""
     with storage_errors(), engine.begin() as conn:
         result = conn.execute(
-            text("DELETE FROM knowledge_chunks WHERE persona = :p AND source = :s"), {"p": persona, "s": source}
+            text("DELETE FROM knowledge_chunks WHERE character_id = :p AND source = :s"),
+            {"p": character_id, "s": source},
         )
         return int(result.rowcount or 0)
 
 
-def list_sources(engine: Engine, *, persona: str) -> list[KnowledgeSource]:
-    """The persona's files, by name."""
+def list_sources(engine: Engine, *, character_id: str) -> list[KnowledgeSource]:
+    """The character's files, by name."""
     with storage_errors(), engine.connect() as conn:
         rows = conn.execute(
             text(
                 "SELECT source, count(*) AS chunks, sum(tokens) AS tokens, max(created_at) AS added_at "
-                "FROM knowledge_chunks WHERE persona = :p GROUP BY source ORDER BY source"
+                "FROM knowledge_chunks WHERE character_id = :p GROUP BY source ORDER BY source"
             ),
-            {"p": persona},
+            {"p": character_id},
         ).fetchall()
     return [KnowledgeSource(source=r.source, chunks=r.chunks, tokens=int(r.tokens), added_at=r.added_at) for r in rows]
 
 
-def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[float], limit: int) -> list[KnowledgeHit]:
-    """The persona's ``limit`` chunks nearest to the query by cosine distance, nearest first."""
+def search_chunks(
+    engine: Engine, *, character_id: str, query_embedding: Sequence[float], limit: int
+) -> list[KnowledgeHit]:
+    """The character's ``limit`` chunks nearest to the query by cosine distance, nearest first."""
     if limit <= 0:
         return []
     with storage_errors(), autocommit_engine(engine).connect() as conn:  # one statement: no BEGIN/ROLLBACK
         rows = conn.execute(
             text(
                 "SELECT id, source, chunk_index, content, tokens, embedding <=> CAST(:q AS vector) AS distance "
-                "FROM knowledge_chunks WHERE persona = :p ORDER BY distance, id LIMIT :n"
+                "FROM knowledge_chunks WHERE character_id = :p ORDER BY distance, id LIMIT :n"
             ).bindparams(bindparam("q", type_=_EMBEDDING)),
-            {"p": persona, "q": list(query_embedding), "n": int(limit)},
+            {"p": character_id, "q": list(query_embedding), "n": int(limit)},
         ).fetchall()
     return [
         KnowledgeHit(
@@ -132,23 +136,23 @@ def search_chunks(engine: Engine, *, persona: str, query_embedding: Sequence[flo
 
 
 class Knowledge:
-    """The knowledge room: the only writer of ``knowledge_chunks``; every call takes the persona."""
+    """The knowledge room: the only writer of ``knowledge_chunks``; every call takes the character."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
-    def replace_sources(self, *, persona: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
+    def replace_sources(self, *, character_id: str, sources: Mapping[str, Sequence[NewChunk]]) -> None:
         """:func:`replace_sources` on this room's database."""
-        replace_sources(self._engine, persona=persona, sources=sources)
+        replace_sources(self._engine, character_id=character_id, sources=sources)
 
-    def remove_source(self, *, persona: str, source: str) -> int:
+    def remove_source(self, *, character_id: str, source: str) -> int:
         """:func:`remove_source` on this room's database."""
-        return remove_source(self._engine, persona=persona, source=source)
+        return remove_source(self._engine, character_id=character_id, source=source)
 
-    def list_sources(self, *, persona: str) -> list[KnowledgeSource]:
+    def list_sources(self, *, character_id: str) -> list[KnowledgeSource]:
         """:func:`list_sources` on this room's database."""
-        return list_sources(self._engine, persona=persona)
+        return list_sources(self._engine, character_id=character_id)
 
-    def search(self, *, persona: str, query_embedding: Sequence[float], limit: int) -> list[KnowledgeHit]:
+    def search(self, *, character_id: str, query_embedding: Sequence[float], limit: int) -> list[KnowledgeHit]:
         """:func:`search_chunks` on this room's database."""
-        return search_chunks(self._engine, persona=persona, query_embedding=query_embedding, limit=limit)
+        return search_chunks(self._engine, character_id=character_id, query_embedding=query_embedding, limit=limit)

@@ -1,4 +1,5 @@
-"""Users' pinned profiles: name, pronouns, facts set by the user or app, facts learned from summaries.
+"""Users' pinned profiles: name, pronouns, facts set by the user or app (shared by every
+character), and the facts each character learned from its summaries (``learned_facts``).
 
 User-set facts change only by an explicit :meth:`Profiles.set`; merging learned facts
 (:meth:`Profiles.learn`) never touches them.
@@ -6,6 +7,7 @@ User-set facts change only by an explicit :meth:`Profiles.set`; merging learned 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from sqlalchemy import Engine, text
@@ -81,7 +83,7 @@ class Profiles:
             if pronouns is not None:
                 profile.pronouns = pronouns.strip() or None
             if facts is not None:
-                profile.facts = _dedupe([f.strip() for f in facts if f.strip()])
+                profile.facts = dedupe_facts([f.strip() for f in facts if f.strip()])
             if time_zone is not None:
                 profile.time_zone = time_zone.strip() or None
             profile.updated_at = utcnow()
@@ -90,33 +92,62 @@ class Profiles:
             db.refresh(profile)
             return profile
 
-    def learn(self, user_id: str, facts: Sequence[str]) -> UserProfile | None:
-        """Merge facts from a summary's profile section into the learned facts.
+    def learn(self, user_id: str, facts: Sequence[str], *, character_id: str) -> list[str] | None:
+        """Merge facts from a summary's profile section into what ``character_id`` learned of the user.
 
-        New facts are appended (one equal to a user-set or known fact, ignoring case,
-        spaces and a final period, is skipped); at most :data:`MAX_LEARNED_FACTS` are
-        kept, newest. Returns the profile, or ``None`` when there was nothing to merge.
+        New facts are appended (one equal to a user-set fact or one the character knows, ignoring
+        case, spaces and a final period, is skipped); at most :data:`MAX_LEARNED_FACTS` are kept,
+        newest. Returns the character's learned facts, or ``None`` when nothing was added.
         """
         clean = [f.strip()[:MAX_FACT_CHARS] for f in facts if f and f.strip()]
         if not clean:
             return None
         with storage_errors(), Session(self.engine) as db:
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
-            existing = db.exec(select(UserProfile).where(UserProfile.user_id == user_id).with_for_update()).first()
-            profile = existing or UserProfile(user_id=user_id)
-            known = {_norm(f) for f in [*profile.facts, *profile.learned]}
-            added = [f for f in _dedupe(clean) if _norm(f) not in known]
-            if not added and existing is not None:
-                return existing
-            profile.learned = [*profile.learned, *added][-MAX_LEARNED_FACTS:]
-            profile.updated_at = utcnow()
-            db.add(profile)
+            db.execute(
+                text(
+                    "INSERT INTO learned_facts (user_id, character_id) VALUES (:u, :c) ON CONFLICT DO NOTHING"
+                ).bindparams(u=user_id, c=character_id)
+            )
+            learned = list(
+                db.execute(
+                    text(
+                        "SELECT facts FROM learned_facts WHERE user_id = :u AND character_id = :c FOR UPDATE"
+                    ).bindparams(u=user_id, c=character_id)
+                ).scalar_one()
+            )
+            profile = db.get(UserProfile, user_id)
+            known = {_norm(f) for f in [*(profile.facts if profile is not None else []), *learned]}
+            added = [f for f in dedupe_facts(clean) if _norm(f) not in known]
+            if not added:
+                db.rollback()
+                return None
+            learned = [*learned, *added][-MAX_LEARNED_FACTS:]
+            db.execute(
+                text(
+                    "UPDATE learned_facts SET facts = CAST(:f AS jsonb), updated_at = now() "
+                    "WHERE user_id = :u AND character_id = :c"
+                ).bindparams(f=json.dumps(learned, ensure_ascii=False), u=user_id, c=character_id)
+            )
             db.commit()
-            db.refresh(profile)
-            return profile
+            return learned
+
+    def learned(self, user_id: str, *, character_id: str | None = None) -> list[str]:
+        """What ``character_id`` learned of the user, oldest first; ``None``: what every character
+        did (each character's in the order they last learned, repeats left out)."""
+        check_id(user_id, field="user_id")
+        with storage_errors(), Session(self._one) as db:
+            rows = db.execute(
+                text(
+                    "SELECT facts FROM learned_facts WHERE user_id = :u "
+                    "AND (CAST(:c AS text) IS NULL OR character_id = :c) ORDER BY updated_at, character_id"
+                ).bindparams(u=user_id, c=character_id)
+            ).all()
+        return dedupe_facts([f for (facts,) in rows for f in facts])
 
 
-def _dedupe(facts: Sequence[str]) -> list[str]:
+def dedupe_facts(facts: Sequence[str]) -> list[str]:
+    """``facts`` without repeats (as :func:`_norm` compares them), first kept."""
     seen: set[str] = set()
     out = []
     for fact in facts:

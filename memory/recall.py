@@ -164,6 +164,7 @@ class RecallPreset:
         self,
         *,
         user_id: str,
+        character_id: str | None = None,
         query_embedding: Sequence[float],
         query_text: str | None = None,
         when: Sequence[TimeSpan] | None = None,
@@ -180,6 +181,7 @@ class RecallPreset:
         return RecallQuery(
             **asdict(self),
             user_id=user_id,
+            character_id=character_id,
             query_embedding=query_embedding,
             query_text=query_text,
             when=when,
@@ -201,6 +203,9 @@ class RecallQuery:
 
     user_id: str
     """Whose segments: the only rows any ranker reads."""
+    character_id: str | None = None
+    """Which character's segments of the user's (memory per user and character); ``None``: all of
+    the user's (the memory scope ``user``)."""
     query_embedding: Sequence[float] = field(repr=False)
     """The query's embedding (same model as the segment keys)."""
     limit: int
@@ -267,6 +272,7 @@ class RecallQuery:
         pool = int(self.pool if self.pool is not None else self.limit)
         params: dict[str, Any] = {
             "user_id": self.user_id,
+            "character_id": self.character_id,
             "q": list(self.query_embedding),
             "limit": int(self.limit),
             "k": int(self.rrf_k),
@@ -308,7 +314,9 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
     reader = autocommit_engine(engine) if query.vector_index is False else engine
     with storage_errors(query.exclude.session_id if query.exclude else None), reader.connect() as conn:
         use_index = (
-            query.vector_index if query.vector_index is not None else _index_pays(conn, query.user_id, params["pool"])
+            query.vector_index
+            if query.vector_index is not None
+            else _index_pays(conn, query.user_id, query.character_id, params["pool"])
         )
         if use_index:
             # SET LOCAL: this transaction only; recall is a read and the connection returns to the pool as it was
@@ -327,6 +335,7 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
             dated=bool(query.when),
             together=together,
             dim=len(params["q"]),
+            scoped=query.character_id is not None,
         )
         rows = conn.execute(statement, params).fetchall()
         hits = [_segment(r) for r in rows if not together or r.part == 0]
@@ -336,7 +345,7 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
         expanded = hits[: max(int(query.expand), 0)]
         if query.neighbours > 0 and expanded and not together:
             near = conn.execute(
-                sql.neighbours_statement(excluding=excluding),
+                sql.neighbours_statement(excluding=excluding, scoped=query.character_id is not None),
                 {
                     **params,
                     "span": int(query.neighbours),
@@ -418,16 +427,19 @@ def turns_apart(segment: RecalledSegment, hit: RecalledSegment) -> int:
 
 
 ARCHIVE_SIZES = (
-    "coalesce((SELECT segments FROM archive_counts WHERE user_id = :u), 0) AS archived, "
+    "coalesce((SELECT sum(segments) FROM archive_counts WHERE user_id = :u "
+    "AND (CAST(:c AS text) IS NULL OR character_id = :c)), 0) AS archived, "
     "(SELECT reltuples FROM pg_class WHERE oid = CAST('archived_segments' AS regclass)) AS archive_rows"
 )
-"""The two numbers :func:`index_pays` takes, as ``SELECT`` columns for the user ``:u``: their
-archived segments (``archive_counts``, kept by triggers) and the table's estimated rows."""
+"""The two numbers :func:`index_pays` takes, as ``SELECT`` columns for the user ``:u`` and the
+character ``:c`` (``NULL``: all of the user's): their archived segments (``archive_counts``, kept
+by triggers) and the table's estimated rows."""
 
 
-def _index_pays(conn: Connection, user_id: str, pool: int) -> bool:
-    """:func:`index_pays` for ``user_id``, read: one primary-key read and one catalog read."""
-    row = conn.execute(text(f"SELECT {ARCHIVE_SIZES}"), {"u": user_id}).one()
+def _index_pays(conn: Connection, user_id: str, character_id: str | None, pool: int) -> bool:
+    """:func:`index_pays` for ``user_id`` (and ``character_id``), read: one primary-key range read
+    and one catalog read."""
+    row = conn.execute(text(f"SELECT {ARCHIVE_SIZES}"), {"u": user_id, "c": character_id}).one()
     return index_pays(int(row.archived), float(row.archive_rows or 0), pool)
 
 

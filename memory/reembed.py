@@ -121,7 +121,7 @@ def reembed(
         embedder: the new model; its ``name`` and ``dimension`` are recorded.
         count_tokens: tokens of a text, as the compactor counts them (the key weights may use them).
         user_text: the text a user's message is embedded from, given the message and the
-            speakers' names (the session's persona name and the user's profile name): the
+            speakers' names (the session's character's name and the user's profile name): the
             runtime's own rule (:func:`runtime.context.without_names`).
         batch: texts per embedding call and rows per write.
         progress: called after each batch.
@@ -278,7 +278,7 @@ def _turn_vectors(
     """Re-embed every stored turn vector from ``turns.content`` and add one for the ``missing`` turns.
 
     A user's turn is embedded without the speakers' names, as the runtime embeds a message
-    (``user_text``): the session's persona name and the user's profile
+    (``user_text``): the session's character's name and the user's profile
     name. A persona's nickname is not stored, so a nickname in an old message stays in."""
     ids = list(conn.execute(text("SELECT turn_id FROM turn_vectors ORDER BY turn_id")).scalars())
     ids = sorted(set(ids) | missing)
@@ -286,8 +286,9 @@ def _turn_vectors(
         chunk = ids[start : start + batch]
         rows = conn.execute(
             text(
-                "SELECT t.id, t.role, t.content, s.persona, p.name FROM turns t "
-                "JOIN sessions s ON s.id = t.session_id LEFT JOIN user_profiles p ON p.user_id = s.user_id "
+                "SELECT t.id, t.role, t.content, c.name AS persona, p.name FROM turns t "
+                "JOIN sessions s ON s.id = t.session_id JOIN characters c ON c.id = s.character_id "
+                "LEFT JOIN user_profiles p ON p.user_id = s.user_id "
                 "WHERE t.id IN :ids ORDER BY t.id"
             ).bindparams(bindparam("ids", expanding=True)),
             {"ids": chunk},

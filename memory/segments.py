@@ -20,7 +20,7 @@ from sqlmodel import Session, col, select
 from memory.database import autocommit_engine, storage_errors
 from memory.fulltext import search_vector
 from memory.recall import RecalledSegment, RecallQuery, recall
-from memory.tables import ArchivedSegment, utcnow
+from memory.tables import ArchivedSegment, ChatSession, utcnow
 
 SEGMENT_ROWS = 500
 """Archived segments one ``INSERT`` writes: 11 bind parameters each, well under PostgreSQL's
@@ -43,6 +43,8 @@ class NewSegment:
 def add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequence[NewSegment]) -> None:
     """Insert the segments in ``db``'s transaction: one multi-row ``INSERT`` per :data:`SEGMENT_ROWS`."""
     created_at = utcnow()
+    # the session's character, read by the INSERT itself: the archive is kept per user and character
+    character = select(ChatSession.character_id).where(ChatSession.id == session_id).scalar_subquery()
     for start in range(0, len(segments), SEGMENT_ROWS):
         db.execute(
             pg_insert(ArchivedSegment).values(
@@ -50,6 +52,7 @@ def add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequen
                     {
                         "user_id": user_id,
                         "session_id": session_id,
+                        "character_id": character,
                         "first_seq": seg.first_seq,
                         "last_seq": seg.last_seq,
                         "content": seg.content,

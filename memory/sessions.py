@@ -36,15 +36,30 @@ class ClaimedSession:
     user_id: str
     breaker_open: bool
     """Whether the session's compaction breaker was open at the claim."""
+    character_id: str
+    """The session's character."""
+    revision: int
+    """That character's newest revision at the claim (0: it has none)."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClosingSession:
-    """A session the close job holds under its row lock: its id, user and persona."""
+    """A session the close job holds under its row lock: its id, user and character."""
 
     session_id: str
     user_id: str
-    persona: str
+    character_id: str
+
+
+UNNAMED_CHARACTER = "Companion"
+"""The deployment character of a session stored without one (and of old sessions with no persona name)."""
+
+
+def unnamed_character(db: Session) -> str:
+    """The id of the deployment character :data:`UNNAMED_CHARACTER`, made (without a card) if missing."""
+    from memory.characters import placeholder
+
+    return placeholder(db, UNNAMED_CHARACTER)
 
 
 def not_yours(session_id: str, user_id: str) -> SessionOwnershipError:
@@ -72,18 +87,19 @@ _CLAIM = text(
     f"WHERE id = :s AND closed_at IS NULL AND NOT ({_LIVE_CLAIM}) "
     "AND (CAST(:u AS text) IS NULL OR user_id = :u) RETURNING user_id, "
     "EXISTS (SELECT 1 FROM compaction_state AS c WHERE c.session_id = sessions.id "
-    "AND c.breaker_opened_at IS NOT NULL)"
+    "AND c.breaker_opened_at IS NOT NULL), character_id, "
+    "(SELECT h.revision FROM characters AS h WHERE h.id = sessions.character_id)"
 )
 """A claim that holds: set, and younger than the lease (``:lease`` seconds). The one copy of the
 rule; :data:`_CLAIM` takes a session whose claim does not hold."""
 _IDLE = text(
-    "SELECT id, user_id, persona FROM sessions "
+    "SELECT id, user_id, character_id FROM sessions "
     "WHERE closed_at IS NULL AND last_activity_at < :cutoff AND NOT (id = ANY(:skip)) "
     f"AND NOT ({_LIVE_CLAIM}) "
     "ORDER BY last_activity_at, id LIMIT :n FOR NO KEY UPDATE SKIP LOCKED"
 )
 _LOCK_ONE = text(
-    "SELECT id, user_id, persona, closed_at, "
+    "SELECT id, user_id, character_id, closed_at, "
     f"({_LIVE_CLAIM} AND turn_owner <> :owner) AS busy "
     "FROM sessions WHERE id = :s FOR NO KEY UPDATE"
 )
@@ -138,38 +154,41 @@ class Sessions:
         """The other rooms' deleters of a session's rows, run by :meth:`delete` in its transaction,
         in order (the holder, :class:`memory.store.Store`, registers them)."""
 
-    def ensure(self, *, session_id: str, user_id: str, persona: str = "") -> ChatSession:
-        """Create the user and the session if missing; return the session. A new session
-        starts from the summary of the user's newest closed session with this persona
-        (:func:`memory.apps.carry_over`).
+    def ensure(self, *, session_id: str, user_id: str, character_id: str | None = None) -> ChatSession:
+        """Create the user and the session (talking as ``character_id``) if missing; return the
+        session. A new session starts from the summary of the user's newest closed session with
+        this character (:func:`memory.apps.carry_over`). An existing session keeps its character.
+        ``None``: the deployment character :data:`UNNAMED_CHARACTER` (made if missing, with no card:
+        it speaks as an engine's default character).
 
         Raises:
             SessionOwnershipError: the session exists but belongs to another user.
-            InvalidFieldError: an id or the persona holds NUL or a lone surrogate, or is over 200 characters.
+            InvalidFieldError: an id holds NUL or a lone surrogate, or is over 200 characters.
         """
         check_id(session_id, field="session_id")
         check_id(user_id, field="user_id")
-        check_id(persona, field="persona")
         session = self.get(session_id)  # most calls end here: one statement
         if session is None:
-            session = self._create(session_id=session_id, user_id=user_id, persona=persona)
+            session = self._create(session_id=session_id, user_id=user_id, character_id=character_id)
         if session.user_id != user_id:
             raise not_yours(session_id, user_id)
         return session
 
-    def _create(self, *, session_id: str, user_id: str, persona: str) -> ChatSession:
+    def _create(self, *, session_id: str, user_id: str, character_id: str | None) -> ChatSession:
         """:meth:`ensure` of a session not found: one transaction; returns the session stored
         (which another writer may have created meanwhile)."""
         from memory.apps import carry_over
 
         with storage_errors(session_id), Session(self._engine) as db:
+            if character_id is None:
+                character_id = unnamed_character(db)
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
             created = cast(
                 "CursorResult[Any]",
                 db.execute(
                     text(
-                        "INSERT INTO sessions (id, user_id, persona) VALUES (:s, :u, :p) ON CONFLICT DO NOTHING"
-                    ).bindparams(s=session_id, u=user_id, p=persona)
+                        "INSERT INTO sessions (id, user_id, character_id) VALUES (:s, :u, :c) ON CONFLICT DO NOTHING"
+                    ).bindparams(s=session_id, u=user_id, c=character_id)
                 ),
             ).rowcount
             db.execute(
@@ -178,7 +197,7 @@ class Sessions:
                 )
             )
             if created:  # a returning user's new session starts from their last closed session's summary
-                carry_over(db, session_id=session_id, user_id=user_id, persona=persona)
+                carry_over(db, session_id=session_id, user_id=user_id, character_id=character_id)
             db.commit()
             session = db.get(ChatSession, session_id)
             assert session is not None
@@ -211,7 +230,9 @@ class Sessions:
             ).first()
             if claimed is not None:
                 db.commit()
-                return ClaimedSession(user_id=claimed[0], breaker_open=bool(claimed[1]))
+                return ClaimedSession(
+                    user_id=claimed[0], breaker_open=bool(claimed[1]), character_id=claimed[2], revision=claimed[3] or 0
+                )
             row = db.execute(
                 text("SELECT closed_at, user_id FROM sessions WHERE id = :s").bindparams(s=session_id)
             ).first()
@@ -279,7 +300,7 @@ class Sessions:
             rows = conn.execute(
                 _IDLE, {"cutoff": cutoff, "skip": list(skip), "n": limit, "lease": float(lease_seconds)}
             ).all()
-            yield IdleBatch(conn, [ClosingSession(session_id=r[0], user_id=r[1], persona=r[2]) for r in rows])
+            yield IdleBatch(conn, [ClosingSession(session_id=r[0], user_id=r[1], character_id=r[2]) for r in rows])
             conn.commit()
 
     @contextlib.contextmanager
@@ -306,7 +327,9 @@ class Sessions:
                     f"Session {session_id!r} is running a turn; close it when the turn has ended. Nothing was changed.",
                     session_id=session_id,
                 )
-            yield LockedSession(conn, ClosingSession(session_id=row.id, user_id=row.user_id, persona=row.persona))
+            yield LockedSession(
+                conn, ClosingSession(session_id=row.id, user_id=row.user_id, character_id=row.character_id)
+            )
             conn.commit()
 
     # -- deletion ----------------------------------------------------------------

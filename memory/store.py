@@ -9,10 +9,12 @@ attribute          room                                   tables it writes
 ``compaction``     :class:`memory.compaction.Compactions` ``summaries``, ``compaction_state``
 ``archive``        :class:`memory.segments.Archive`       ``archived_segments`` (recall reads it)
 ``assembly``       :class:`memory.assembly.AssemblyReads` none: the one-statement read of assembly
-``profiles``       :class:`memory.profiles.Profiles`      ``user_profiles``
+``profiles``       :class:`memory.profiles.Profiles`      ``user_profiles``, ``learned_facts``
 ``knowledge``      :class:`memory.knowledge.Knowledge`    ``knowledge_chunks``
 ``transcripts``    :class:`memory.images.Transcripts`     ``image_transcripts``
 ``apps``           :class:`memory.apps.Directory`         ``apps``, app-scoped ``users`` and sessions
+``characters``     :class:`memory.characters.Characters`  ``characters``, ``character_revisions``,
+                                                          ``character_avatars``
 =================  =====================================  ==========================================
 
 Files and their blobs are :class:`memory.files.FileStore`'s, made with a blob store
@@ -28,6 +30,7 @@ from errors import StorageError
 from memory import compaction, segments, turns
 from memory.apps import Directory
 from memory.assembly import AssemblyReads, SessionReads
+from memory.characters import Characters
 from memory.compaction import DEFAULT_LOCK_SLOTS, LOCK_SLOT_WAIT, Compactions, NewSummary, compaction_lock_key
 from memory.database import send_binary_vectors, storage_errors
 from memory.images import Transcripts
@@ -76,6 +79,7 @@ class Store:
         self.knowledge = Knowledge(engine)
         self.transcripts = Transcripts(engine)
         self.apps = Directory(engine)
+        self.characters = Characters(engine)
         # a session's deletion: each room deletes its own rows, in this order, in one transaction
         self.sessions.session_rows.extend(
             [

@@ -62,6 +62,40 @@ class User(SQLModel, table=True):
     """The id the owning app knows the user by (unique per app); ``id`` is server-generated."""
 
 
+class Character(SQLModel, table=True):
+    """A character: the deployment's (``app_id`` ``None``), an app's, or one user's own (``owner_id``)
+    (migration 0020). Its cards are its revisions; the newest is :attr:`revision`."""
+
+    __tablename__ = "characters"
+
+    id: str = Field(primary_key=True, max_length=40)
+    """``ch_`` plus 32 hex digits."""
+    app_id: str | None = Field(default=None, foreign_key="apps.id", max_length=200)
+    """The app it belongs to; ``None``: the deployment's, seen (not changed) by every app."""
+    owner_id: str | None = Field(default=None, foreign_key="users.id", max_length=200)
+    """The user whose own character it is (only they see it); ``None``: every user of the app may talk with it."""
+    name: str = Field(max_length=200)
+    revision: int = 0
+    """The newest revision; 0: none yet (a character made from an old session's persona name,
+    which speaks as the deployment's default character until it is given a card)."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
+class CharacterRevision(SQLModel, table=True):
+    """One revision of a character's card: written once, never changed."""
+
+    __tablename__ = "character_revisions"
+
+    character_id: str = Field(primary_key=True, foreign_key="characters.id", max_length=40)
+    revision: int = Field(primary_key=True)
+    spec: str = Field(max_length=20)
+    """What the card was read from (``persona.CARD_KINDS``)."""
+    card: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False))
+    """The Character Card ``data`` object (V2/V3 field names)."""
+    created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
+
+
 class ChatSession(SQLModel, table=True):
     """One conversation between one user and one character."""
 
@@ -69,8 +103,8 @@ class ChatSession(SQLModel, table=True):
 
     id: str = Field(primary_key=True, max_length=200)
     user_id: str = Field(foreign_key="users.id", index=True, max_length=200)
-    persona: str = Field(default="", max_length=200)
-    """Name of the persona this session talks as."""
+    character_id: str = Field(foreign_key="characters.id", max_length=40)
+    """The character this session talks as."""
     created_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))
     # -- session life cycle ----------------------------------------------------------
     closed_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
@@ -119,6 +153,8 @@ class Turn(SQLModel, table=True):
     utc_offset_minutes: int | None = None
     """The UTC offset the turn's time was given with, minutes (``+08:00``: 480); ``None`` when it
     was not given (the server's clock) (migration 0019)."""
+    character_revision: int | None = None
+    """The revision of the session's character the turn was made with (migration 0020)."""
 
     def local_created_at(self) -> datetime:
         """:attr:`created_at` at the offset it was given with (UTC when none was)."""
@@ -181,6 +217,9 @@ class ArchivedSegment(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     user_id: str = Field(foreign_key="users.id", max_length=200)
     session_id: str = Field(foreign_key="sessions.id", max_length=200)
+    character_id: str = Field(foreign_key="characters.id", max_length=40)
+    """The session's character: recall reads one character's segments (or, with the memory scope
+    ``user``, all of the user's)."""
     first_seq: int
     last_seq: int
     content: str = Field(sa_column=Column(Text, nullable=False))
@@ -215,7 +254,9 @@ class CompactionState(SQLModel, table=True):
 
 # -- pinned user profiles (knowledge_chunks has no table class: memory.knowledge reads and writes it) --
 class UserProfile(SQLModel, table=True):
-    """A user's pinned facts, rendered first in the ``memory`` source (migration 0006)."""
+    """A user's pinned profile, shared by every character, rendered first in the ``memory`` source
+    (migration 0006). Facts learned from summaries are kept per character (``learned_facts``,
+    :meth:`memory.profiles.Profiles.learned`)."""
 
     __tablename__ = "user_profiles"
 
@@ -225,8 +266,6 @@ class UserProfile(SQLModel, table=True):
     pronouns: str | None = Field(default=None, max_length=100)
     facts: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
     """Facts the user or app set; only an explicit set changes them."""
-    learned: list[str] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False, server_default="[]"))
-    """Facts merged from the profile section of summaries, oldest first."""
     time_zone: str | None = Field(default=None, max_length=100)
     """The user's IANA time zone (``Asia/Shanghai``), set by the user or app (migration 0019)."""
     updated_at: datetime = Field(default_factory=utcnow, sa_type=DateTime(timezone=True))

@@ -137,6 +137,7 @@ class Turns:
         interrupted: bool = False,
         file_ids: Sequence[str] = (),
         vector: Sequence[float] | None = None,
+        character_revision: int | None = None,
     ) -> Turn:
         """Append one turn with the next sequence number and commit it: two statements, one
         transaction (plus one per attached file).
@@ -153,6 +154,7 @@ class Turns:
                 ownership first.
             vector: the embedding of ``content`` (a unit vector of the archive's dimension), stored
                 as the turn's :class:`~memory.tables.TurnVector` by the same ``INSERT``.
+            character_revision: the revision of the session's character the turn was made with.
 
         Raises:
             SessionClosedError: the session was closed; nothing was stored.
@@ -173,9 +175,9 @@ class Turns:
             insert = (
                 "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
                 "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
-                "interrupted, state, created_at, utc_offset_minutes) "
+                "interrupted, state, created_at, utc_offset_minutes, character_revision) "
                 "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
-                ":interrupted, :state, :at, :off FROM turns WHERE session_id = :s RETURNING *"
+                ":interrupted, :state, :at, :off, :rev FROM turns WHERE session_id = :s RETURNING *"
             )
             statement = (
                 text(insert)
@@ -200,6 +202,7 @@ class Turns:
                     state=TurnState.context.value,
                     at=created_at or utcnow(),
                     off=offset_minutes(created_at),
+                    rev=character_revision,
                 )
             ).one()
             turn = Turn.model_validate(dict(inserted._mapping))

@@ -8,6 +8,7 @@ third-party packages (``regex`` for lorebook keys).
 """
 
 from persona._clock_macros import CLOCK_MACROS, format_moment, humanize
+from persona._export import CARD_KINDS, ReadCard, card_data, export_card, export_png, persona_from_card, read_card
 from persona._keys import CompiledKey, is_regex_form, normalize, search
 from persona._load import SUFFIXES, load_persona
 from persona._lorebook import PLACEMENTS, SELECTIVE_LOGICS, Lorebook, LoreEntry, entry_keys, load_world_info
@@ -16,6 +17,13 @@ from persona._model import Persona
 from persona._plain import DEFAULT_PERSONA_FILE
 
 __all__ = [
+    "CARD_KINDS",
+    "ReadCard",
+    "card_data",
+    "export_card",
+    "export_png",
+    "persona_from_card",
+    "read_card",
     "CLOCK_MACROS",
     "format_moment",
     "humanize",

@@ -15,6 +15,8 @@ from persona._model import Persona
 log = structlog.get_logger("companion.persona")
 
 MAX_NAME_CHARS = 200
+MAX_TEXT_CHARS = 200_000
+"""The longest text field a card may have, characters (about 50k tokens: far over any persona budget)."""
 _START = re.compile(r"^\s*<START>\s*$", re.IGNORECASE | re.MULTILINE)
 
 TEXT_FIELDS = ("system_prompt", "description", "personality", "scenario", "post_history_instructions", "creator_notes")
@@ -35,6 +37,12 @@ def _text(data: Mapping[str, Any], key: str, *, where: str, path: str) -> str:
         )
     if "\x00" in value:
         raise PersonaError(f"Persona file {path!r}: {where} contains a NUL character.", path=path, field=where)
+    if len(value) > MAX_TEXT_CHARS:
+        raise PersonaError(
+            f"Persona file {path!r}: {where} is {len(value):,} characters; at most {MAX_TEXT_CHARS:,} are allowed.",
+            path=path,
+            field=where,
+        )
     return value.strip()
 
 

@@ -44,6 +44,9 @@ PLACEMENTS = ("before_char", "after_char", "depth")
 """Where an entry goes: in the retrieval block, first or in order, or inserted among the recent turns."""
 _ST_ROLES = {0: "system", 1: "user", 2: "assistant"}
 
+MAX_ENTRY_CHARS = 200_000
+"""The longest entry content, characters (about 50k tokens: far over any retrieval budget)."""
+
 SELECTIVE_LOGICS = ("AND_ANY", "NOT_ALL", "NOT_ANY", "AND_ALL")
 """Secondary-key logics, indexed by SillyTavern's numbers (0..3)."""
 
@@ -250,6 +253,12 @@ def _entry(raw: Any, *, where: str, path: str) -> tuple[LoreEntry, tuple[str, ..
     if not isinstance(content, str):
         raise PersonaError(
             f"Persona file {path!r}: {where}.content must be a string.", path=path, field=f"{where}.content"
+        )
+    if len(content) > MAX_ENTRY_CHARS:
+        raise PersonaError(
+            f"Persona file {path!r}: {where}.content is {len(content):,} characters; at most {MAX_ENTRY_CHARS:,}.",
+            path=path,
+            field=f"{where}.content",
         )
     found = raw.get("extensions")
     ext: Mapping[str, Any] = found if isinstance(found, Mapping) else {}

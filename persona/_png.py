@@ -27,6 +27,17 @@ def parse_card_png(raw: bytes, *, path: str) -> Persona:
         PersonaError: not a readable PNG (field ``png``), no card chunk (field ``chara``),
             broken base64 (``chara chunk base64``), or a bad card inside (its field).
     """
+    keyword, decoded = card_payload(raw, path=path)
+    return parse_card_json(decoded, path=path, where=f"{keyword} chunk ")
+
+
+def card_payload(raw: bytes, *, path: str) -> tuple[str, bytes]:
+    """The keyword of a PNG's card chunk (``ccv3`` before ``chara``) and the card JSON it holds,
+    base64-decoded (UTF-8 bytes).
+
+    Raises:
+        PersonaError: as :func:`parse_card_png`, but for the card inside.
+    """
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -55,4 +66,4 @@ def parse_card_png(raw: bytes, *, path: str) -> Persona:
             path=path,
             field=f"{keyword} chunk base64",
         ) from exc
-    return parse_card_json(decoded, path=path, where=f"{keyword} chunk ")
+    return keyword, decoded

@@ -20,6 +20,9 @@ class RecallSettings:
     """``COMPANION_LOREBOOK_SCAN_DEPTH``: messages a lorebook scans when the card names none."""
     knowledge_chunks: int
     """``COMPANION_KNOWLEDGE_CHUNKS``: nearest knowledge chunks offered (0: none)."""
+    per_character: bool = True
+    """``COMPANION_MEMORY_SCOPE`` ``character``: recall and learned facts are the session's
+    character's only; ``False`` (``user``): all of the user's characters'."""
 
 
 @dataclass(frozen=True, kw_only=True)

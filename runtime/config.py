@@ -286,7 +286,14 @@ class Settings(_EnvironmentSettings):
     max_message_chars: int = Field(100_000, ge=1)
     """``COMPANION_MAX_MESSAGE_CHARS``: the longest message accepted, in characters."""
     persona_file: _UserPath | None = Field(None, validation_alias="COMPANION_PERSONA")
-    """``COMPANION_PERSONA``: a persona file (.json/.png card, .toml/.yaml/.yml); ``None`` uses the bundled default."""
+    """``COMPANION_PERSONA``: a persona file (.json/.png card, .toml/.yaml/.yml); ``None`` uses the
+    bundled default. It is the deployment's default character: the one a session talks as when it
+    names no other."""
+    memory_scope: Annotated[Literal["character", "user"], BeforeValidator(_lower)] = "character"
+    """``COMPANION_MEMORY_SCOPE``: ``character`` (default): recall, summaries carried into a new
+    session and learned facts are each character's own with each user; ``user``: recall and learned
+    facts span all of a user's characters (summaries stay each character's). The user's profile is
+    shared by every character either way (docs/characters.md)."""
     lorebook_scan_depth: int = Field(2, ge=0)
     """``COMPANION_LOREBOOK_SCAN_DEPTH``: turns before the current message that lorebook keys are
     matched in (0: the current message only); a card's ``character_book.scan_depth`` wins."""
@@ -429,6 +436,7 @@ class Settings(_EnvironmentSettings):
             neighbours=self.recall_neighbours,
             lorebook_scan_depth=self.lorebook_scan_depth,
             knowledge_chunks=self.knowledge_chunks,
+            per_character=self.memory_scope == "character",
         )
 
     @property

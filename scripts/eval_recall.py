@@ -272,7 +272,7 @@ def retrieval_only(
     questions_by = questions_by or embedder
     user_id = f"eval:{conv.id}:{uuid.uuid4().hex[:6]}"
     session_id = f"{user_id}:s"
-    store.sessions.ensure(session_id=session_id, user_id=user_id, persona=conv.companion_name)
+    store.sessions.ensure(session_id=session_id, user_id=user_id)
     source = [*padding, *conv.turns]
     turns = [
         Turn(session_id="-", seq=i + 1, role=t.role, content=t.text, tokens=0, created_at=t.at)

@@ -23,7 +23,8 @@ def archive_segments(
     """Store ``contents`` as one-turn segments (seqs 1, 2, …) of ``session_id``, the i-th dated
     ``T0 + i * step`` with embedding ``vectors[i]`` and ``tokens(content)`` tokens, in one
     compaction commit with a placeholder summary."""
-    store.sessions.ensure(session_id=session_id, user_id=user_id)
+    # the test persona's character (tests.conftest.PERSONA), as an engine's turns in the same tests have it
+    store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=store.characters.placeholder("Mira").id)
     store.compaction.commit(
         session_id=session_id,
         user_id=user_id,

@@ -285,8 +285,8 @@ def test_session_reads_say_whether_the_session_has_files(files_env, store):
     """Assembling skips reading files only while no turn of the session carries one."""
     engine = files_env.build()
     engine.turn(user_id="u1", session_id="s1", message="no files yet")
-    assert not store.assembly.session("s1", user_id="u1", persona=engine.persona.name).has_files
+    assert not store.assembly.session("s1", user_id="u1").has_files
     md = files_env.upload("u1", "list.md", ff.markdown_bytes())
     engine.turn(user_id="u1", session_id="s1", message="one file", attachments=[md])
-    assert store.assembly.session("s1", user_id="u1", persona=engine.persona.name).has_files
-    assert not store.assembly.session("s2", user_id="u1", persona=engine.persona.name).has_files
+    assert store.assembly.session("s1", user_id="u1").has_files
+    assert not store.assembly.session("s2", user_id="u1").has_files

@@ -59,7 +59,7 @@ def user_text(i: int, words: int = 20) -> str:
 
 
 def add_exchanges(store, n: int, *, session="s1", user="u1", words=20, first_user: str | None = None, start=0):
-    store.sessions.ensure(session_id=session, user_id=user, persona="Mira")
+    store.sessions.ensure(session_id=session, user_id=user)
     for i in range(start, start + n):
         content = first_user if (first_user and i == start) else user_text(i, words)
         for role, body in (

@@ -272,27 +272,26 @@ def test_a_turn_sends_few_round_trips(make_engine_for, tmp_path):
 
 
 def test_session_reads_answer_as_the_reads_they_replace(make_engine_for, embedder):
-    """One statement gives the summary, the archive's size, and whether the session has files
-    and the persona knowledge: the same answers as reading each on its own, before and after a
-    compaction, and after the persona gains knowledge."""
+    """One statement gives the summary, the session's character, the archive's size, and whether
+    the session has files and its character knowledge: the same answers as reading each on its
+    own, before and after a compaction, and after the character gains knowledge."""
     from memory.knowledge import NewChunk, replace_sources
 
     engine = make_engine_for(window=1024)
-    store, persona = engine.store, engine.persona.name
+    store = engine.store
     engine.turn(user_id="u1", session_id="s1", message="Hello there", reply="Hi!")
-    first = store.assembly.session("s1", user_id="u1", persona=persona)
+    first = store.assembly.session("s1", user_id="u1")
+    assert first.character_id == engine.cast.default.id and first.revision == engine.cast.default.revision
     assert first.summary is None and first.archived_segments == 0
     assert not first.has_files and not first.has_knowledge
     for i in range(14):  # a 1,024-token window compacts within these
         engine.turn(user_id="u1", session_id="s1", message=f"Message {i}: " + "tell me more " * 20, reply="Sure. " * 30)
-    reads = store.assembly.session("s1", user_id="u1", persona=persona)
+    reads = store.assembly.session("s1", user_id="u1")
     assert reads.summary is not None and reads.summary.model_dump() == store.compaction.summary("s1").model_dump()
     assert reads.archived_segments == store.archive.count(user_id="u1") > 0
-    assert not store.assembly.session("s1", user_id="u2", persona=persona).archived_segments  # the user's own
-    replace_sources(
-        store.engine,
-        persona=persona,
-        sources={"notes.md": [NewChunk(content="a fact", tokens=2, embedding=embedder.embed(["a fact"])[0])]},
-    )
-    assert store.assembly.session("s1", user_id="u1", persona=persona).has_knowledge
-    assert not store.assembly.session("s1", user_id="u1", persona="another persona").has_knowledge
+    assert not store.assembly.session("s1", user_id="u2").archived_segments  # the user's own
+    fact = {"notes.md": [NewChunk(content="a fact", tokens=2, embedding=embedder.embed(["a fact"])[0])]}
+    replace_sources(store.engine, character_id=store.characters.placeholder("another character").id, sources=fact)
+    assert not store.assembly.session("s1", user_id="u1").has_knowledge  # another character's knowledge
+    replace_sources(store.engine, character_id=engine.cast.default.id, sources=fact)
+    assert store.assembly.session("s1", user_id="u1").has_knowledge

@@ -98,7 +98,7 @@ def test_the_model_summarizer_turns_off_every_hidden_retry_as_the_reply_path_doe
 
 
 def _fill_session(store, n: int = 8):
-    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1")
     for i in range(n):
         for role, body in (("user", sentence_message(i, 200)), ("assistant", f"Reply {i}. " + "more words " * 20)):
             store.turns.add(

@@ -29,6 +29,18 @@ from tests.conftest import PERSONA
 HOUR = 3600.0
 
 
+def engine_default(engine) -> str:
+    """The id of the deployment character named as the test persona (made if missing)."""
+    from sqlmodel import Session
+
+    from memory.characters import placeholder
+
+    with Session(engine) as db:
+        found = placeholder(db, PERSONA.name)
+        db.commit()
+    return found
+
+
 def seed_idle_sessions(engine, n: int, *, idle_hours: float = 7.0, turns_each: int = 2) -> list[str]:
     """``n`` sessions of ``n`` users, ``turns_each`` short turns each, last active
     ``idle_hours`` ago, inserted in bulk."""
@@ -39,9 +51,10 @@ def seed_idle_sessions(engine, n: int, *, idle_hours: float = 7.0, turns_each: i
         conn.execute(text("INSERT INTO users (id) VALUES (:u)"), [{"u": f"u-{s}"} for s in ids])
         conn.execute(
             text(
-                "INSERT INTO sessions (id, user_id, persona, created_at, last_activity_at) VALUES (:s, :u, :p, :at, :at)"
+                "INSERT INTO sessions (id, user_id, character_id, created_at, last_activity_at) "
+                "VALUES (:s, :u, :c, :at, :at)"
             ),
-            [{"s": s, "u": f"u-{s}", "p": PERSONA.name, "at": at} for s in ids],
+            [{"s": s, "u": f"u-{s}", "c": engine_default(engine), "at": at} for s in ids],
         )
         conn.execute(text("INSERT INTO compaction_state (session_id) VALUES (:s)"), [{"s": s} for s in ids])
         conn.execute(
@@ -151,13 +164,13 @@ def test_a_returning_user_starts_from_the_previous_summary_and_it_stays_valid(ma
     directory = Directory(engine.store.engine)
     app, _ = directory.create_app("carry")
     user, _ = directory.ensure_user(app.id, "ana")
-    first = directory.start_session(user_id=user.id, persona=PERSONA.name)
+    first = directory.start_session(user_id=user.id, character_id=engine.cast.default.id)
     for i, line in enumerate(["My dog is called Pixel.", "I work as a nurse in Braga."]):
         engine.turn(user_id=user.id, session_id=first.id, message=line, reply=f"Noted {i}.")
     report = close_idle_sessions(engine, idle_seconds=0, now=utcnow() + timedelta(seconds=1), worker_id="w")
     assert report.closed == [first.id]
 
-    second = directory.start_session(user_id=user.id, persona=PERSONA.name)
+    second = directory.start_session(user_id=user.id, character_id=engine.cast.default.id)
     assert second.carried_from == first.id
     carried = engine.store.compaction.summary(second.id)
     assert [i["text"] for i in carried.items if i["role"] == "user"] == [

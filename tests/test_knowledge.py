@@ -20,16 +20,29 @@ from tests import file_fixtures as F
 COUNTER = counter_for("gpt-4o-mini")
 
 
-def _add(store, embedder, persona, *paths, max_tokens=120):
+def _character(store, name: str) -> str:
+    """The deployment character ``name`` (made without a card if missing), as ``kb add NAME`` makes it."""
+    return store.characters.placeholder(name).id
+
+
+def _add(store, embedder, name, *paths, max_tokens=120):
     return add_files(
-        store.knowledge, persona=persona, paths=list(paths), embedder=embedder, counter=COUNTER, max_tokens=max_tokens
+        store.knowledge,
+        character_id=_character(store, name),
+        paths=list(paths),
+        embedder=embedder,
+        counter=COUNTER,
+        max_tokens=max_tokens,
     )
 
 
 def _chunks(store) -> list[tuple]:
     with store.engine.connect() as conn:
         return conn.execute(
-            text("SELECT persona, source, chunk_index, content FROM knowledge_chunks ORDER BY id")
+            text(
+                "SELECT c.name AS persona, k.source, k.chunk_index, k.content FROM knowledge_chunks AS k "
+                "JOIN characters AS c ON c.id = k.character_id ORDER BY k.id"
+            )
         ).fetchall()
 
 
@@ -59,7 +72,9 @@ def test_adding_a_file_twice_replaces_its_chunks(store, embedder, tmp_path):
     doc.write_text("Only one line now.", encoding="utf-8")
     _add(store, embedder, "Mira", doc)
     assert [r.content for r in _chunks(store)] == ["Only one line now."]
-    assert [(s.source, s.chunks) for s in list_sources(store.engine, persona="Mira")] == [("garden.md", 1)]
+    assert [(s.source, s.chunks) for s in list_sources(store.engine, character_id=_character(store, "Mira"))] == [
+        ("garden.md", 1)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -107,7 +122,7 @@ def test_two_personas_knowledge_never_mixes(make_engine_for, store, embedder, tm
     b.write_text("The secret garden password is CROCUS-BETA.", encoding="utf-8")
     _add(store, embedder, "Aria", a)
     _add(store, embedder, "Bram", b)
-    hits = search_chunks(store.engine, persona="Aria", query_embedding=embedder.embed(["garden password"])[0], limit=10)
+    hits = search_chunks(store.engine, character_id=_character(store, "Aria"), query_embedding=embedder.embed(["garden password"])[0], limit=10)
     assert [h.source for h in hits] == ["a.txt"]
     base = make_engine_for()
     for name, mine, theirs in (("Aria", "BLUEBELL-ALPHA", "CROCUS-BETA"), ("Bram", "CROCUS-BETA", "BLUEBELL-ALPHA")):

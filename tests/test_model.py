@@ -50,7 +50,7 @@ def engine_with(store, embedder, fake_llm):
 
 def _fill(engine: Engine, session_id: str, exchanges: int) -> None:
     """Stored history, written straight to the store (no model, no embedding, no compaction)."""
-    engine.store.sessions.ensure(session_id=session_id, user_id="u1", persona=engine.persona.name)
+    engine.store.sessions.ensure(session_id=session_id, user_id="u1")
     for i in range(exchanges):
         for role, text in (
             ("user", f"message {i}: I keep telling you about my garden and the tomatoes " + "and more " * 12),

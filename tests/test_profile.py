@@ -65,7 +65,9 @@ def test_profile_is_learned_from_the_summary_and_user_facts_survive(make_engine_
     assert store.compaction.state("s1").compactions >= 1
     profile = engine.profiles.get("u1")
     assert profile.facts == ["Prefers tea."]  # user-set, untouched
-    assert profile.learned == ["The user works as a nurse."]  # merged once, duplicate of a user fact skipped
+    # merged once, duplicate of a user fact skipped; learned by the session's character
+    assert engine.profiles.learned("u1", character_id=engine.cast.default.id) == ["The user works as a nurse."]
+    assert engine.profiles.learned("u1", character_id=store.characters.placeholder("Other").id) == []
     context = engine.assemble(user_id="u1", session_id="s1", pending="hi")
     assert "- The user works as a nurse." in context.source_text["memory"]
 

@@ -21,9 +21,14 @@ NOW = datetime(2023, 5, 20, 20, 0, tzinfo=UTC)
 """A Saturday evening: when the test messages are said."""
 
 
-def _archive(store, embedder, *, user_id: str, session_id: str, dated: list[tuple[datetime, str]]) -> None:
-    """Archive one segment per ``(date, content)``, keyed by its content, as an older session."""
-    store.sessions.ensure(session_id=session_id, user_id=user_id)
+def _archive(
+    store, embedder, *, user_id: str, session_id: str, dated: list[tuple[datetime, str]], character: str = "Mira"
+) -> None:
+    """Archive one segment per ``(date, content)``, keyed by its content, as an older session with
+    the deployment character ``character`` (the engine's persona in the test)."""
+    store.sessions.ensure(
+        session_id=session_id, user_id=user_id, character_id=store.characters.placeholder(character).id
+    )
     vectors = embedder.embed([c for _, c in dated])
     store.compaction.commit(
         session_id=session_id,
@@ -341,7 +346,14 @@ SAID = [
 
 
 def test_a_question_that_names_the_character_recalls_the_characters_lines_first(make_engine_for, store, embedder):
-    _archive(store, embedder, user_id="sp", session_id="sp-old", dated=[(NOW - timedelta(days=9), c) for c in SAID])
+    _archive(
+        store,
+        embedder,
+        user_id="sp",
+        session_id="sp-old",
+        dated=[(NOW - timedelta(days=9), c) for c in SAID],
+        character="Melanie",
+    )
     engine = make_engine_for(window=4096).derive(persona=Persona(name="Melanie", system_prompt="You are Melanie."))
     engine.profiles.set("sp", name="Caroline")
     engine.add_turn(user_id="sp", session_id="sp-now", role="user", content="Hi!", at=NOW)

@@ -69,7 +69,7 @@ def fill(store, embedder) -> None:
     assert compact(c).ok
     recent_user = turns[-2]
     store.turns.add_vectors({recent_user.id: embedder.embed([recent_user.content])[0]})
-    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1", character_id=store.characters.placeholder("Mira").id)
     for i in range(5, 9):
         for role, body in (("user", f"On day {i} I repotted the basil."), ("assistant", f"Basil day {i}, nice!")):
             store.turns.add(session_id="s1", role=role, content=body, tokens=COUNTER.count_text(body) + 4)
@@ -78,7 +78,7 @@ def fill(store, embedder) -> None:
     chunks = [
         NewChunk(content=t, tokens=COUNTER.count_text(t), embedding=v) for t, v in zip(CHUNKS, vectors, strict=True)
     ]
-    replace_sources(store.engine, persona="Mira", sources={"mira.md": chunks})
+    replace_sources(store.engine, character_id=store.characters.placeholder("Mira").id, sources={"mira.md": chunks})
 
 
 def test_reembed_rewrites_every_vector_and_records_the_model(store, embedder):
@@ -120,7 +120,7 @@ def test_reembed_rewrites_every_vector_and_records_the_model(store, embedder):
 
 def test_reembed_embeds_a_users_message_without_the_speakers_names(store, embedder):
     check_model(store.engine, model_name=embedder.name, model_dim=embedder.dimension)
-    store.sessions.ensure(session_id="named", user_id="caroline", persona="Mira")
+    store.sessions.ensure(session_id="named", user_id="caroline", character_id=store.characters.placeholder("Mira").id)
     Profiles(store.engine).set("caroline", name="Caroline")
     said = "Mira, Caroline here: I repotted the basil today."
     turn = store.turns.add(session_id="named", role="user", content=said, tokens=12, vector=embedder.embed([said])[0])

@@ -138,7 +138,7 @@ def test_profile_facts_are_the_texts_of_profile_notes_in_order():
 
 
 def _exchanges(store, first: int, n: int) -> None:
-    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1")
     for i in range(first, first + n):
         for role, body in (("user", f"user line {i}: I like thing{i}."), ("assistant", f"Reply {i}. More words.")):
             store.turns.add(

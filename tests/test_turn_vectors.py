@@ -60,7 +60,7 @@ def recorded_sql(engine) -> Iterator[list[str]]:
 
 
 def add_exchanges(store, n: int, *, session="s1", user="u1"):
-    store.sessions.ensure(session_id=session, user_id=user, persona="Mira")
+    store.sessions.ensure(session_id=session, user_id=user)
     turns = []
     for i in range(n):
         for role, body in (
@@ -266,7 +266,7 @@ def test_the_migration_adds_turn_vectors_and_downgrades_cleanly(store):
 def test_window_turns_reads_the_recent_window_and_the_newest_usage_turns_in_one_statement(store):
     """Assembling reads the recent window and the calibration's turns (the newest with reported
     usage, rolled out or not) in one statement: the same turns as reading each on its own."""
-    store.sessions.ensure(session_id="s1", user_id="u1", persona="Mira")
+    store.sessions.ensure(session_id="s1", user_id="u1")
     turns = [
         store.turns.add(
             session_id="s1",

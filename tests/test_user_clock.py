@@ -19,7 +19,7 @@ MORNING = datetime(2023, 5, 20, 7, 30, tzinfo=SHANGHAI)
 
 
 def _archive(store, embedder, *, user_id, session_id, dated):
-    store.sessions.ensure(session_id=session_id, user_id=user_id)
+    store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=store.characters.placeholder("Mira").id)
     vectors = embedder.embed([c for _, c in dated])
     store.compaction.commit(
         session_id=session_id,

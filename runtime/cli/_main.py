@@ -18,7 +18,9 @@
     companion session delete SESSION --user USER
 
     companion persona show FILE [--user NAME]
-    companion kb add PERSONA FILE... | kb list PERSONA | kb remove PERSONA FILE
+    companion characters add FILE [--app NAME] | list [--app NAME] [--name TEXT] | show CHARACTER
+    companion characters export CHARACTER OUT [--format v2|v3|png] | remove CHARACTER [--cascade]
+    companion kb add CHARACTER FILE... | kb list CHARACTER | kb remove CHARACTER FILE
     companion profile show USER | profile set USER [--name N] [--pronouns P] [--fact F ...] [--clear-facts]
     companion serve [--host H] [--port P]
     companion apps create NAME | companion apps list
@@ -47,6 +49,7 @@ from runtime.cli._admin import (
     cmd_db_upgrade,
     cmd_session_delete,
 )
+from runtime.cli._characters import add_character_commands
 from runtime.cli._chat import cmd_chat, cmd_inspect
 from runtime.cli._common import EXIT_INTERRUPTED, _id_arg, exit_status
 from runtime.cli._files import _add_files_parser
@@ -123,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     s_delete.add_argument("--user", required=True, type=_id_arg, help="the session's owner (checked)")
     s_delete.set_defaults(func=cmd_session_delete)
     _add_persona_commands(sub)
+    add_character_commands(sub)
     _add_service_commands(sub)
     return parser
 

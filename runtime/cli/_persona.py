@@ -1,4 +1,4 @@
-"""``companion persona``, ``companion kb`` and ``companion profile``: personas, knowledge bases, pinned profiles."""
+"""``companion persona`` and ``companion profile``: persona files and pinned profiles."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from runtime.cli._common import EXIT_USAGE, _id_arg, _settings
+from runtime.cli._common import _id_arg, _settings
 
 
 # -- personas, knowledge base, pinned profiles ----------------------------------
@@ -34,22 +34,6 @@ def cmd_persona_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _persona_name(value: str) -> str:
-    """A persona name, or the name inside a persona file when ``value`` ends in a persona suffix."""
-    from persona import SUFFIXES, load_persona
-
-    path = Path(value).expanduser()
-    if path.suffix.lower() in SUFFIXES:  # a persona file (a missing one is an error, not a name)
-        return load_persona(path).name
-    return value
-
-
-def _kb_engine():
-    from runtime.service import open_engine
-
-    return open_engine(_settings(), with_model=False)
-
-
 def cmd_lorebook_import(args: argparse.Namespace) -> int:
     """Read a SillyTavern World Info file, check it as a card's lorebook is checked, and write it as
     the ``character_book`` object of a V2/V3 card (to put under a card's ``data``)."""
@@ -67,48 +51,6 @@ def cmd_lorebook_import(args: argparse.Namespace) -> int:
     constant = sum(1 for e in book.entries if e.constant)
     keys = sum(len(e.keys) for e in book.entries)
     print(f"{len(book.entries)} entries ({constant} constant), {keys} keys", file=sys.stderr)
-    return 0
-
-
-def cmd_kb_add(args: argparse.Namespace) -> int:
-    from runtime.files import add_texts, read_documents
-
-    persona = _persona_name(args.persona)
-    # every file is read (and checked) once, before the database and the embedding model start
-    texts = read_documents([Path(f).expanduser() for f in args.files])
-    engine = _kb_engine()
-    added = add_texts(
-        engine.store.knowledge,
-        persona=persona,
-        texts=texts,
-        embedder=engine.embedder,
-        counter=engine.counter,
-        max_tokens=engine.settings.knowledge_chunk_tokens,
-    )
-    for item in added:
-        print(f"{persona}: {item.source}: {item.chunks} chunks, {item.tokens} tokens")
-    return 0
-
-
-def cmd_kb_list(args: argparse.Namespace) -> int:
-    persona = _persona_name(args.persona)
-    sources = _kb_engine().store.knowledge.list_sources(persona=persona)
-    if not sources:
-        print(f"{persona}: no knowledge files")
-    for item in sources:
-        print(
-            f"{persona}: {item.source}: {item.chunks} chunks, {item.tokens} tokens, added {item.added_at:%Y-%m-%d %H:%M}"
-        )
-    return 0
-
-
-def cmd_kb_remove(args: argparse.Namespace) -> int:
-    persona = _persona_name(args.persona)
-    deleted = _kb_engine().store.knowledge.remove_source(persona=persona, source=Path(args.file).name)
-    if not deleted:
-        print(f"error: {persona} has no knowledge file {Path(args.file).name!r}", file=sys.stderr)
-        return EXIT_USAGE
-    print(f"{persona}: removed {Path(args.file).name} ({deleted} chunks)")
     return 0
 
 
@@ -130,12 +72,17 @@ def _print_profile(user: str, profile) -> None:
     )
     for fact in profile.facts:
         print(f"  fact: {fact}")
-    for fact in profile.learned:
+
+
+def _print_learned(profiles, user: str) -> None:
+    for fact in profiles.learned(user):
         print(f"  learned: {fact}")
 
 
 def cmd_profile_show(args: argparse.Namespace) -> int:
-    _print_profile(args.user, _profiles().get(args.user))
+    profiles = _profiles()
+    _print_profile(args.user, profiles.get(args.user))
+    _print_learned(profiles, args.user)
     return 0
 
 
@@ -149,6 +96,7 @@ def cmd_profile_set(args: argparse.Namespace) -> int:
         args.user,
         profiles.set(args.user, name=args.name, pronouns=args.pronouns, facts=facts, time_zone=args.time_zone),
     )
+    _print_learned(profiles, args.user)
     return 0
 
 
@@ -168,23 +116,9 @@ def _add_persona_commands(sub) -> None:
     imported.add_argument("--out", type=Path, help="write the character_book JSON here (default: standard output)")
     imported.set_defaults(func=cmd_lorebook_import)
 
-    kb = sub.add_parser("kb", help="a persona's knowledge base")
-    kb_sub = kb.add_subparsers(dest="kb_command", required=True)
-    add = kb_sub.add_parser("add", help="split text/Markdown files into chunks and embed them for the persona")
-    add.add_argument("persona", type=_id_arg, help="the persona's name, or a persona file to take the name from")
-    add.add_argument("files", nargs="+", help="plain text or Markdown files; adding a file again replaces it")
-    add.set_defaults(func=cmd_kb_add)
-    lst = kb_sub.add_parser("list", help="the persona's knowledge files")
-    lst.add_argument("persona", type=_id_arg)
-    lst.set_defaults(func=cmd_kb_list)
-    rm = kb_sub.add_parser("remove", help="remove one file's chunks")
-    rm.add_argument("persona", type=_id_arg)
-    rm.add_argument("file")
-    rm.set_defaults(func=cmd_kb_remove)
-
     profile = sub.add_parser("profile", help="a user's pinned profile")
     pr_sub = profile.add_subparsers(dest="profile_command", required=True)
-    pshow = pr_sub.add_parser("show", help="the user's name, pronouns, facts and learned facts")
+    pshow = pr_sub.add_parser("show", help="the user's name, pronouns, facts, and what each character learned")
     pshow.add_argument("user", type=_id_arg)
     pshow.set_defaults(func=cmd_profile_show)
     pset = pr_sub.add_parser("set", help="set name, pronouns or facts")

@@ -215,13 +215,13 @@ def split_document(text: str, *, max_tokens: int, counter: TokenCounter) -> list
 def add_files(
     knowledge: Knowledge,
     *,
-    persona: str,
+    character_id: str,
     paths: Sequence[Path],
     embedder: Embedder,
     counter: TokenCounter,
     max_tokens: int,
 ) -> list[AddedFile]:
-    """Add files to ``persona``'s knowledge base, each under its file name.
+    """Add files to the knowledge base of character ``character_id``, each under its file name.
 
     Every file is read and checked before anything is written; then all are chunked,
     embedded and written in one transaction, each replacing the chunks an earlier add
@@ -236,7 +236,7 @@ def add_files(
     """
     return add_texts(
         knowledge,
-        persona=persona,
+        character_id=character_id,
         texts=read_documents(paths),
         embedder=embedder,
         counter=counter,
@@ -247,13 +247,13 @@ def add_files(
 def add_texts(
     knowledge: Knowledge,
     *,
-    persona: str,
+    character_id: str,
     texts: Mapping[str, str],
     embedder: Embedder,
     counter: TokenCounter,
     max_tokens: int,
 ) -> list[AddedFile]:
-    """Add already read files (file name -> text, from :func:`read_documents`) to ``persona``'s
+    """Add already read files (file name -> text, from :func:`read_documents`) to the character's
     knowledge base: chunked, embedded and written in one transaction, as :func:`add_files`.
 
     Raises:
@@ -267,9 +267,9 @@ def add_texts(
             NewChunk(content=piece, tokens=counter.count_text(piece), embedding=vec)
             for piece, vec in zip(pieces, vectors, strict=False)
         ]
-    knowledge.replace_sources(persona=persona, sources=sources)
+    knowledge.replace_sources(character_id=character_id, sources=sources)
     added = [AddedFile(source=n, chunks=len(c), tokens=sum(x.tokens for x in c)) for n, c in sources.items()]
-    log.info("knowledge.added", persona=persona, files=len(added), chunks=sum(a.chunks for a in added))
+    log.info("knowledge.added", character_id=character_id, files=len(added), chunks=sum(a.chunks for a in added))
     return added
 
 

@@ -77,13 +77,13 @@ class CloseReport:
         }
 
 
-def _roll_out(engine: Engine, session_id: str, user_id: str, persona: str) -> CompactionOutcome | None:
+def _roll_out(engine: Engine, session_id: str, user_id: str, character_id: str) -> CompactionOutcome | None:
     return engine.compactor.roll_out_all(
         session_id=session_id,
         user_id=user_id,
         recent_cap=engine.budgets.recent,
         summary_cap=engine.budgets.summary,
-        assistant_name=persona or engine.persona.name,
+        assistant_name=engine.cast.newest(character_id).persona.name,
     )
 
 
@@ -137,7 +137,7 @@ def close_idle_sessions(
             for session in idle.sessions:
                 session_id = session.session_id
                 try:
-                    outcome = _roll_out(engine, session_id, session.user_id, session.persona)
+                    outcome = _roll_out(engine, session_id, session.user_id, session.character_id)
                 except CompanionError as exc:
                     outcome = CompactionOutcome(session_id=session_id, ok=False, error=f"{type(exc).__name__}: {exc}")
                 if outcome is not None and not outcome.ok:
@@ -184,7 +184,7 @@ def close_session(engine: Engine, session_id: str, *, closed_by: str = "api") ->
             session_id, owner=claim.owner, lease_seconds=engine.settings.turn_lease_seconds
         ) as locked,
     ):
-        outcome = _roll_out(engine, session_id, locked.session.user_id, locked.session.persona)
+        outcome = _roll_out(engine, session_id, locked.session.user_id, locked.session.character_id)
         if outcome is not None and not outcome.ok:
             raise ConflictError(f"Session {session_id!r} could not be closed now ({outcome.error}); try again shortly.")
         locked.close(by=closed_by)

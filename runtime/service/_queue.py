@@ -95,6 +95,7 @@ def compaction_blueprint() -> Blueprint:
         recent_cap: int,
         summary_cap: int,
         assistant_name: str,
+        character_id: str = "",
         failures: int = 0,
     ) -> dict[str, Any]:
         """Compact one session now (see the module docstring). Returns what it did.
@@ -114,6 +115,7 @@ def compaction_blueprint() -> Blueprint:
             recent_cap=recent_cap,
             summary_cap=summary_cap,
             assistant_name=assistant_name,
+            character_id=character_id,
         )
         try:
             outcome = engine.runner.compact_now(request)
@@ -159,6 +161,7 @@ def _defer(
             recent_cap=request.recent_cap,
             summary_cap=request.summary_cap,
             assistant_name=request.assistant_name,
+            character_id=request.character_id,
             failures=failures,
         )
     except AlreadyEnqueued:

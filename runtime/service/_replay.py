@@ -302,7 +302,7 @@ def replay_conversation(
             profile = engine.profiles.set(user_id, name=conv.user_name)
         except InvalidFieldError as exc:  # e.g. over the profile's 200 characters: replay without it
             log.warning("replay.user_name_not_pinned", conversation=conv.id, reason=exc.reason)
-    names = list(engine.gatherer.speaker_names(profile))  # the names the engine strips from messages
+    names = list(engine.gatherer.speaker_names(profile, persona))  # the names the engine strips from messages
     report = ReplayReport(
         conversation=conv.id, window=engine.window, sessions=conv.sessions, user_id=user_id, session_id=session_id
     )

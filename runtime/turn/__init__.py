@@ -6,6 +6,8 @@ images) add to every turn at the same points.
 """
 
 from runtime.turn._attachments import AttachmentsExtension, check_attachments
+from runtime.turn._character_ops import AVATAR_TYPES, EXPORT_FORMATS, CharacterOps, Exported, scope_of
+from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, CompactNow, Due, InlineCompaction
 from runtime.turn._engine import Engine
@@ -17,7 +19,14 @@ from runtime.turn._validate import validate_message
 from runtime.turn._values import TurnResult
 
 __all__ = [
+    "AVATAR_TYPES",
+    "EXPORT_FORMATS",
     "AttachmentsExtension",
+    "Cast",
+    "CharacterOps",
+    "Exported",
+    "SessionCharacter",
+    "scope_of",
     "CompactNow",
     "CompactionRequest",
     "CompactionScheduler",

@@ -34,7 +34,10 @@ class CompactionRequest:
     summary_cap: int
     """The summary's budget, tokens."""
     assistant_name: str
-    """The persona's name, as archive segments and the summary name the assistant."""
+    """The character's name, as archive segments and the summary name the assistant."""
+    character_id: str = ""
+    """The session's character, whose learned facts the summary's profile section joins (``""``:
+    read from the session)."""
 
 
 CompactNow = Callable[[CompactionRequest], CompactionOutcome | None]

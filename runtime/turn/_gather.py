@@ -55,18 +55,19 @@ from runtime.context import (
     user_zone,
     without_names,
 )
+from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._extensions import Gathered, TurnExtension
 
 
-def pinned(profile: UserProfile | None) -> PinnedProfile | None:
-    """The context's value for a stored profile row."""
-    if profile is None:
+def pinned(profile: UserProfile | None, learned: Sequence[str] = ()) -> PinnedProfile | None:
+    """The context's value for a stored profile row and what the character learned of the user."""
+    if profile is None and not learned:
         return None
     return PinnedProfile(
-        name=profile.name,
-        pronouns=profile.pronouns,
-        facts=tuple(profile.facts or ()),
-        learned=tuple(profile.learned or ()),
+        name=profile.name if profile is not None else None,
+        pronouns=profile.pronouns if profile is not None else None,
+        facts=tuple(profile.facts or ()) if profile is not None else (),
+        learned=tuple(learned),
     )
 
 
@@ -122,7 +123,7 @@ def calibration(usage: Sequence[Turn]) -> tuple[float, int, Baseline | None]:
 
 
 class ContextGatherer:
-    """Assembles contexts for one engine's persona, budgets and extensions."""
+    """Assembles contexts for one engine's characters, budgets and extensions."""
 
     def __init__(
         self,
@@ -131,7 +132,7 @@ class ContextGatherer:
         turns: TurnSettings,
         store: Store,
         embedder: Embedder,
-        persona: Persona,
+        cast: Cast,
         profiles: Profiles,
         counter: TokenCounter,
         budgets: Budgets,
@@ -142,7 +143,7 @@ class ContextGatherer:
         self.turn_settings = turns
         self.store = store
         self.embedder = embedder
-        self.persona = persona
+        self.cast = cast
         self.profiles = profiles
         self.counter = counter
         self.budgets = budgets
@@ -164,6 +165,7 @@ class ContextGatherer:
         window: int | None = None,
         idle_to_memory: bool = True,
         known: Mapping[int, list[float]] | None = None,
+        character: SessionCharacter | None = None,
     ) -> tuple[AssembledContext, list[Turn]]:
         """The context (see :meth:`runtime.turn.Engine.assemble`; ``idle_to_memory`` as in
         :func:`runtime.context.assemble_context`), and the session's recent window as it was read
@@ -176,7 +178,9 @@ class ContextGatherer:
 
         ``profile``: the user's profile as the caller read it (``None``: the user has none).
         ``known``: turn id → the stored vector of that turn, already at hand (the turn that
-        just embedded and stored its message passes it): not read again (:meth:`vectors`)."""
+        just embedded and stored its message passes it): not read again (:meth:`vectors`).
+        ``character``: who the session talks as, as the turn's claim found it; ``None``: the
+        session's character at the revision assembly's read finds."""
         budgets = budgets or self.budgets
         stored, usage = self.store.turns.window(session_id, usage_limit=CALIBRATION_WINDOW)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
@@ -188,7 +192,8 @@ class ContextGatherer:
             keep_exchanges=self.turn_settings.keep_exchanges,
         )
         out_of_view = sum(len(g) for g in hidden)
-        reads = self.store.assembly.session(session_id, user_id=user_id, persona=self.persona.name)
+        reads = self.store.assembly.session(session_id, user_id=user_id, scoped=self.recall_settings.per_character)
+        character = character or self.cast.at(reads.character_id, reads.revision)
         gathered = Gathered(turns=stored[out_of_view:], files=reads.has_files)
         for extension in self.extensions:
             gathered = extension.gather(gathered, user_id=user_id, session_id=session_id)
@@ -201,9 +206,19 @@ class ContextGatherer:
         # clock macros count from it; a pending message (not stored) is taken as said right after the newest turn
         said = next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None)
         now = _aware(said or (turns[-1].created_at if turns else utcnow())).astimezone(zone)
-        query = self.query(turns, pending, stored=stored, known=known, profile=profile, asked_at=now)
+        query = self.query(
+            turns, pending, stored=stored, known=known, profile=profile, asked_at=now, persona=character.persona
+        )
         recalled = (
-            self.recall(query, user_id=user_id, session_id=session_id, budgets=budgets, reads=reads, turns=turns)
+            self.recall(
+                query,
+                user_id=user_id,
+                session_id=session_id,
+                budgets=budgets,
+                reads=reads,
+                turns=turns,
+                character_id=character.id if self.recall_settings.per_character else None,
+            )
             if query is not None
             else []
         )
@@ -222,11 +237,12 @@ class ContextGatherer:
             knowledge=reads.has_knowledge,
             now=now,
             idle=idle,
+            character=character,
         )
         context = assemble_context(
             ContextInputs(
                 session_id=session_id,
-                persona=self.persona,
+                persona=character.persona,
                 summary=_summary(reads.summary, out_of_view),
                 candidates=recalled,
                 turns=[RecentTurn(seq=t.seq, role=t.role, content=t.content) for t in turns],
@@ -234,7 +250,7 @@ class ContextGatherer:
                 baseline=baseline,
                 calibration=factor,
                 overhead=overhead + gathered.reserved_tokens,
-                profile=pinned(profile),
+                profile=pinned(profile, reads.learned),
                 retrieval=retrieval,
                 attachments=gathered.blocks,
                 earlier_files=gathered.earlier,
@@ -260,11 +276,12 @@ class ContextGatherer:
         known: Mapping[int, list[float]] | None,
         profile: UserProfile | None,
         asked_at: datetime,
+        persona: Persona,
     ) -> RecallText | None:
         """What recall and the knowledge base search with: the newest user message (or
         ``pending``), its vector, and a follow-up's enriched text and composed vector
         (:func:`runtime.context.enrichment`). ``None`` when there is no message yet. ``asked_at``:
-        when the message was said, on the user's clock (aware)."""
+        when the message was said, on the user's clock (aware); ``persona``: who the session talks as."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
@@ -272,7 +289,7 @@ class ContextGatherer:
         last_user = max((i for i, t in enumerate(turns) if t.role == "user"), default=len(turns))
         before = turns if pending is not None else turns[:last_user]
         context_turns = [before[i] for i in enrichment(text, [t.content for t in before])]
-        names = self.speaker_names(profile)
+        names = self.speaker_names(profile, persona)
         vector, *context_vectors = self.vectors(
             [(query_turn, text), *((t, t.content) for t in context_turns)],
             stored={t.id: t.content for t in stored if t.id is not None},
@@ -308,13 +325,16 @@ class ContextGatherer:
         budgets: Budgets,
         reads: SessionReads,
         turns: Sequence[Turn],
+        character_id: str | None = None,
     ) -> list[RecalledItem]:
         """The archive segments recalled for ``query``: the engine's preset, the session's turns
-        still in view (``turns``) left out, within what ``memory`` may grow to (tokens)."""
+        still in view (``turns``) left out, within what ``memory`` may grow to (tokens); of
+        ``character_id``'s sessions with the user only (``None``: of all the user's)."""
         first_recent = turns[0].seq if turns else None
         segments = self.store.archive.recall(
             self.recall_preset.query(
                 user_id=user_id,
+                character_id=character_id,
                 query_embedding=query.recall_vector,
                 query_text=query.recall_text,
                 when=time_spans(query.text, now=query.asked_at),
@@ -327,12 +347,12 @@ class ContextGatherer:
         )
         return [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
 
-    def speaker_names(self, profile: UserProfile | None) -> dict[str, str]:
+    def speaker_names(self, profile: UserProfile | None, persona: Persona) -> dict[str, str]:
         """Name → the label of that speaker's archived lines (:func:`memory.archive.turn_line`), for
         :func:`memory.recall.named_speaker`: the character's name and nickname → its name (the
         compactor labels its lines with the persona's name); the user's pinned display name, if
         any, → ``User``. A name both go by tells neither apart and is left out."""
-        names = {self.persona.name: self.persona.name, self.persona.char_name: self.persona.name}
+        names = {persona.name: persona.name, persona.char_name: persona.name}
         if profile is not None and profile.name:
             shared = {n for n in names if n.casefold() == profile.name.casefold()}
             names = {n: label for n, label in names.items() if n not in shared}
@@ -381,14 +401,17 @@ class ContextGatherer:
         knowledge: bool = True,
         now: datetime | None = None,
         idle: timedelta | None = None,
+        character: SessionCharacter | None = None,
     ) -> list[RetrievalItem]:
         """Lorebook entries fired by the current message and the turns before it, then the
-        persona's nearest knowledge chunks (not searched with ``knowledge`` ``False``: the
-        persona has none)."""
-        book = self.persona.character_book
+        character's nearest knowledge chunks (not searched with ``knowledge`` ``False``: the
+        character has none). ``character``: the session's (``None``: the engine's default)."""
+        character = character or self.cast.default
+        persona = character.persona
+        book = persona.character_book
         name = user_name(profile)
-        char = self.persona.char_name
-        macros = macro_context(self.persona, user_name=name, session_id=session_id, now=now, idle=idle)
+        char = persona.char_name
+        macros = macro_context(persona, user_name=name, session_id=session_id, now=now, idle=idle)
         if not query:  # nothing to match yet (e.g. after the greeting): constant entries only
             return retrieval_items(match_entries(book, ""), [], char=char, user=name, macros=macros)
         if pending is not None:
@@ -404,7 +427,7 @@ class ContextGatherer:
         fired = match_entries(book, Scan(current=query, previous=previous, depth=depth))
         hits = (
             self.store.knowledge.search(
-                persona=self.persona.name,
+                character_id=character.id,
                 query_embedding=vector,
                 limit=self.recall_settings.knowledge_chunks,
             )

@@ -39,6 +39,7 @@ from memory.profiles import Profiles
 from memory.store import RequestRecord, Store
 from memory.tables import Turn, UserProfile
 from memory.validation import check_id
+from persona import Persona
 from runtime.accounting import Budgets, TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import TurnSettings
@@ -46,6 +47,7 @@ from runtime.context import summary_profile_facts, without_names
 from runtime.llm import Replier, Reply, Tools
 from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
+from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim, check_claim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
@@ -66,7 +68,7 @@ OVERFLOW_MARGIN = 0.1
 class TurnRunner:
     """Writes turns for one engine: the turn loop, stored turns, edits, and compaction after them.
 
-    ``gatherer`` also gives the runner its token counter, profiles and persona."""
+    ``gatherer`` also gives the runner its token counter, profiles and characters (its ``cast``)."""
 
     def __init__(
         self,
@@ -89,7 +91,7 @@ class TurnRunner:
         self.profiles: Profiles = gatherer.profiles
         self.counter: TokenCounter = gatherer.counter
         self.replier = replier
-        self.persona_name: str = gatherer.persona.name
+        self.cast: Cast = gatherer.cast
         self.extensions = list(extensions)
         self.budgets: Budgets = gatherer.budgets
         self.window: int = gatherer.window
@@ -115,40 +117,45 @@ class TurnRunner:
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
-        turn = TurnInput(
-            user_id=user_id,
-            session_id=session_id,
-            text=text,
-            at=at,
-            reply=reply,
-            on_delta=on_delta,
-            attached=attached,
-            vector=self._embed(text, profile),  # before the claim and before anything is stored
-            profile=profile,
-        )
-        if claim is None:
-            with self._claim_for(user_id, session_id) as own:
-                return self._claimed_turn(turn, own)
-        if claim.session.user_id != user_id:  # a claim proves the session exists, not whose it is
-            self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
-        return self._claimed_turn(turn, claim)
 
-    def _claim_for(self, user_id: str, session_id: str) -> TurnClaim:
-        """A turn's claim on ``user_id``'s session, the session created first if it is new
-        (:meth:`memory.sessions.Sessions.ensure`); for a session that exists, the claim's
-        ``UPDATE`` is the only statement.
+        def checked(character: SessionCharacter) -> TurnInput:
+            return TurnInput(
+                user_id=user_id,
+                session_id=session_id,
+                text=text,
+                at=at,
+                reply=reply,
+                on_delta=on_delta,
+                attached=attached,
+                # embedded before anything is stored: an embedder failure stores nothing
+                vector=self._embed(text, profile, character.persona),
+                profile=profile,
+                character=character,
+            )
 
-        Raises:
-            InvalidFieldError: a bad id (as :meth:`~memory.sessions.Sessions.ensure` says).
-            SessionOwnershipError, SessionClosedError, TurnInProgressError: as the claim says.
-        """
+        if claim is not None:
+            if claim.session.user_id != user_id:  # a claim proves the session exists, not whose it is
+                self.store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=self.cast.default.id)
+            return self._claimed_turn(checked(self._character(claim)), claim)
         check_id(session_id, field="session_id")
         check_id(user_id, field="user_id")
+        early: TurnInput | None = None
         try:
-            return self.claim(session_id, user_id=user_id)
+            own = self.claim(session_id, user_id=user_id)
         except NotFoundError:
-            self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
-            return self.claim(session_id, user_id=user_id)
+            # a new session talks as the default character: its message is embedded before the
+            # session is made, so that an embedder failure leaves no empty session behind
+            early = checked(self.cast.default)
+            self.store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=self.cast.default.id)
+            own = self.claim(session_id, user_id=user_id)
+        with own:
+            character = self._character(own)
+            turn = early if early is not None and early.character == character else checked(character)
+            return self._claimed_turn(turn, own)
+
+    def _character(self, claim: TurnClaim) -> SessionCharacter:
+        """Who the claimed session talks as, at the revision the claim found."""
+        return self.cast.at(claim.session.character_id, claim.session.revision)
 
     def _claimed_turn(self, turn: TurnInput, claim: TurnClaim) -> TurnResult:
         """The turn, once its session is claimed: store the user turn, reply, store the reply,
@@ -167,7 +174,9 @@ class TurnRunner:
         after = (
             None
             if any(not c.ok for c in compactions)
-            else self.schedule_compaction(turn.session_id, turn.user_id, window=[*outcome.window, assistant_turn])
+            else self.schedule_compaction(
+                turn.session_id, turn.user_id, window=[*outcome.window, assistant_turn], character=turn.character
+            )
         )
         if after is not None:
             compactions.append(after)
@@ -192,6 +201,7 @@ class TurnRunner:
             created_at=turn.at,
             file_ids=[f.id for f in turn.attached],
             vector=turn.vector,
+            character_revision=turn.character.revision,
         )
         for extension in self.extensions:
             extension.stored(turn.attached)
@@ -203,7 +213,11 @@ class TurnRunner:
         known = {user_turn.id: turn.vector} if turn.vector is not None and user_turn.id is not None else {}
         if turn.reply is not None:
             context, window = self.gatherer.assemble(
-                user_id=turn.user_id, session_id=turn.session_id, known=known, profile=turn.profile
+                user_id=turn.user_id,
+                session_id=turn.session_id,
+                known=known,
+                profile=turn.profile,
+                character=turn.character,
             )
             return ReplyOutcome(reply=Reply(content=turn.reply), context=context, window=window)
         for extension in self.extensions:
@@ -238,6 +252,7 @@ class TurnRunner:
                 fingerprint=fingerprint(context.messages[:sent]),
             ),
             interrupted=answer.interrupted,
+            character_revision=turn.character.revision,
         )
 
     def add_turn(
@@ -257,8 +272,9 @@ class TurnRunner:
         text = validate_message(content, max_chars=self.settings.max_message_chars)
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         check_claim(claim, session_id)
-        vector = self._embed(text, self.profiles.get(user_id)) if role == "user" else None
-        self.store.sessions.ensure(session_id=session_id, user_id=user_id, persona=self.persona_name)
+        session = self.store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=self.cast.default.id)
+        character = self.cast.newest(session.character_id)
+        vector = self._embed(text, self.profiles.get(user_id), character.persona) if role == "user" else None
         with self.claim(session_id) if claim is None else contextlib.nullcontext():
             turn = self.store.turns.add(
                 session_id=session_id,
@@ -268,17 +284,18 @@ class TurnRunner:
                 created_at=at,
                 file_ids=[f.id for f in attached],
                 vector=vector,
+                character_revision=character.revision,
             )
-            self.schedule_compaction(session_id, user_id)
+            self.schedule_compaction(session_id, user_id, character=character)
         return turn
 
-    def _embed(self, text: str, profile: UserProfile | None) -> list[float] | None:
+    def _embed(self, text: str, profile: UserProfile | None, persona: Persona) -> list[float] | None:
         """The embedding of a user message, stored with its turn (:class:`~memory.tables.TurnVector`):
         it is the recall query's when the turn is the newest user message, and compaction composes
         the turn's archive key from it. The message is embedded without the speakers' names
         (:func:`runtime.context.without_names`; the user's from ``profile``). ``None`` for
         an empty text. Embedded before the turn is stored, so an embedder failure stores nothing."""
-        names = self.gatherer.speaker_names(profile)
+        names = self.gatherer.speaker_names(profile, persona)
         return self.gatherer.embedder.embed([without_names(text, names)])[0] if text else None
 
     def edit(
@@ -307,19 +324,21 @@ class TurnRunner:
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
-        turn = TurnInput(
-            user_id=user_id,
-            session_id=session_id,
-            text=text,
-            at=at,
-            reply=reply,
-            on_delta=on_delta,
-            attached=attached,
-            vector=self._embed(text, profile),  # an embedder failure changes nothing
-            profile=profile,
-        )
         # the truncation and the new turn run under one claim: no other turn comes between them
         with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
+            character = self._character(held)
+            turn = TurnInput(
+                user_id=user_id,
+                session_id=session_id,
+                text=text,
+                at=at,
+                reply=reply,
+                on_delta=on_delta,
+                attached=attached,
+                vector=self._embed(text, profile, character.persona),  # an embedder failure changes nothing
+                profile=profile,
+                character=character,
+            )
             removed = self.store.turns.truncate_from(session_id, seq=seq, expected_last_seq=expected_last_seq)
             log.info("turn.edited", session_id=session_id, seq=seq, turns_removed=removed["turns"])
             try:
@@ -363,6 +382,7 @@ class TurnRunner:
             idle_to_memory=not harder,
             known=known,
             profile=turn.profile,
+            character=turn.character,
         )
         tools: Tools | None = None
         for extension in self.extensions:
@@ -427,7 +447,9 @@ class TurnRunner:
             retry_cap_recent=budgets.recent,
             retry_cap_memory=budgets.memory,
         )
-        compaction = self.compact(session_id, turn.user_id, recent_cap=budgets.recent)
+        compaction = self.compact_now(
+            self.request(session_id, turn.user_id, recent_cap=budgets.recent, character=turn.character)
+        )
         harder = self._attempt(turn, known, budgets, window, harder=True)
         try:
             return self._ask(turn, harder, compaction)
@@ -453,19 +475,35 @@ class TurnRunner:
         """Estimated tokens of one stored message, framing included."""
         return self.counter.count_message({"role": role, "content": content})
 
-    def request(self, session_id: str, user_id: str, *, recent_cap: int | None = None) -> CompactionRequest:
+    def request(
+        self,
+        session_id: str,
+        user_id: str,
+        *,
+        recent_cap: int | None = None,
+        character: SessionCharacter | None = None,
+    ) -> CompactionRequest:
         """This engine's compaction of the session: its ``recent`` cap (or ``recent_cap``), its
-        summary cap and its persona's name."""
+        summary cap, and the character's id and name (``None``: the session's, read)."""
+        if character is None:
+            session = self.store.sessions.get(session_id)
+            character = self.cast.newest(session.character_id) if session is not None else self.cast.default
         return CompactionRequest(
             session_id=session_id,
             user_id=user_id,
             recent_cap=self.budgets.recent if recent_cap is None else recent_cap,
             summary_cap=self.budgets.summary,
-            assistant_name=self.persona_name,
+            assistant_name=character.persona.name,
+            character_id=character.id,
         )
 
     def schedule_compaction(
-        self, session_id: str, user_id: str, *, window: Sequence[Turn] | None = None
+        self,
+        session_id: str,
+        user_id: str,
+        *,
+        window: Sequence[Turn] | None = None,
+        character: SessionCharacter | None = None,
     ) -> CompactionOutcome | None:
         """Hand the session's compaction to the scheduler: its outcome when it ran inline,
         ``None`` when it was queued or there was nothing to do.
@@ -479,7 +517,7 @@ class TurnRunner:
             if window is None
             else lambda request: self.compactor.due_in(window, recent_cap=request.recent_cap)
         )
-        return self.scheduler.schedule(self.request(session_id, user_id), self.compact_now, due)
+        return self.scheduler.schedule(self.request(session_id, user_id, character=character), self.compact_now, due)
 
     def compaction_due(self, request: CompactionRequest) -> bool:
         """True if compacting ``request``'s session would roll something out now."""
@@ -506,21 +544,25 @@ class TurnRunner:
             summary_cap=request.summary_cap,
             assistant_name=request.assistant_name,
         )
-        return self._learn_profile(request.user_id, request.session_id, outcome)
+        return self._learn_profile(request, outcome)
 
-    def _learn_profile(
-        self, user_id: str, session_id: str, outcome: CompactionOutcome | None
-    ) -> CompactionOutcome | None:
-        """After a compaction that wrote a summary, merge its profile section into the user's
-        pinned profile (learned facts only; user-set facts are never touched). A separate
+    def _learn_profile(self, request: CompactionRequest, outcome: CompactionOutcome | None) -> CompactionOutcome | None:
+        """After a compaction that wrote a summary, merge its profile section into what the
+        session's character learned of the user (user-set facts are never touched). A separate
         transaction: if it fails the next compaction merges again, as the summary carries
         its profile forward."""
+        session_id = request.session_id
         if outcome is not None and outcome.ok and outcome.summarized:
             summary = self.store.compaction.summary(session_id)
             facts = summary_profile_facts(items_from_json(summary.items, session_id=session_id) if summary else [])
-            if facts and self.profiles.learn(user_id, facts) is not None:
+            character_id = request.character_id or self._character_of(session_id)
+            if facts and character_id and self.profiles.learn(request.user_id, facts, character_id=character_id):
                 log.info("profile.learned", session_id=session_id, facts=len(facts))
         return outcome
+
+    def _character_of(self, session_id: str) -> str | None:
+        session = self.store.sessions.get(session_id)
+        return session.character_id if session is not None else None
 
 
 def _log_completed(

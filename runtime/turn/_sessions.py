@@ -11,7 +11,7 @@ from memory.files import FileStore
 from memory.profiles import Profiles
 from memory.store import Store
 from memory.tables import Turn, offset_minutes, utcnow
-from persona import Persona, expand
+from persona import expand
 from runtime.context import macro_context, user_zone
 from runtime.turn._gather import user_name
 from runtime.turn._runner import TurnRunner
@@ -23,14 +23,15 @@ class SessionOps:
     """The greeting, and deleting files and sessions: what :class:`runtime.turn.Engine` does
     beside the turn loop. Each method is documented on the engine's method of the same name."""
 
-    def __init__(
-        self, *, runner: TurnRunner, store: Store, files: FileStore | None, profiles: Profiles, persona: Persona
-    ) -> None:
-        self.runner, self.store, self.files, self.profiles, self.persona = runner, store, files, profiles, persona
+    def __init__(self, *, runner: TurnRunner, store: Store, files: FileStore | None, profiles: Profiles) -> None:
+        self.runner, self.store, self.files, self.profiles = runner, store, files, profiles
 
     def greet(self, *, user_id: str, session_id: str, at: datetime | None = None, greeting: int = 0) -> Turn | None:
         """See :meth:`runtime.turn.Engine.greet`."""
-        greetings = self.persona.greetings
+        session = self.store.sessions.get(session_id)
+        cast = self.runner.cast
+        persona = (cast.newest(session.character_id) if session is not None else cast.default).persona
+        greetings = persona.greetings
         if not 0 <= greeting < len(greetings):
             raise InvalidRequestError(
                 f"greeting must be 0 (the first message) to {len(greetings) - 1} (alternate greetings), got {greeting}.",
@@ -38,13 +39,13 @@ class SessionOps:
             )
         if not greetings[greeting]:
             return None
-        if self.store.sessions.get(session_id) is not None and self.store.turns.of_session(session_id):
+        if session is not None and self.store.turns.of_session(session_id):
             return None
         where = "first_mes" if greeting == 0 else f"alternate_greetings[{greeting - 1}]"
         profile = self.profiles.get(user_id)
         said = at if at is not None and at.tzinfo is not None else (at or utcnow()).replace(tzinfo=UTC)
         ctx = macro_context(
-            self.persona,
+            persona,
             user_name=user_name(profile),
             session_id=session_id,
             # the greeting's clock macros on the user's clock: their zone, else the greeting's own offset

@@ -11,6 +11,7 @@ from memory.tables import Turn, UserProfile
 from runtime.compaction import CompactionOutcome
 from runtime.context import AssembledContext
 from runtime.llm import Reply, Tools
+from runtime.turn._characters import SessionCharacter
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +47,8 @@ class TurnInput:
     """The message's embedding (:meth:`TurnRunner._embed`), stored with the turn and recall's query."""
     profile: UserProfile | None
     """The user's profile as the turn read it (``None``: they have none)."""
+    character: SessionCharacter
+    """Who the session talks as, at the revision the claim found: the turn's every step uses it."""
 
 
 @dataclass(frozen=True, kw_only=True)

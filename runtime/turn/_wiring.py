@@ -20,6 +20,8 @@ from runtime.config import Settings
 from runtime.files import FileServices, ParseService
 from runtime.llm import Replier, Transcriber
 from runtime.turn._attachments import AttachmentsExtension, FileTool
+from runtime.turn._character_ops import CharacterOps
+from runtime.turn._characters import Cast
 from runtime.turn._compaction import CompactionScheduler
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
@@ -49,6 +51,9 @@ class EngineParts:
     store: Store
     embedder: Embedder
     persona: Persona
+    """The engine's own persona: the deployment's default character (:attr:`cast`'s ``default``)."""
+    cast: Cast
+    """The characters sessions talk as, each parsed once per revision."""
     replier: Replier | None
     file_services: FileServices | None
     files: FileStore | None
@@ -68,6 +73,8 @@ class EngineParts:
     runner: TurnRunner
     sessions: SessionOps
     """The greeting and deletions."""
+    characters: CharacterOps
+    """Stored characters: add, revise, export, delete."""
 
     def __init__(
         self,
@@ -118,12 +125,13 @@ class EngineParts:
             breaker_cooldown=settings.breaker_cooldown,
         )
         self.budgets, self.window = settings.scaled_budgets, settings.window
+        self.cast = Cast(store.characters, persona)
         self.gatherer = ContextGatherer(
             recall=settings.recall,
             turns=settings.turns,
             store=store,
             embedder=embedder,
-            persona=persona,
+            cast=self.cast,
             profiles=profiles,
             counter=counter,
             budgets=self.budgets,
@@ -140,7 +148,14 @@ class EngineParts:
             extensions=extensions,
             scheduler=compaction,
         )
-        self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles, persona=persona)
+        self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles)
+        self.characters = CharacterOps(
+            characters=store.characters,
+            cast=self.cast,
+            sessions=self.sessions,
+            persona_cap=self.budgets.persona,
+            counter=counter,
+        )
 
     def derive(self, *, window: int | None = None, persona: Persona | None = None) -> Self:
         """A copy of this engine on the same database and models (replier, summarizer, counter,

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 
-from runtime.service.api import files, openai_compat, playground, profiles, sessions
+from runtime.service.api import characters, files, openai_compat, playground, profiles, sessions
 from runtime.service.api.deps import Services, checked_params
 from runtime.service.api.errors import install_error_handlers
 from runtime.service.api.limits import MULTIPART_OVERHEAD_BYTES, BodyLimit
@@ -22,7 +22,8 @@ API_VERSION = "1"
 def create_app(engine: Engine, *, job_worker: bool = False, owns_engine: bool = False) -> FastAPI:
     """The HTTP API on ``engine`` (shared by every request; blocking calls run in threads).
 
-    Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`), files
+    Routes: ``/v1/users…``, ``/v1/sessions…`` (see :mod:`runtime.service.api.sessions`),
+    ``/v1/characters…`` (:mod:`runtime.service.api.characters`), files
     (:mod:`runtime.service.api.files`), pinned profiles (:mod:`runtime.service.api.profiles`),
     ``POST /v1/chat/completions`` (:mod:`runtime.service.api.openai_compat`), ``GET /healthz``
     (no key needed), the playground page at ``/`` and ``/playground`` (:mod:`runtime.service.api.playground`;
@@ -64,9 +65,11 @@ def create_app(engine: Engine, *, job_worker: bool = False, owns_engine: bool = 
         BodyLimit,
         json_bytes=engine.settings.max_json_bytes,
         upload_bytes=engine.settings.max_file_bytes + MULTIPART_OVERHEAD_BYTES,
+        upload_paths=("/v1/characters",),
     )
     install_error_handlers(app)
     app.include_router(sessions.router)
+    app.include_router(characters.router)
     app.include_router(openai_compat.router)
     app.include_router(files.router)
     app.include_router(profiles.router)

@@ -14,11 +14,13 @@ def user_out(user: User, *, created: bool = False) -> UserOut:
     return UserOut(id=user.external_id or "", created_at=user.created_at, created=created)
 
 
-def session_out(session: ChatSession, user: User) -> SessionOut:
+def session_out(session: ChatSession, user: User, character: str = "") -> SessionOut:
+    """A session; ``character``: its character's name."""
     return SessionOut(
         id=session.id,
         user_id=user.external_id or "",
-        persona=session.persona,
+        character_id=session.character_id,
+        persona=character,
         created_at=session.created_at,
         last_activity_at=session.last_activity_at,
         closed_at=session.closed_at,
@@ -38,6 +40,7 @@ def turn_out(turn: Turn, attachments: list[str] | None = None) -> TurnOut:
         interrupted=turn.interrupted,
         created_at=turn.created_at,
         attachments=list(attachments or []),
+        character_revision=turn.character_revision,
     )
 
 
@@ -80,16 +83,17 @@ def file_out(stored: StoredFile, user: User) -> FileOut:
     )
 
 
-def profile_out(profile: UserProfile | None, user: User) -> ProfileOut:
-    """The user's pinned profile; an empty one when nothing was ever set or learned."""
+def profile_out(profile: UserProfile | None, user: User, learned: list[str]) -> ProfileOut:
+    """The user's pinned profile (an empty one when nothing was ever set) and what the characters
+    learned of them."""
     if profile is None:
-        return ProfileOut(user_id=user.external_id or "")
+        return ProfileOut(user_id=user.external_id or "", learned=learned)
     return ProfileOut(
         user_id=user.external_id or "",
         name=profile.name,
         pronouns=profile.pronouns,
         facts=list(profile.facts or []),
-        learned=list(profile.learned or []),
+        learned=learned,
         time_zone=profile.time_zone,
         updated_at=profile.updated_at,
     )

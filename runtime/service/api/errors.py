@@ -48,6 +48,8 @@ STATUSES: dict[type[E.CompanionError], int] = {
     E.TurnInProgressError: 409,
     E.TurnsChangedError: 409,
     E.DatabaseInUseError: 409,
+    E.CharacterInUseError: 409,
+    E.CharacterReadOnlyError: 409,
     E.ConfigurationError: 500,
     E.UnknownModelError: 500,
     E.SchemaError: 500,
@@ -138,6 +140,8 @@ def error_body(exc: BaseException) -> dict[str, Any]:
         body["reason"] = reason
     if isinstance(exc, E.TurnsChangedError):
         body["last_seq"] = exc.last_seq
+    if isinstance(exc, E.CharacterInUseError):
+        body["sessions"] = exc.sessions
     if exc.user_turn_stored:
         body["user_turn_stored"] = True
     return {"error": body}

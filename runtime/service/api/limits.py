@@ -3,8 +3,9 @@
 A body is refused with 413 ``request_too_large`` as soon as it is known to be too large:
 at once when ``Content-Length`` says so (nothing is read), else when the bytes received
 pass the limit (the rest is never read, and the app's own answer is replaced). The limit
-is ``upload_bytes`` for ``multipart/form-data`` (uploads) and ``json_bytes`` for any other
-body. The error body has the API's one shape and names the setting to raise.
+is ``upload_bytes`` for ``multipart/form-data`` (uploads) and for any body sent to an
+``upload_paths`` route (character cards, whose JSON holds whole lorebooks), and ``json_bytes``
+for any other body. The error body has the API's one shape and names the setting to raise.
 """
 
 from __future__ import annotations
@@ -32,20 +33,31 @@ class BodyLimit:
         app: the ASGI app.
         json_bytes: largest non-multipart body, bytes (``COMPANION_MAX_JSON_BYTES``).
         upload_bytes: largest ``multipart/form-data`` body, bytes (``COMPANION_MAX_FILE_BYTES``
-            plus :data:`MULTIPART_OVERHEAD_BYTES`).
+            plus :data:`MULTIPART_OVERHEAD_BYTES`), and of any body sent to a path under ``upload_paths``.
+        upload_paths: path prefixes whose bodies are uploads whatever their type.
     """
 
-    def __init__(self, app: Callable[..., Awaitable[None]], *, json_bytes: int, upload_bytes: int) -> None:
+    def __init__(
+        self,
+        app: Callable[..., Awaitable[None]],
+        *,
+        json_bytes: int,
+        upload_bytes: int,
+        upload_paths: tuple[str, ...] = (),
+    ) -> None:
         self.app = app
         self.json_bytes = json_bytes
         self.upload_bytes = upload_bytes
+        self.upload_paths = upload_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.lower(): v for k, v in scope.get("headers", [])}
-        upload = headers.get(b"content-type", b"").lower().startswith(b"multipart/form-data")
+        upload = headers.get(b"content-type", b"").lower().startswith(b"multipart/form-data") or str(
+            scope.get("path", "")
+        ).startswith(self.upload_paths)
         limit, setting = (
             (self.upload_bytes, "COMPANION_MAX_FILE_BYTES") if upload else (self.json_bytes, "COMPANION_MAX_JSON_BYTES")
         )

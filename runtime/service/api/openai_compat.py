@@ -17,6 +17,14 @@ pointing its base URL at this server and its API key at the app's key:
   provider's reported tokens when it reported them, else our estimate of the request
   (prompt) and of the stored reply (completion). The response header ``X-Session-Id``
   names the session used. ``model`` is echoed; the server's ``COMPANION_MODEL`` replies.
+- **Character.** ``model`` chooses who answers a new or ``user``-named conversation: a character
+  id (``ch_…``, as ``GET /v1/models`` lists them), or ``character:NAME`` (a character this app or
+  the user sees by that name, the user's own first, then the app's, then the deployment's). Any
+  other ``model`` (``gpt-4o``, none) is the deployment's default character. With ``user`` the turn
+  goes to the user's newest open session with that character. A session named by
+  ``X-Session-Id`` keeps its own character.
+- **Models.** ``GET /v1/models`` lists the characters the app sees (and, with ``?user=``, that
+  user's own) as OpenAI model objects, so that any OpenAI client can pick one.
 """
 
 from __future__ import annotations
@@ -27,19 +35,20 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from fastapi import APIRouter, Depends, Header, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ConfigDict, Field
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from errors import InvalidRequestError, SessionClosedError
+from errors import InvalidRequestError, NotFoundError, SessionClosedError
+from memory.characters import MAX_PAGE, Viewer
 from memory.tables import App
 from runtime.service.api.deps import Services, current_app, services
 from runtime.service.api.errors import error_body
 from runtime.service.api.schemas import CheckedModel, ErrorBody
 from runtime.service.api.streaming import ClaimedRun, turn_events
-from runtime.turn import TurnResult, validate_message
+from runtime.turn import TurnResult, scope_of, validate_message
 
 router = APIRouter(prefix="/v1", tags=["openai"])
 
@@ -115,7 +124,6 @@ async def chat_completions(
 ):
     """OpenAI-compatible chat completions with the runtime's managed memory."""
     text = validate_message(newest_user_text(body.messages), max_chars=svc.engine.settings.max_message_chars)
-    persona = svc.engine.persona.name
 
     def resolve():
         if x_session_id:
@@ -125,7 +133,8 @@ async def chat_completions(
                 "Name the session with the X-Session-Id header, or the user with the 'user' field.", field="user"
             )
         user, _ = svc.directory.ensure_user(app.id, body.user)
-        return svc.directory.open_session(user_id=user.id, persona=persona), user
+        character = character_for_model(svc, app, body.model, user_id=user.id)
+        return svc.directory.open_session(user_id=user.id, character_id=character), user
 
     session, user = await run_in_threadpool(resolve)
     if session.closed_at is not None:
@@ -164,6 +173,61 @@ async def chat_completions(
     return EventSourceResponse(
         _chunks(run, base, include_usage), headers=headers, background=BackgroundTask(run.abandon)
     )
+
+
+CHARACTER_PREFIX = "character:"
+"""``model`` = this prefix and a name chooses a character by name."""
+
+
+def character_for_model(svc: Services, app: App, model: str | None, *, user_id: str | None) -> str:
+    """The id of the character ``model`` chooses (see the module docstring).
+
+    Raises:
+        NotFoundError: a character id or name this app and user do not see (field ``model``).
+    """
+    viewer = Viewer(app_id=app.id, user_id=user_id)
+    characters = svc.engine.store.characters
+    if model and model.startswith("ch_"):
+        return characters.visible(model, viewer).id
+    if model and model.startswith(CHARACTER_PREFIX):
+        name = model[len(CHARACTER_PREFIX) :].strip()
+        found = [r for r in characters.page(viewer, name=name, limit=MAX_PAGE) if r.name.casefold() == name.casefold()]
+        if not found:
+            raise NotFoundError(f"No character named {name!r} for this app.", kind="character", resource_id=model)
+        return min(found, key=lambda r: ({"user": 0, "app": 1, "deployment": 2}[scope_of(r)], r.created_at)).id
+    return svc.engine.cast.default.id
+
+
+@router.get("/models")
+def list_models(
+    user: str | None = Query(default=None, max_length=200, description="Include this user's own characters."),
+    app: App = Depends(current_app),
+    svc: Services = Depends(services),
+) -> dict[str, Any]:
+    """The characters this app sees, as OpenAI model objects (``id`` is what ``model`` takes)."""
+    owner = None
+    if user is not None:
+        try:
+            owner = svc.directory.user(app.id, user).id
+        except NotFoundError:
+            owner = None
+    viewer = Viewer(app_id=app.id, user_id=owner)
+    data, after = [], None
+    while True:
+        page = svc.engine.store.characters.page(viewer, limit=MAX_PAGE, after=after)
+        data += [
+            {
+                "id": r.id,
+                "object": "model",
+                "created": int(r.created_at.timestamp()),
+                "owned_by": scope_of(r),
+                "name": r.name,
+            }
+            for r in page
+        ]
+        if len(page) < MAX_PAGE:
+            return {"object": "list", "data": data}
+        after = page[-1].id
 
 
 async def _chunks(run, base: dict[str, Any], include_usage: bool) -> AsyncIterator[dict[str, str]]:

@@ -29,7 +29,7 @@ router = APIRouter(
 def get_profile(user_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """The user's pinned profile (empty fields when nothing was set or learned)."""
     user = svc.directory.user(app.id, user_id)
-    return profile_out(svc.engine.profiles.get(user.id), user)
+    return profile_out(svc.engine.profiles.get(user.id), user, svc.engine.profiles.learned(user.id))
 
 
 @router.put("/users/{user_id}/profile", response_model=ProfileOut)
@@ -39,4 +39,4 @@ def put_profile(user_id: str, body: ProfileIn, app: App = Depends(current_app), 
     profile = svc.engine.set_profile(
         user_id=user.id, name=body.name, pronouns=body.pronouns, facts=body.facts, time_zone=body.time_zone
     )
-    return profile_out(profile, user)
+    return profile_out(profile, user, svc.engine.profiles.learned(user.id))

@@ -68,12 +68,53 @@ class UserOut(BaseModel):
 
 class SessionIn(CheckedModel):
     user_id: str = Field(max_length=200, description="Your id for the user; created if new.")
+    character_id: str | None = Field(
+        default=None,
+        max_length=200,
+        description="The character the session talks as (GET /v1/characters); null: the deployment's default.",
+    )
     greeting: int = Field(
         default=0,
         ge=0,
-        description="Which of the persona's greetings opens the session: 0 the first message (default), "
-        "i >= 1 the i-th alternate greeting (the card's alternate_greetings). GET /v1/persona lists them.",
+        description="Which of the character's greetings opens the session: 0 the first message (default), "
+        "i >= 1 the i-th alternate greeting (the card's alternate_greetings). GET /v1/characters/{id} lists them.",
     )
+
+
+class CharacterOut(BaseModel):
+    id: str = Field(description="Server-generated character id (`ch_` + 32 hex digits).")
+    name: str
+    nickname: str | None = Field(default=None, description="What the character is called in the prompt, if set.")
+    scope: Literal["deployment", "app", "user"] = Field(
+        description="`deployment`: the server's (every app sees it; read-only here); `app`: every user of your "
+        "app sees it; `user`: one user's own."
+    )
+    user_id: str | None = Field(default=None, description="Your id for the owning user, for a `user` character.")
+    revision: int = Field(description="The newest revision; a session's next turn uses it.")
+    spec: str = Field(description="What the card was read from: chara_card_v1/v2/v3, toml or yaml.")
+    greetings: list[str] = Field(
+        description="The greetings, by the number POST /v1/sessions takes as `greeting`; macros replaced but `{{user}}`."
+    )
+    tags: list[str] = Field(default_factory=list)
+    creator_notes: str = Field(default="", description="For people; never sent to the model.")
+    lorebook_entries: int = 0
+    has_avatar: bool = False
+    created_at: datetime
+    updated_at: datetime
+    revisions: list[dict[str, int | str]] | None = Field(
+        default=None, description="Every revision's number and time (GET of one character only)."
+    )
+
+
+class CharacterPage(BaseModel):
+    data: list[CharacterOut]
+    has_more: bool = Field(description="True when another page follows; ask again with `after` = the last id.")
+
+
+class CharacterDeleteOut(BaseModel):
+    id: str
+    deleted: bool = True
+    sessions_deleted: int = Field(default=0, description="Sessions deleted with it (`cascade=true`).")
 
 
 class PersonaOut(BaseModel):
@@ -90,7 +131,8 @@ class PersonaOut(BaseModel):
 class SessionOut(BaseModel):
     id: str = Field(description="Server-generated session id.")
     user_id: str
-    persona: str
+    character_id: str = Field(description="The character the session talks as.")
+    persona: str = Field(description="That character's name.")
     created_at: datetime
     last_activity_at: datetime
     closed_at: datetime | None = None
@@ -153,6 +195,9 @@ class TurnOut(BaseModel):
     interrupted: bool
     created_at: datetime
     attachments: list[str] = Field(default_factory=list, description="Ids of the files the turn carries, in order.")
+    character_revision: int | None = Field(
+        default=None, description="The revision of the session's character the turn was made with."
+    )
 
 
 class SummaryOut(BaseModel):
@@ -314,6 +359,9 @@ class ProfileOut(BaseModel):
     name: str | None = None
     pronouns: str | None = None
     facts: list[str] = Field(default_factory=list, description="Facts set by the user or app.")
-    learned: list[str] = Field(default_factory=list, description="Facts learned from summaries (read-only here).")
+    learned: list[str] = Field(
+        default_factory=list,
+        description="Facts the user's characters learned from summaries, each character's own (read-only here).",
+    )
     time_zone: str | None = None
     updated_at: datetime | None = None

@@ -13,11 +13,13 @@ from fastapi.concurrency import run_in_threadpool
 from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from errors import InvalidMessageError, InvalidRequestError, SessionClosedError, TurnsChangedError
+from errors import InvalidMessageError, InvalidRequestError, NotFoundError, SessionClosedError, TurnsChangedError
+from memory.characters import Viewer
 from memory.tables import App, TurnState
 from persona import expand
 from runtime.compaction import reset_breaker
 from runtime.context import macro_context
+from runtime.service.api.characters import names
 from runtime.service.api.context_view import context_out
 from runtime.service.api.convert import session_out, turn_done, turn_out, user_out
 from runtime.service.api.deps import Services, current_app, services
@@ -76,13 +78,16 @@ def get_user(user_id: str, app: App = Depends(current_app), svc: Services = Depe
 def list_sessions(user_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
     """The user's sessions, oldest first."""
     user = svc.directory.user(app.id, user_id)
-    return [session_out(s, user) for s in svc.directory.sessions(app.id, user_id)]
+    found = svc.directory.sessions(app.id, user_id)
+    named = names(svc, (s.character_id for s in found))
+    return [session_out(s, user, named[s.character_id]) for s in found]
 
 
 # -- persona -----------------------------------------------------------------
 @router.get("/persona", response_model=PersonaOut, tags=["sessions"])
 def get_persona(app: App = Depends(current_app), svc: Services = Depends(services)):
-    """This server's persona: its name and the greetings a new session can open with."""
+    """This server's default character (``COMPANION_PERSONA``): its name and the greetings a new
+    session can open with. Every character: ``GET /v1/characters``."""
     persona = svc.engine.persona
     ctx = macro_context(persona, user_name="{{user}}")
     greetings = [
@@ -106,14 +111,25 @@ def get_persona(app: App = Depends(current_app), svc: Services = Depends(service
     },
 )
 def create_session(body: SessionIn, app: App = Depends(current_app), svc: Services = Depends(services)):
-    """Start a session for the user (created if new). It begins from the summary of the
-    user's newest closed session with this server's persona (``carried_from``). The
-    persona's greeting number ``greeting`` (0: its first message, the default; i >= 1:
-    its i-th alternate greeting), when not empty, is stored as the opening assistant
-    turn (macros replaced; ``{{user}}`` is the pinned profile's name, else ``User``) and
-    returned as ``greeting``. A ``greeting`` the persona does not have is refused before
-    anything is stored."""
-    greetings = svc.engine.persona.greetings
+    """Start a session for the user (created if new) with the character ``character_id`` (one
+    this app and user see; null: the deployment's default). It begins from the summary of the
+    user's newest closed session with that character (``carried_from``). The character's
+    greeting number ``greeting`` (0: its first message, the default; i >= 1: its i-th alternate
+    greeting), when not empty, is stored as the opening assistant turn (macros replaced;
+    ``{{user}}`` is the pinned profile's name, else ``User``) and returned as ``greeting``. An
+    unknown character or a ``greeting`` it does not have is refused before anything is stored."""
+    user = None
+    if body.character_id is None:
+        character = svc.engine.cast.default
+    else:
+        try:
+            known = svc.directory.user(app.id, body.user_id)
+        except NotFoundError:
+            known = None
+        viewer = Viewer(app_id=app.id, user_id=known.id if known is not None else None)
+        row = svc.engine.store.characters.visible(body.character_id, viewer)
+        character = svc.engine.cast.newest(row.id)
+    greetings = character.persona.greetings
     if body.greeting >= len(greetings):
         raise InvalidRequestError(
             f"greeting must be 0 (the first message) to {len(greetings) - 1} "
@@ -121,14 +137,18 @@ def create_session(body: SessionIn, app: App = Depends(current_app), svc: Servic
             field="greeting",
         )
     user, _ = svc.directory.ensure_user(app.id, body.user_id)
-    session = svc.directory.start_session(user_id=user.id, persona=svc.engine.persona.name)
+    session = svc.directory.start_session(user_id=user.id, character_id=character.id)
     greeting = svc.engine.greet(user_id=user.id, session_id=session.id, greeting=body.greeting)
-    return NewSessionOut(**session_out(session, user).model_dump(), greeting=turn_out(greeting) if greeting else None)
+    return NewSessionOut(
+        **session_out(session, user, character.persona.name).model_dump(),
+        greeting=turn_out(greeting) if greeting else None,
+    )
 
 
 @router.get("/sessions/{session_id}", response_model=SessionOut, tags=["sessions"])
 def get_session(session_id: str, app: App = Depends(current_app), svc: Services = Depends(services)):
-    return session_out(*svc.directory.session(app.id, session_id))
+    session, user = svc.directory.session(app.id, session_id)
+    return session_out(session, user, names(svc, [session.character_id])[session.character_id])
 
 
 @router.post(
@@ -356,7 +376,7 @@ def close(session_id: str, app: App = Depends(current_app), svc: Services = Depe
     outcome = close_session(svc.engine, session.id, closed_by="api")
     session, user = svc.directory.session(app.id, session_id)
     return CloseOut(
-        session=session_out(session, user),
+        session=session_out(session, user, names(svc, [session.character_id])[session.character_id]),
         rolled_turns=outcome.rolled_turns if outcome else 0,
         segments=outcome.segments if outcome else 0,
         summarized=bool(outcome and outcome.summarized),
