@@ -310,7 +310,9 @@ def placeholder(db: Session, name: str) -> str:
         ),
         {"n": name},
     )
-    return str(db.execute(text("SELECT id FROM characters WHERE app_id IS NULL AND name = :n"), {"n": name}).scalar_one())
+    return str(
+        db.execute(text("SELECT id FROM characters WHERE app_id IS NULL AND name = :n"), {"n": name}).scalar_one()
+    )
 
 
 def _put_avatar(db: Session, character_id: str, avatar: Avatar) -> None:

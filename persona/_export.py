@@ -75,7 +75,13 @@ def read_card(raw: bytes, *, name: str = "card") -> ReadCard:
         try:
             persona = load_plain(Path(name), raw, "yaml")
         except PersonaError:
-            raise toml_error from None
+            if toml_error.field is not None:
+                raise toml_error from None
+            raise PersonaError(
+                f"{name!r} is not a character card: not a PNG card, card JSON, TOML or YAML ({toml_error}).",
+                path=name,
+                field="card",
+            ) from None
     return ReadCard(data=card_data(persona), kind=persona.source, persona=persona)
 
 

@@ -122,7 +122,12 @@ def test_two_personas_knowledge_never_mixes(make_engine_for, store, embedder, tm
     b.write_text("The secret garden password is CROCUS-BETA.", encoding="utf-8")
     _add(store, embedder, "Aria", a)
     _add(store, embedder, "Bram", b)
-    hits = search_chunks(store.engine, character_id=_character(store, "Aria"), query_embedding=embedder.embed(["garden password"])[0], limit=10)
+    hits = search_chunks(
+        store.engine,
+        character_id=_character(store, "Aria"),
+        query_embedding=embedder.embed(["garden password"])[0],
+        limit=10,
+    )
     assert [h.source for h in hits] == ["a.txt"]
     base = make_engine_for()
     for name, mine, theirs in (("Aria", "BLUEBELL-ALPHA", "CROCUS-BETA"), ("Bram", "CROCUS-BETA", "BLUEBELL-ALPHA")):

@@ -296,3 +296,64 @@ def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary
         "recent",
     ]
     shots(browser, "5-recall-lore-summary")
+
+
+def test_the_playground_uploads_a_card_shows_its_avatar_and_talks_as_the_chosen_character(
+    browser, shots, api_server, new_app, fake_llm, tmp_path
+):
+    from PIL import Image
+
+    from tests.cards import encode, v2_card
+
+    _, key = new_app()
+    user = "cleo-" + uuid.uuid4().hex[:6]
+    card = v2_card(name="Harbour Pilot", system_prompt="You are {{char}}. PILOT-PROMPT.")
+    path = tmp_path / "pilot.png"
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("chara", encode(card))
+    Image.new("RGB", (64, 64), (20, 90, 160)).save(path, pnginfo=info)
+
+    browser.get(f"{api_server}/playground")
+    browser.find_element(By.ID, "key").send_keys(key)
+    browser.find_element(By.ID, "save-key").click()
+    wait(browser, lambda d: "connected" in text_of(d, "#status"), message="the key was not taken")
+    browser.find_element(By.ID, "new-user").send_keys(user)
+    browser.find_element(By.ID, "create-user").click()
+    wait(browser, lambda d: Select(d.find_element(By.ID, "user-select")).first_selected_option.text == user)
+    wait(
+        browser,
+        lambda d: [o.text for o in Select(d.find_element(By.ID, "character-select")).options] == ["Mira (deployment)"],
+        message="the deployment's character is not offered",
+    )  # this app has no character of its own yet
+
+    browser.find_element(By.ID, "character-file").send_keys(str(path))
+    wait(
+        browser,
+        lambda d: Select(d.find_element(By.ID, "character-select")).first_selected_option.text == "Harbour Pilot (app)",
+        message="the uploaded card was not picked",
+    )
+    wait(
+        browser,
+        lambda d: d.execute_script(
+            "const i = document.getElementById('avatar'); return !i.hidden && i.naturalWidth === 64"
+        ),
+        message="no avatar",
+    )
+    browser.find_element(By.ID, "new-session").click()
+    wait(browser, lambda d: text_of(d, "#persona") == "Harbour Pilot", message="the session is not the pilot's")
+    assert "Welcome" in assistant_texts(browser)[0]  # the card's greeting opened the session
+    shots(browser, "character-picked")
+    send(browser, "Where are we?")
+    wait_reply_done(browser)
+    system = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "system"]
+    assert any("PILOT-PROMPT" in s for s in system)
+
+    # back to the deployment's character: a new session talks as it, the pilot's session stays the pilot's
+    Select(browser.find_element(By.ID, "character-select")).select_by_visible_text("Mira (deployment)")
+    wait(browser, lambda d: d.find_element(By.ID, "avatar").get_attribute("hidden") is not None)
+    browser.find_element(By.ID, "new-session").click()
+    wait(browser, lambda d: text_of(d, "#persona") == "Mira", message="the new session is not Mira's")
+    labels = [o.text for o in Select(browser.find_element(By.ID, "session-select")).options]
+    assert any("Harbour Pilot" in label for label in labels) and any("· Mira ·" in label for label in labels)

@@ -150,7 +150,7 @@ def open_engine(
         from runtime.service._queue import QueuedCompaction
 
         scheduler = QueuedCompaction(database.engine)
-    return Engine(
+    engine = Engine(
         compaction=scheduler,
         settings=settings,
         store=Store(database.engine),
@@ -160,3 +160,6 @@ def open_engine(
         summarizer=summarizer,
         file_services=services,
     )
+    default = engine.cast.default  # the persona stored as the deployment's default character (revised if changed)
+    log.info("character.default", character_id=default.id, revision=default.revision)
+    return engine

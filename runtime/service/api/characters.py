@@ -185,6 +185,7 @@ def list_characters(
     """The characters this app (and the named user) sees: the deployment's, the app's, the user's
     own; oldest first, a page at a time."""
     viewer, owner = _viewer(svc, app, user_id)
+    svc.engine.cast.default  # noqa: B018  (the deployment's default character is stored on first use)
     rows = svc.engine.store.characters.page(viewer, name=name, limit=limit + 1, after=after)
     return CharacterPage(data=[character_out(svc, r, owner) for r in rows[:limit]], has_more=len(rows) > limit)
 

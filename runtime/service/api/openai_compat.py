@@ -212,6 +212,7 @@ def list_models(
         except NotFoundError:
             owner = None
     viewer = Viewer(app_id=app.id, user_id=owner)
+    svc.engine.cast.default  # noqa: B018  (the deployment's default character is stored on first use)
     data, after = [], None
     while True:
         page = svc.engine.store.characters.page(viewer, limit=MAX_PAGE, after=after)

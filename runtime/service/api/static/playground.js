@@ -15,6 +15,8 @@ const state = {
   files: new Map(),  // file id -> FileOut, for naming attachments
   editing: null,     // seq of the user turn being edited
   busy: false,
+  character: null,   // the character a new session talks as (a CharacterOut id)
+  avatarUrl: null,   // an object URL of the shown avatar
 };
 
 const $ = (id) => document.getElementById(id);
@@ -142,7 +144,54 @@ async function pickSession(sessionId) {
   state.session = sessionId ? await api("GET", `/v1/sessions/${enc(sessionId)}`) : null;
   cancelEdit();
   renderSessionInfo();
-  await Promise.all([loadTurns(), loadContext()]);
+  if (state.session) {
+    $("character-select").value = state.session.character_id;
+    state.character = state.session.character_id;
+  }
+  await Promise.all([loadTurns(), loadContext(), showAvatar()]);
+}
+
+// -- characters: GET /v1/characters, POST /v1/characters (a card file), the avatar ----------------
+async function loadCharacters(select) {
+  const query = state.user ? `?user_id=${enc(state.user)}&limit=200` : "?limit=200";
+  const page = await api("GET", `/v1/characters${query}`);
+  const box = $("character-select");
+  box.replaceChildren();
+  for (const c of page.data) box.append(el("option", { value: c.id }, `${c.name} (${c.scope})`));
+  const want = select || state.character;
+  if (want && page.data.some((c) => c.id === want)) box.value = want;
+  state.character = box.value || null;
+  await showAvatar();
+}
+
+async function showAvatar() {
+  const img = $("avatar");
+  if (state.avatarUrl) URL.revokeObjectURL(state.avatarUrl);
+  state.avatarUrl = null;
+  img.hidden = true;
+  const id = state.character;
+  if (!id) return;
+  const query = state.user ? `?user_id=${enc(state.user)}` : "";
+  const response = await fetch(`/v1/characters/${enc(id)}/avatar${query}`, {
+    headers: { Authorization: `Bearer ${state.key}` },
+  });
+  if (!response.ok || id !== state.character) return;
+  state.avatarUrl = URL.createObjectURL(await response.blob());
+  img.src = state.avatarUrl;
+  img.alt = `avatar of ${$("character-select").selectedOptions[0]?.textContent || "the character"}`;
+  img.hidden = false;
+}
+
+async function uploadCard() {
+  const input = $("character-file");
+  const file = input.files[0];
+  input.value = "";
+  if (!file) return;
+  const form = new FormData();
+  form.append("file", file, file.name);
+  const made = await api("POST", "/v1/characters", form);
+  await loadCharacters(made.id);
+  setStatus(`character ${made.name} added (revision ${made.revision}); start a new session to talk with it`, "ok");
 }
 
 function renderSessionInfo() {
@@ -412,6 +461,7 @@ async function useKey(event) {
   }
   try {
     await loadUsers();
+    await loadCharacters();
     localStorage.setItem(KEY_STORE, state.key);
     $("key").value = "";
     $("key").placeholder = "key saved in this browser";
@@ -439,7 +489,15 @@ function guarded(fn) {
 document.addEventListener("DOMContentLoaded", () => {
   $("key-form").addEventListener("submit", useKey);
   $("forget-key").addEventListener("click", forgetKey);
-  $("user-select").addEventListener("change", guarded((e) => pickUser(e.target.value)));
+  $("user-select").addEventListener("change", guarded(async (e) => {
+    await pickUser(e.target.value);
+    await loadCharacters();
+  }));
+  $("character-select").addEventListener("change", guarded(async (e) => {
+    state.character = e.target.value;
+    await showAvatar();
+  }));
+  $("character-file").addEventListener("change", guarded(uploadCard));
   $("session-select").addEventListener("change", guarded((e) => pickSession(e.target.value)));
   $("create-user").addEventListener("click", guarded(async () => {
     const id = $("new-user").value.trim();
@@ -450,7 +508,7 @@ document.addEventListener("DOMContentLoaded", () => {
   }));
   $("new-session").addEventListener("click", guarded(async () => {
     if (!state.user) return setStatus("Pick or add a user first.", "error");
-    const created = await api("POST", "/v1/sessions", { user_id: state.user });
+    const created = await api("POST", "/v1/sessions", { user_id: state.user, character_id: state.character });
     await pickUser(state.user, created.id);
     setStatus(`session ${created.id} started${created.carried_from ? ` from ${created.carried_from}'s summary` : ""}`, "ok");
   }));
