@@ -147,12 +147,17 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, heavy: 
     owners_all = users + (1 if heavy else 0)
     started = time.perf_counter()
     with conn.cursor() as cur:
+        cur.execute(  # every session talks as one deployment character, as the engine's default
+            "INSERT INTO characters (id, name) VALUES ('ch_bench', 'Mira') ON CONFLICT (name) WHERE app_id IS NULL DO NOTHING"
+        )
+        cur.execute("SELECT id FROM characters WHERE app_id IS NULL AND name = 'Mira'")
+        character = cur.fetchone()[0]
         with cur.copy("COPY users (id) FROM STDIN") as copy:
             for u in range(owners_all):
                 copy.write_row((f"u{u}",))
-        with cur.copy("COPY sessions (id, user_id) FROM STDIN") as copy:
+        with cur.copy("COPY sessions (id, user_id, character_id) FROM STDIN") as copy:
             for u in range(owners_all):
-                copy.write_row((f"u{u}:s", f"u{u}"))
+                copy.write_row((f"u{u}:s", f"u{u}", character))
         cur.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'ix_archived_segments_embedding_hnsw'")
         hnsw_definition = cur.fetchone()[0]
         cur.execute("DROP INDEX IF EXISTS ix_archived_segments_user_id")
@@ -172,8 +177,8 @@ def load(conn, *, segments: int, users: int, embeddings: str, seed: int, heavy: 
         cur.execute(f"CREATE TEMP TABLE staged AS SELECT {columns} FROM archived_segments WITH NO DATA")
     sql = f"COPY staged ({columns}) FROM STDIN WITH (FORMAT BINARY)"
     move = (
-        f"INSERT INTO archived_segments ({columns}, search) "
-        f"SELECT {columns}, companion_search_vector(content, '{{}}') FROM staged; TRUNCATE staged"
+        f"INSERT INTO archived_segments ({columns}, character_id, search) "
+        f"SELECT {columns}, '{character}', companion_search_vector(content, '{{}}') FROM staged; TRUNCATE staged"
     )
     while copied < segments:
         n = min(batch, segments - copied)

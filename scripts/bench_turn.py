@@ -7,6 +7,7 @@ Usage::
         [--texts locomo|synthetic] [--quality] [--statements] [--slowest 4] [--embed-threads N]
         [--keep] [--json out.json]
     python scripts/bench_turn.py --lorebook 1000,10000,50000 [--rounds 25]   # lorebook matching alone
+    python scripts/bench_turn.py --characters 5 [--catalogue 1000] [--rounds 25]  # many characters (_bench_characters.py)
 
 Runs against its own embedded PostgreSQL in a temporary directory (deleted at the end), or a
 fresh ``bench_<hex>`` database on ``DATABASE_URL``'s server (dropped at the end, also after an
@@ -254,6 +255,17 @@ def load_pool(data: Path) -> tuple[Pool, list[str]] | None:
     return pool, [t for i, t in turns if i == last]
 
 
+def deployment_character(conn, name: str) -> str:
+    """The id of the deployment character ``name`` (made without a card if missing; the engine's
+    persona of that name gives it one on first use)."""
+    conn.execute(
+        "INSERT INTO characters (id, name) VALUES ('ch_' || replace(gen_random_uuid()::text, '-', ''), %s) "
+        "ON CONFLICT (name) WHERE app_id IS NULL DO NOTHING",
+        (name,),
+    )
+    return conn.execute("SELECT id FROM characters WHERE app_id IS NULL AND name = %s", (name,)).fetchone()[0]
+
+
 def load_history(conn, *, user_id: str, turns: int, rng: random.Random, source: Source) -> None:
     """One user, one session, ``turns`` turns (the newest :data:`RECENT` in context), one archived
     segment per rolled-out turn, a summary and a compaction state. Binary COPY. Texts and segment
@@ -264,7 +276,10 @@ def load_history(conn, *, user_id: str, turns: int, rng: random.Random, source: 
     nrng = np.random.default_rng(rng.randrange(2**32))
     session_id = f"{user_id}:s"
     conn.execute("INSERT INTO users (id) VALUES (%s)", (user_id,))
-    conn.execute("INSERT INTO sessions (id, user_id, persona) VALUES (%s, %s, 'Mira')", (session_id, user_id))
+    character = deployment_character(conn, "Mira")
+    conn.execute(
+        "INSERT INTO sessions (id, user_id, character_id) VALUES (%s, %s, %s)", (session_id, user_id, character)
+    )
     conn.execute("INSERT INTO compaction_state (session_id) VALUES (%s)", (session_id,))
     rolled = max(turns - RECENT, 0)
     batch = 20_000
@@ -297,9 +312,11 @@ def load_history(conn, *, user_id: str, turns: int, rng: random.Random, source: 
                     line = f"{'User' if role == 'user' else 'Mira'}: {content}"
                     copy.write_row((user_id, session_id, seq, seq, line, len(line) // 4, at, vec))
             cur.execute(
-                f"INSERT INTO archived_segments ({columns}, search) "
-                f"SELECT {columns}, companion_search_vector(content, '{{}}') FROM staged; DROP TABLE staged"
+                f"INSERT INTO archived_segments ({columns}, character_id, search) "
+                f"SELECT {columns}, %s, companion_search_vector(content, '{{}}') FROM staged",
+                (character,),
             )
+            cur.execute("DROP TABLE staged")
         conn.commit()
     if rolled:
         conn.execute(
@@ -566,7 +583,16 @@ def main(argv: list[str] | None = None) -> int:
         help="instead of the turn: lorebook matching for cards of these many entries (comma-separated, e.g. "
         "1000,10000,50000), one key each: the card's load time and the matching time per turn, ms",
     )
+    parser.add_argument(
+        "--characters",
+        type=int,
+        help="instead of the history sizes: one user talks with this many characters of a --catalogue of them "
+        "in one database, against one character in the same rounds (scripts/_bench_characters.py)",
+    )
+    parser.add_argument("--catalogue", type=int, default=1000, help="characters in the database with --characters")
     args = parser.parse_args(argv)
+    if args.characters:
+        return characters_bench(args)
     if args.lorebook:
         return lorebook_bench([int(s) for s in args.lorebook.split(",") if s.strip()], turns=args.rounds * 4)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -815,6 +841,38 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  kept database {name}", flush=True)
             else:
                 drop_database(admin, name)
+        if server is not None:
+            import shutil
+
+            server.cleanup()
+            shutil.rmtree(server.root, ignore_errors=True)
+    return 0
+
+
+def characters_bench(args: argparse.Namespace) -> int:
+    """``--characters N``: see ``scripts/_bench_characters.py``."""
+    import _bench_characters
+
+    from memory.database import make_engine, upgrade
+    from runtime.logs import configure_logging
+
+    configure_logging("warning")
+    server, admin = _server(os.environ.get("DATABASE_URL"), None)
+    url = None
+    try:
+        url = _new_database(admin)
+        db = make_engine(url)
+        upgrade(db, embedding_dim=DIM)
+        db.dispose()
+        out = _bench_characters.run(
+            characters=args.characters, catalogue=args.catalogue, rounds=args.rounds, window=args.window, url=url
+        )
+        _bench_characters.report(out)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1))
+    finally:
+        if server is None and url is not None:
+            drop_database(admin, url.partition("?")[0].rsplit("/", 1)[1])
         if server is not None:
             import shutil
 
