@@ -243,7 +243,7 @@ class DateRanker:
             cte(
                 "dated_rows",
                 "SELECT a.id, a.embedding <=> CAST(:q AS vector) AS distance FROM archived_segments AS a "
-                "WHERE a.id IN (SELECT s.id "
+                "WHERE a.user_id = :user_id AND a.id IN (SELECT s.id "
                 "FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e) "
                 "JOIN archived_segments AS s "
                 f"ON s.user_id = :user_id AND s.session_date >= w.s AND s.session_date < w.e{excluded.clause('s')})"
@@ -300,7 +300,8 @@ def hits_sql(*, dated: bool) -> str:
         "(coalesce(1.0 / (:k + f.vector_rank), 0) + coalesce(1.0 / (:k + f.text_rank), 0)"
         f"{DateRanker.score if dated else ''}) "
         "* CASE WHEN :speaker_label <> '' AND starts_with(m.content, :speaker_label) THEN :speaker_weight ELSE 1.0 END "
-        f"AS score FROM {'found_dated' if dated else 'found'} AS f JOIN archived_segments AS m ON m.id = f.id "
+        f"AS score FROM {'found_dated' if dated else 'found'} AS f "
+        "JOIN archived_segments AS m ON m.id = f.id AND m.user_id = :user_id "
         "ORDER BY score DESC, distance, m.id LIMIT :limit"
     )
 
@@ -315,11 +316,11 @@ def neighbours_sql(hits: str, excluded: Excluded) -> str:
         "SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date, "
         f"s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of FROM {hits} "
         "CROSS JOIN LATERAL ("
-        "(SELECT * FROM archived_segments AS a "
-        "WHERE a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span) "
+        "(SELECT * FROM archived_segments AS a WHERE a.user_id = :user_id "
+        "AND a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span) "
         "UNION ALL "
-        "(SELECT * FROM archived_segments AS a "
-        "WHERE a.session_id = h.session_id AND a.last_seq > h.last_seq + :span ORDER BY a.last_seq LIMIT 1)"
+        "(SELECT * FROM archived_segments AS a WHERE a.user_id = :user_id "
+        "AND a.session_id = h.session_id AND a.last_seq > h.last_seq + :span ORDER BY a.last_seq LIMIT 1)"
         ") AS s "
         f"WHERE s.user_id = :user_id AND s.first_seq <= h.last_seq + :span AND s.id <> h.hit{excluded.clause('s')}"
     )

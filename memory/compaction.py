@@ -16,8 +16,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Engine, text
-from sqlmodel import Session, select
+from sqlalchemy import CursorResult, Engine, text, update
+from sqlmodel import Session, col, select
 
 from memory.database import autocommit_engine, lock_engine, storage_errors
 from memory.segments import NewSegment, add_segments
@@ -53,6 +53,12 @@ class NewSummary:
     """User quotes this merge left out to fit the cap (added to the summary's count)."""
 
 
+def _by_session(table: Any, session_id: str, user_id: str | None) -> Any:
+    """``SELECT`` of ``table``'s row of the session (and, with ``user_id``, of that user)."""
+    query = select(table).where(table.session_id == session_id)
+    return query.where(table.user_id == user_id) if user_id is not None else query
+
+
 def delete_session_rows(db: Session, session_id: str) -> dict[str, int]:
     """Delete the session's ``summaries`` and ``compaction_state`` rows in ``db``'s transaction;
     counts by table."""
@@ -77,15 +83,16 @@ class Compactions:
         self._lock_engine = lock_engine(engine)
         self._lock_slots = threading.BoundedSemaphore(lock_slots or DEFAULT_LOCK_SLOTS)
 
-    def summary(self, session_id: str) -> Summary | None:
-        """The session's summary row, or ``None``."""
+    def summary(self, session_id: str, *, user_id: str | None = None) -> Summary | None:
+        """The session's summary row, or ``None`` (with ``user_id``: found by its user too)."""
         with storage_errors(session_id), Session(self._one) as db:
-            return db.get(Summary, session_id)
+            return db.exec(_by_session(Summary, session_id, user_id)).first()
 
-    def state(self, session_id: str) -> CompactionState:
-        """The session's breaker state (a fresh one when it has no row)."""
+    def state(self, session_id: str, *, user_id: str | None = None) -> CompactionState:
+        """The session's breaker state (a fresh one when it has no row; with ``user_id``: found by
+        its user too)."""
         with storage_errors(session_id), Session(self._one) as db:
-            state = db.get(CompactionState, session_id)
+            state = db.exec(_by_session(CompactionState, session_id, user_id)).first()
             return state if state is not None else CompactionState(session_id=session_id)
 
     @contextlib.contextmanager
@@ -121,16 +128,17 @@ class Compactions:
         finally:
             self._lock_slots.release()
 
-    def record_failure(self, session_id: str, *, error: str, threshold: int) -> CompactionState:
+    def record_failure(
+        self, session_id: str, *, error: str, threshold: int, user_id: str | None = None
+    ) -> CompactionState:
         """Count one consecutive failure and keep its reason.
 
         The breaker opens when the count reaches ``threshold``; a failure while it is
         already open (a half-open probe) opens it again from now. Nothing else changes.
         """
         with storage_errors(session_id), Session(self._engine) as db:
-            state = db.exec(
-                select(CompactionState).where(CompactionState.session_id == session_id).with_for_update()
-            ).first() or CompactionState(session_id=session_id)
+            state = db.exec(_by_session(CompactionState, session_id, user_id).with_for_update()).first()
+            state = state or CompactionState(session_id=session_id, user_id=user_id)
             state.consecutive_failures += 1
             state.last_error = error[:2000]
             state.recent_errors = [*(state.recent_errors or []), error[:500]][-max(threshold, 1) :]
@@ -177,34 +185,40 @@ class Compactions:
         """
         with storage_errors(session_id), Session(self._engine) as db:
             add_segments(db, session_id=session_id, user_id=user_id, segments=segments)
-            add_vectors(db, turn_vectors or {})
-            row = db.get(Summary, session_id)
-            if row is None:
-                row = Summary(
-                    session_id=session_id,
+            add_vectors(db, turn_vectors or {}, user_id=user_id)
+            replaced = db.execute(  # the session's summary, found by its user too
+                update(Summary)
+                .where(col(Summary.session_id) == session_id, col(Summary.user_id) == user_id)
+                .values(
                     content=summary.content,
                     items=summary.items,
                     first_seq=summary.first_seq,
                     last_seq=summary.last_seq,
                     tokens=summary.tokens,
-                    dropped_quotes=summary.dropped_quotes,
+                    dropped_quotes=col(Summary.dropped_quotes) + summary.dropped_quotes,
+                    updated_at=utcnow(),
                 )
-            else:
-                row.content = summary.content
-                row.items = summary.items
-                row.first_seq = summary.first_seq
-                row.last_seq = summary.last_seq
-                row.tokens = summary.tokens
-                row.dropped_quotes = (row.dropped_quotes or 0) + summary.dropped_quotes
-                row.updated_at = utcnow()
-            db.add(row)
-            roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.summarized)
+            )
+            if not cast("CursorResult[Any]", replaced).rowcount:
+                db.add(
+                    Summary(
+                        session_id=session_id,
+                        user_id=user_id,
+                        content=summary.content,
+                        items=summary.items,
+                        first_seq=summary.first_seq,
+                        last_seq=summary.last_seq,
+                        tokens=summary.tokens,
+                        dropped_quotes=summary.dropped_quotes,
+                    )
+                )
+            roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.summarized, user_id=user_id)
             db.execute(
                 text(
                     "UPDATE compaction_state SET consecutive_failures = 0, last_error = NULL, "
                     "recent_errors = '[]'::jsonb, breaker_opened_at = NULL, "
-                    "compactions = compactions + 1 WHERE session_id = :s"
-                ).bindparams(s=session_id)
+                    "compactions = compactions + 1 WHERE session_id = :s AND user_id = :u"
+                ).bindparams(s=session_id, u=user_id)
             )
             db.commit()
 
@@ -228,15 +242,15 @@ class Compactions:
         """
         with storage_errors(session_id), Session(self._engine) as db:
             add_segments(db, session_id=session_id, user_id=user_id, segments=segments)
-            add_vectors(db, turn_vectors or {})
-            roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.archived)
+            add_vectors(db, turn_vectors or {}, user_id=user_id)
+            roll_out(db, session_id=session_id, turn_ids=turn_ids, to=TurnState.archived, user_id=user_id)
             db.commit()
 
-    def carried_quotes(self, session_id: str) -> dict[int, str]:
+    def carried_quotes(self, session_id: str, *, user_id: str | None = None) -> dict[int, str]:
         """User quotes the session's summary carried over from its previous session:
         their (non-positive) ``seq`` → text. They were validated against that session's
         turns when they were made; a later summary may keep them only verbatim."""
-        summary = self.summary(session_id)
+        summary = self.summary(session_id, user_id=user_id)
         items = summary.items if summary is not None else []
         return {
             seq: str(i.get("text", ""))

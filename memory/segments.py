@@ -44,7 +44,11 @@ def add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequen
     """Insert the segments in ``db``'s transaction: one multi-row ``INSERT`` per :data:`SEGMENT_ROWS`."""
     created_at = utcnow()
     # the session's character, read by the INSERT itself: the archive is kept per user and character
-    character = select(ChatSession.character_id).where(ChatSession.id == session_id).scalar_subquery()
+    character = (
+        select(ChatSession.character_id)
+        .where(ChatSession.id == session_id, ChatSession.user_id == user_id)
+        .scalar_subquery()
+    )
     for start in range(0, len(segments), SEGMENT_ROWS):
         db.execute(
             pg_insert(ArchivedSegment).values(

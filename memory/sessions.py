@@ -87,7 +87,7 @@ _CLAIM = text(
     f"WHERE id = :s AND closed_at IS NULL AND NOT ({_LIVE_CLAIM}) "
     "AND (CAST(:u AS text) IS NULL OR user_id = :u) RETURNING user_id, "
     "EXISTS (SELECT 1 FROM compaction_state AS c WHERE c.session_id = sessions.id "
-    "AND c.breaker_opened_at IS NOT NULL), character_id, "
+    "AND c.user_id = sessions.user_id AND c.breaker_opened_at IS NOT NULL), character_id, "
     "(SELECT h.revision FROM characters AS h WHERE h.id = sessions.character_id)"
 )
 """A claim that holds: set, and younger than the lease (``:lease`` seconds). The one copy of the
@@ -248,21 +248,22 @@ class Sessions:
             session_id=session_id,
         )
 
-    def release(self, session_id: str, *, owner: str) -> None:
-        """End ``owner``'s claim on the session (nothing happens if it no longer holds it).
+    def release(self, session_id: str, *, owner: str, user_id: str | None = None) -> None:
+        """End ``owner``'s claim on the session (nothing happens if it no longer holds it);
+        ``user_id``: the session's user, when known (the row is found by it too).
 
         A release survives a storage outage: when the database cannot be reached, the claim is
         released again in the background (:data:`RELEASE_RETRY_SECONDS`) until it answers, so a
         crash of the database does not leave the session claimed until its lease lapses. Never
         raises :class:`~errors.StorageError` (it logs ``session.release_deferred``)."""
         try:
-            self._release(session_id, owner)
+            self._release(session_id, owner, user_id)
         except StorageError as exc:
             log.warning("session.release_deferred", session_id=session_id, error=type(exc.__cause__ or exc).__name__)
             failed = time.monotonic()
 
             def release_later() -> None:
-                self._release(session_id, owner)
+                self._release(session_id, owner, user_id)
                 log.info("session.release_retried", session_id=session_id, after_s=round(time.monotonic() - failed, 1))
 
             self._unreleased.defer((session_id, owner), release_later)
@@ -271,12 +272,15 @@ class Sessions:
         """Claims whose release waits for the database to answer again."""
         return self._unreleased.waiting()
 
-    def _release(self, session_id: str, owner: str) -> None:
+    def _release(self, session_id: str, owner: str, user_id: str | None = None) -> None:
+        mine = " AND user_id = :u" if user_id is not None else ""
+        bound = {"u": user_id} if user_id is not None else {}
         with storage_errors(session_id), Session(self._one) as db:
             db.execute(
                 text(
-                    "UPDATE sessions SET turn_owner = NULL, turn_claimed_at = NULL WHERE id = :s AND turn_owner = :o"
-                ).bindparams(s=session_id, o=owner)
+                    "UPDATE sessions SET turn_owner = NULL, turn_claimed_at = NULL "
+                    f"WHERE id = :s AND turn_owner = :o{mine}"
+                ).bindparams(s=session_id, o=owner, **bound)
             )
             db.commit()
 

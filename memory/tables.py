@@ -128,6 +128,9 @@ class Turn(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     session_id: str = Field(foreign_key="sessions.id", max_length=200)
+    user_id: str | None = Field(default=None, max_length=200)
+    """The session's user (migration 0021: every row a turn reads carries its user; ``None`` when
+    written: the session's, by the database)."""
     seq: int
     """Per-session sequence number, from 1, in the order turns were stored."""
     role: str = Field(max_length=20)
@@ -184,6 +187,8 @@ class TurnVector(SQLModel, table=True):
     __tablename__ = "turn_vectors"
 
     turn_id: int = Field(primary_key=True, foreign_key="turns.id", ondelete="CASCADE")
+    user_id: str | None = Field(default=None, max_length=200)
+    """The turn's user (``None`` when written: the turn's, by the database)."""
     embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
     """``vector(N)``, N the archive's; unit length."""
 
@@ -194,6 +199,8 @@ class Summary(SQLModel, table=True):
     __tablename__ = "summaries"
 
     session_id: str = Field(primary_key=True, foreign_key="sessions.id", max_length=200)
+    user_id: str | None = Field(default=None, max_length=200)
+    """The session's user (``None`` when written: the session's, by the database)."""
     content: str = Field(sa_column=Column(Text, nullable=False))
     """The rendered summary, as it enters the prompt."""
     items: list[SummaryItemJSON] = Field(default_factory=list, sa_column=Column(JSONB, nullable=False))
@@ -242,6 +249,8 @@ class CompactionState(SQLModel, table=True):
     __tablename__ = "compaction_state"
 
     session_id: str = Field(primary_key=True, foreign_key="sessions.id", max_length=200)
+    user_id: str | None = Field(default=None, max_length=200)
+    """The session's user (``None`` when written: the session's, by the database)."""
     consecutive_failures: int = 0
     breaker_opened_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
     """Set when the breaker opened; ``None`` while it is closed."""
@@ -345,6 +354,8 @@ class TurnFile(SQLModel, table=True):
 
     turn_id: int = Field(foreign_key="turns.id", primary_key=True)
     file_id: str = Field(foreign_key="files.id", primary_key=True, max_length=40)
+    user_id: str | None = Field(default=None, max_length=200)
+    """The turn's user (``None`` when written: the turn's, by the database)."""
     position: int = 0
     """Order of the file among the turn's attachments, from 0."""
 

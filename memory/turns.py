@@ -65,19 +65,22 @@ class TurnFile:
     """Order among the turn's attachments, from 0."""
 
 
-def add_vectors(db: Session, vectors: Mapping[int, Sequence[float]]) -> None:
-    """Store turn id → vector in ``db``'s transaction; a turn that already has one keeps it."""
+def add_vectors(db: Session, vectors: Mapping[int, Sequence[float]], *, user_id: str | None = None) -> None:
+    """Store turn id → vector in ``db``'s transaction; a turn that already has one keeps it.
+    ``user_id``: the turns' user (``None``: each turn's, filled by the database)."""
     if not vectors:
         return
     statement = (
         pg_insert(TurnVector)
-        .values([{"turn_id": turn_id, "embedding": list(v)} for turn_id, v in vectors.items()])
+        .values([{"turn_id": turn_id, "user_id": user_id, "embedding": list(v)} for turn_id, v in vectors.items()])
         .on_conflict_do_nothing(index_elements=["turn_id"])
     )
     db.execute(statement)
 
 
-def roll_out(db: Session, *, session_id: str, turn_ids: Sequence[int], to: TurnState) -> None:
+def roll_out(
+    db: Session, *, session_id: str, turn_ids: Sequence[int], to: TurnState, user_id: str | None = None
+) -> None:
     """Move turns out of the recent window in ``db``'s transaction; all of them must still be in it.
 
     Raises:
@@ -91,6 +94,7 @@ def roll_out(db: Session, *, session_id: str, turn_ids: Sequence[int], to: TurnS
             col(Turn.session_id) == session_id,
             col(Turn.id).in_(list(turn_ids)),
             col(Turn.state) == TurnState.context,
+            *([col(Turn.user_id) == user_id] if user_id is not None else []),
         )
         .values(state=to)
     )
@@ -138,6 +142,7 @@ class Turns:
         file_ids: Sequence[str] = (),
         vector: Sequence[float] | None = None,
         character_revision: int | None = None,
+        user_id: str | None = None,
     ) -> Turn:
         """Append one turn with the next sequence number and commit it: two statements, one
         transaction (plus one per attached file).
@@ -155,6 +160,8 @@ class Turns:
             vector: the embedding of ``content`` (a unit vector of the archive's dimension), stored
                 as the turn's :class:`~memory.tables.TurnVector` by the same ``INSERT``.
             character_revision: the revision of the session's character the turn was made with.
+            user_id: the session's user, when the caller knows it: every statement then finds the
+                session's rows by their user too (``None``: the session's, filled by the database).
 
         Raises:
             SessionClosedError: the session was closed; nothing was stored.
@@ -163,10 +170,12 @@ class Turns:
         with storage_errors(session_id), Session(self._engine) as db:
             # one statement moves the activity time and locks the session row: concurrent writers
             # of one session wait here, so each takes the next seq in turn
+            mine = " AND user_id = :u" if user_id is not None else ""
+            bound = {"u": user_id} if user_id is not None else {}
             open_row = db.execute(
                 text(
-                    "UPDATE sessions SET last_activity_at = now() WHERE id = :s AND closed_at IS NULL RETURNING id"
-                ).bindparams(s=session_id)
+                    f"UPDATE sessions SET last_activity_at = now() WHERE id = :s{mine} AND closed_at IS NULL RETURNING id"
+                ).bindparams(s=session_id, **bound)
             ).first()
             if open_row is None:
                 row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
@@ -175,16 +184,17 @@ class Turns:
             insert = (
                 "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
                 "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
-                "interrupted, state, created_at, utc_offset_minutes, character_revision) "
+                "interrupted, state, created_at, utc_offset_minutes, character_revision, user_id) "
                 "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
-                ":interrupted, :state, :at, :off, :rev FROM turns WHERE session_id = :s RETURNING *"
+                f":interrupted, :state, :at, :off, :rev, CAST(:tu AS varchar) FROM turns WHERE session_id = :s{mine} "
+                "RETURNING *"
             )
             statement = (
                 text(insert)
                 if vector is None
                 else text(
-                    f"WITH t AS ({insert}), v AS (INSERT INTO turn_vectors (turn_id, embedding) "
-                    "SELECT id, CAST(:vec AS vector) FROM t) SELECT * FROM t"
+                    f"WITH t AS ({insert}), v AS (INSERT INTO turn_vectors (turn_id, user_id, embedding) "
+                    "SELECT id, user_id, CAST(:vec AS vector) FROM t) SELECT * FROM t"
                 ).bindparams(bindparam("vec", list(vector), type_=Vector()))
             )
             inserted = db.execute(
@@ -203,14 +213,16 @@ class Turns:
                     at=created_at or utcnow(),
                     off=offset_minutes(created_at),
                     rev=character_revision,
+                    tu=user_id,
+                    **bound,
                 )
             ).one()
             turn = Turn.model_validate(dict(inserted._mapping))
             for position, file_id in enumerate(dict.fromkeys(file_ids)):
                 db.execute(
-                    text("INSERT INTO turn_files (turn_id, file_id, position) VALUES (:t, :f, :p)").bindparams(
-                        t=turn.id, f=file_id, p=position
-                    )
+                    text(
+                        "INSERT INTO turn_files (turn_id, file_id, position, user_id) VALUES (:t, :f, :p, :u)"
+                    ).bindparams(t=turn.id, f=file_id, p=position, u=turn.user_id)
                 )
             db.commit()
             return turn
@@ -228,37 +240,44 @@ class Turns:
             add_vectors(db, vectors)
             db.commit()
 
-    def vectors(self, turn_ids: Iterable[int]) -> dict[int, list[float]]:
+    def vectors(self, turn_ids: Iterable[int], *, user_id: str | None = None) -> dict[int, list[float]]:
         """The stored embeddings of the turns ``turn_ids`` that have one: turn id → vector (the
-        embedding of the turn's ``content``). Turns without a stored vector are left out."""
+        embedding of the turn's ``content``). Turns without a stored vector are left out; with
+        ``user_id``, so are other users' turns."""
         ids = sorted(set(turn_ids))
         if not ids:
             return {}
+        query = select(TurnVector.turn_id, TurnVector.embedding).where(col(TurnVector.turn_id).in_(ids))
+        if user_id is not None:
+            query = query.where(TurnVector.user_id == user_id)
         with storage_errors(), Session(self._one) as db:
-            rows = db.exec(
-                select(TurnVector.turn_id, TurnVector.embedding).where(col(TurnVector.turn_id).in_(ids))
-            ).all()
+            rows = db.exec(query).all()
             return {turn_id: [float(x) for x in vector] for turn_id, vector in rows}
 
-    def of_session(self, session_id: str, *, state: TurnState | None = None) -> list[Turn]:
-        """The session's turns in ``seq`` order, optionally only those in ``state``."""
+    def of_session(self, session_id: str, *, state: TurnState | None = None, user_id: str | None = None) -> list[Turn]:
+        """The session's turns in ``seq`` order, optionally only those in ``state`` (with
+        ``user_id``: found by their user too)."""
         with storage_errors(session_id), Session(self._one) as db:
             query = select(Turn).where(Turn.session_id == session_id)
+            if user_id is not None:
+                query = query.where(Turn.user_id == user_id)
             if state is not None:
                 query = query.where(Turn.state == state)
             return list(db.exec(query.order_by(col(Turn.seq))).all())
 
-    def window(self, session_id: str, *, usage_limit: int) -> tuple[list[Turn], list[Turn]]:
+    def window(self, session_id: str, *, usage_limit: int, user_id: str | None = None) -> tuple[list[Turn], list[Turn]]:
         """What assembling a context reads of the session's turns, in one statement:
         ``(the turns in the recent window in seq order, the newest usage_limit turns that carry
         the provider's reported usage, newest first)``, as :meth:`of_session` with
         ``state=TurnState.context`` gives the first. Each half is read by its
         partial index (``ix_turns_session_context``, ``ix_turns_session_usage``), so the cost
-        does not grow with the session's history."""
-        context = select(Turn).where(Turn.session_id == session_id, Turn.state == TurnState.context)
+        does not grow with the session's history. With ``user_id``, the turns are found by their
+        user as well."""
+        mine = [Turn.user_id == user_id] if user_id is not None else []
+        context = select(Turn).where(Turn.session_id == session_id, Turn.state == TurnState.context, *mine)
         usage = (
             select(Turn)
-            .where(Turn.session_id == session_id, col(Turn.usage_prompt_tokens).is_not(None))
+            .where(Turn.session_id == session_id, col(Turn.usage_prompt_tokens).is_not(None), *mine)
             .order_by(col(Turn.seq).desc())
             .limit(usage_limit)
         )
@@ -271,13 +290,22 @@ class Turns:
         with_usage = [t for t in reversed(unique) if t.usage_prompt_tokens is not None][:usage_limit]
         return window, with_usage
 
-    def user_texts(self, session_id: str, *, through_seq: int, seqs: Collection[int] | None = None) -> dict[int, str]:
+    def user_texts(
+        self,
+        session_id: str,
+        *,
+        through_seq: int,
+        seqs: Collection[int] | None = None,
+        user_id: str | None = None,
+    ) -> dict[int, str]:
         """The user's turns with ``seq <= through_seq``, ``seq`` → verbatim text (for validating
         quotes); only those whose seq is in ``seqs`` when it is given (read by the
         ``(session_id, seq)`` key, however long the session)."""
         query = select(Turn.seq, Turn.content).where(
             Turn.session_id == session_id, Turn.role == "user", Turn.seq <= through_seq
         )
+        if user_id is not None:
+            query = query.where(Turn.user_id == user_id)
         if seqs is not None:
             if not seqs:
                 return {}
@@ -285,12 +313,14 @@ class Turns:
         with storage_errors(session_id), Session(self._one) as db:
             return {seq: content for seq, content in db.exec(query).all()}
 
-    def rolled_out_count(self, session_id: str, *, excluding: Collection[int] = ()) -> int:
+    def rolled_out_count(self, session_id: str, *, excluding: Collection[int] = (), user_id: str | None = None) -> int:
         """How many of the session's turns are no longer in the recent window (summarized or
         archived), leaving out those whose seq is in ``excluding``. One count, no rows read back."""
         query = (
             select(func.count()).select_from(Turn).where(Turn.session_id == session_id, Turn.state != TurnState.context)
         )
+        if user_id is not None:
+            query = query.where(Turn.user_id == user_id)
         if excluding:
             query = query.where(col(Turn.seq).not_in(sorted(excluding)))
         with storage_errors(session_id), Session(self._one) as db:

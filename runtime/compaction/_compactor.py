@@ -223,15 +223,18 @@ class Compactor:
         other exception (a bug) propagates as it is, and neither is counted by the breaker.
         """
         plan_args: dict[str, Any] = dict(cap=recent_cap, target=self.target, keep_exchanges=self.keep_exchanges)
-        if not plan_rollout(self.store.turns.of_session(session_id, state=TurnState.context), **plan_args):
+        window = self.store.turns.of_session(session_id, state=TurnState.context, user_id=user_id)
+        if not plan_rollout(window, **plan_args):
             return None  # the common case, decided without taking the lock
         with self.store.compaction.lock(session_id) as held:
             if not held:
                 log.info("compaction.skipped", session_id=session_id, reason="lock_held")
                 return None
             # everything is read again under the lock: another process may have compacted
-            state = self.store.compaction.state(session_id)
-            groups = plan_rollout(self.store.turns.of_session(session_id, state=TurnState.context), **plan_args)
+            state = self.store.compaction.state(session_id, user_id=user_id)
+            groups = plan_rollout(
+                self.store.turns.of_session(session_id, state=TurnState.context, user_id=user_id), **plan_args
+            )
             if not groups:
                 return None
             breaker = self.breaker_state(state)
@@ -278,10 +281,10 @@ class Compactor:
             if not held:
                 log.info("compaction.skipped", session_id=session_id, reason="lock_held")
                 return CompactionOutcome(session_id=session_id, ok=False, error="compaction_lock_held")
-            groups = exchanges(self.store.turns.of_session(session_id, state=TurnState.context))
+            groups = exchanges(self.store.turns.of_session(session_id, state=TurnState.context, user_id=user_id))
             if not groups:
                 return None
-            state = self.store.compaction.state(session_id)
+            state = self.store.compaction.state(session_id, user_id=user_id)
             breaker = self.breaker_state(state)
             if breaker == "open":
                 return self._archive_only(session_id, user_id, groups, assistant_name, state)
@@ -298,7 +301,7 @@ class Compactor:
             if outcome.ok:
                 return outcome
             archived = self._archive_only(
-                session_id, user_id, groups, assistant_name, self.store.compaction.state(session_id)
+                session_id, user_id, groups, assistant_name, self.store.compaction.state(session_id, user_id=user_id)
             )
             return CompactionOutcome(
                 session_id=session_id,
@@ -312,7 +315,7 @@ class Compactor:
 
     # -- internals ------------------------------------------------------------
     def _segments(
-        self, groups: list[list[Turn]], assistant_name: str
+        self, groups: list[list[Turn]], assistant_name: str, user_id: str | None = None
     ) -> tuple[list[NewSegment], dict[int, list[float]]]:
         """The archive segments of ``groups`` and the turn vectors embedded for them (turn id →
         vector, for the turns that had none stored).
@@ -323,7 +326,7 @@ class Compactor:
         """
         drafts = build_segments(groups, assistant_name=assistant_name)
         turns = [t for g in groups for t in g]
-        stored = self.store.turns.vectors(t.id for t in turns if t.id is not None)
+        stored = self.store.turns.vectors((t.id for t in turns if t.id is not None), user_id=user_id)
         missing = [t for t in turns if t.id is None or t.id not in stored]
         texts = list(dict.fromkeys(t.content for t in missing))
         fresh = dict(zip(texts, self.embedder.embed(texts), strict=True)) if texts else {}
@@ -361,10 +364,10 @@ class Compactor:
         zone = user_zone(profile.time_zone if profile is not None else None, None)
         inputs = [cut_for_summarizer(t, limit=recent_cap, counter=self.counter, zone=zone) for t in rolled]
         inputs = [i for i in inputs if i.text.strip()]
-        previous = self.store.compaction.summary(session_id)
+        previous = self.store.compaction.summary(session_id, user_id=user_id)
         prev_items = items_from_json(previous.items, session_id=session_id) if previous else []
         in_summary = {i.seq for i in prev_items if i.seq is not None}
-        omitted_before = self.store.turns.rolled_out_count(session_id, excluding=in_summary)
+        omitted_before = self.store.turns.rolled_out_count(session_id, excluding=in_summary, user_id=user_id)
         try:
             if not inputs:  # never call a summarizer on nothing
                 raise SummarizationError("the turns to roll out hold no text", session_id=session_id)
@@ -380,8 +383,10 @@ class Compactor:
             # the texts of the turns the draft quotes (all of the user's, if a note quotes words);
             # quotes carried over from the previous session count as the user's
             user_turns = {
-                **self.store.compaction.carried_quotes(session_id),
-                **self.store.turns.user_texts(session_id, through_seq=boundary, seqs=turns_to_check(draft)),
+                **self.store.compaction.carried_quotes(session_id, user_id=user_id),
+                **self.store.turns.user_texts(
+                    session_id, through_seq=boundary, seqs=turns_to_check(draft), user_id=user_id
+                ),
             }
             validate_summary(
                 draft,
@@ -394,8 +399,8 @@ class Compactor:
         except SummarizationError as exc:
             # only the summarizer's own failures count: a storage error or a bug propagates
             # (the caller answers 503 or logs the traceback) and leaves the breaker alone
-            return self._failed(session_id, f"{type(exc).__name__}: {exc}", breaker)
-        segments, turn_vectors = self._segments(groups, assistant_name)
+            return self._failed(session_id, f"{type(exc).__name__}: {exc}", breaker, user_id=user_id)
+        segments, turn_vectors = self._segments(groups, assistant_name, user_id)
         tokens = self.counter.count_text(draft.content)
         self.store.compaction.commit(
             session_id=session_id,
@@ -459,7 +464,7 @@ class Compactor:
     ) -> CompactionOutcome:
         """Breaker open: archive the oldest exchanges verbatim without a summarizer."""
         rolled = [t for g in groups for t in g]
-        segments, turn_vectors = self._segments(groups, assistant_name)
+        segments, turn_vectors = self._segments(groups, assistant_name, user_id)
         self.store.compaction.commit_archive(
             session_id=session_id,
             user_id=user_id,
@@ -486,8 +491,12 @@ class Compactor:
             breaker_open=True,
         )
 
-    def _failed(self, session_id: str, error: str, breaker: BreakerState) -> CompactionOutcome:
-        state = self.store.compaction.record_failure(session_id, error=error, threshold=self.breaker_threshold)
+    def _failed(
+        self, session_id: str, error: str, breaker: BreakerState, *, user_id: str | None = None
+    ) -> CompactionOutcome:
+        state = self.store.compaction.record_failure(
+            session_id, error=error, threshold=self.breaker_threshold, user_id=user_id
+        )
         is_open = state.breaker_opened_at is not None
         reasons = list(state.recent_errors or [])
         log.warning(

@@ -48,7 +48,7 @@ class TurnClaim:
                 pause = min(pause * 2, CLAIM_POLL_SECONDS[1])
 
     def release(self) -> None:
-        self.store.sessions.release(self.session_id, owner=self.owner)
+        self.store.sessions.release(self.session_id, owner=self.owner, user_id=self.session.user_id)
 
     def __enter__(self) -> TurnClaim:
         return self

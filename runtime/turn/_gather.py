@@ -182,7 +182,7 @@ class ContextGatherer:
         ``character``: who the session talks as, as the turn's claim found it; ``None``: the
         session's character at the revision assembly's read finds."""
         budgets = budgets or self.budgets
-        stored, usage = self.store.turns.window(session_id, usage_limit=CALIBRATION_WINDOW)
+        stored, usage = self.store.turns.window(session_id, usage_limit=CALIBRATION_WINDOW, user_id=user_id)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
         # same exchanges a compaction would roll out now (it runs after the reply)
         hidden = plan_rollout(
@@ -207,7 +207,14 @@ class ContextGatherer:
         said = next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None)
         now = _aware(said or (turns[-1].created_at if turns else utcnow())).astimezone(zone)
         query = self.query(
-            turns, pending, stored=stored, known=known, profile=profile, asked_at=now, persona=character.persona
+            turns,
+            pending,
+            stored=stored,
+            known=known,
+            profile=profile,
+            asked_at=now,
+            persona=character.persona,
+            user_id=user_id,
         )
         recalled = (
             self.recall(
@@ -277,6 +284,7 @@ class ContextGatherer:
         profile: UserProfile | None,
         asked_at: datetime,
         persona: Persona,
+        user_id: str | None = None,
     ) -> RecallText | None:
         """What recall and the knowledge base search with: the newest user message (or
         ``pending``), its vector, and a follow-up's enriched text and composed vector
@@ -295,6 +303,7 @@ class ContextGatherer:
             stored={t.id: t.content for t in stored if t.id is not None},
             known=known,
             names=names,
+            user_id=user_id,
         )
         recall_vector = (
             compose(
@@ -367,6 +376,7 @@ class ContextGatherer:
         stored: Mapping[int, str],
         known: Mapping[int, list[float]] | None = None,
         names: Mapping[str, str] | None = None,
+        user_id: str | None = None,
     ) -> list[list[float]]:
         """The embedding of each ``(turn, text)``: the turn's stored vector when ``text`` is
         what the turn holds in storage (``stored``: turn id → stored content), else the text
@@ -380,7 +390,7 @@ class ContextGatherer:
         reusable = [t.id for t, text in wanted if t is not None and t.id is not None and stored.get(t.id) == text]
         known = known or {}
         found = {i: known[i] for i in reusable if i in known}
-        found.update(self.store.turns.vectors(i for i in reusable if i not in found))
+        found.update(self.store.turns.vectors((i for i in reusable if i not in found), user_id=user_id))
         vectors: list[list[float] | None] = [
             found.get(t.id) if t is not None and t.id is not None and t.id in reusable else None for t, text in wanted
         ]

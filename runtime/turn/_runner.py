@@ -202,6 +202,7 @@ class TurnRunner:
             file_ids=[f.id for f in turn.attached],
             vector=turn.vector,
             character_revision=turn.character.revision,
+            user_id=turn.user_id,
         )
         for extension in self.extensions:
             extension.stored(turn.attached)
@@ -253,6 +254,7 @@ class TurnRunner:
             ),
             interrupted=answer.interrupted,
             character_revision=turn.character.revision,
+            user_id=turn.user_id,
         )
 
     def add_turn(
@@ -285,6 +287,7 @@ class TurnRunner:
                 file_ids=[f.id for f in attached],
                 vector=vector,
                 character_revision=character.revision,
+                user_id=session.user_id,
             )
             self.schedule_compaction(session_id, user_id, character=character)
         return turn
@@ -553,7 +556,7 @@ class TurnRunner:
         its profile forward."""
         session_id = request.session_id
         if outcome is not None and outcome.ok and outcome.summarized:
-            summary = self.store.compaction.summary(session_id)
+            summary = self.store.compaction.summary(session_id, user_id=request.user_id)
             facts = summary_profile_facts(items_from_json(summary.items, session_id=session_id) if summary else [])
             character_id = request.character_id or self._character_of(session_id)
             if facts and character_id and self.profiles.learn(request.user_id, facts, character_id=character_id):
