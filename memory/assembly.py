@@ -58,7 +58,8 @@ class AssemblyReads:
         with storage_errors(session_id), self._one.connect() as conn:
             row = conn.execute(
                 text(
-                    "SELECT s.session_id IS NOT NULL AS found, s.content, s.items, s.first_seq, s.last_seq, "
+                    "SELECT s.session_id IS NOT NULL AS found, s.user_id AS summary_user, s.content, s.items, "
+                    "s.first_seq, s.last_seq, "
                     "s.tokens, s.dropped_quotes, s.updated_at, "
                     "coalesce((SELECT sum(a.segments) FROM archive_counts AS a WHERE a.user_id = :u "
                     "AND (NOT :scoped OR a.character_id = ss.character_id)), 0) AS archived, "
@@ -80,6 +81,7 @@ class AssemblyReads:
         summary = (
             Summary(
                 session_id=session_id,
+                user_id=row.summary_user,
                 content=row.content,
                 items=row.items,
                 first_seq=row.first_seq,

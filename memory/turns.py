@@ -38,6 +38,8 @@ class RequestRecord:
     """Messages the request held."""
     fingerprint: str | None = None
     """A hash of the request's messages (:func:`runtime.accounting.fingerprint`)."""
+    interrupted: bool = False
+    """True when the reply's stream broke off: the turn holds what arrived."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +140,6 @@ class Turns:
         tokens: int,
         created_at: datetime | None = None,
         request: RequestRecord | None = None,
-        interrupted: bool = False,
         file_ids: Sequence[str] = (),
         vector: Sequence[float] | None = None,
         character_revision: int | None = None,
@@ -208,7 +209,7 @@ class Turns:
                     ret=request.estimate_tokens,
                     rm=request.messages,
                     rf=request.fingerprint,
-                    interrupted=interrupted,
+                    interrupted=request.interrupted,
                     state=TurnState.context.value,
                     at=created_at or utcnow(),
                     off=offset_minutes(created_at),

@@ -251,8 +251,8 @@ class TurnRunner:
                 # the fingerprint leaves out the trailing post-history message (see runtime.accounting)
                 messages=sent,
                 fingerprint=fingerprint(context.messages[:sent]),
+                interrupted=answer.interrupted,
             ),
-            interrupted=answer.interrupted,
             character_revision=turn.character.revision,
             user_id=turn.user_id,
         )
