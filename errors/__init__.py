@@ -32,6 +32,7 @@ follows the branch, :mod:`runtime.cli`).
     │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
     │   ├── TurnsChangedError       turns arrived after the last one the client saw; nothing was deleted
     │   ├── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
+    │   ├── UserErasingError        the user is being erased; nothing new of theirs is stored
     │   ├── CharacterInUseError     the character has sessions; delete them with it, or keep it
     │   └── CharacterReadOnlyError  the deployment's characters are changed by its operator, not by an app
     ├── ConfigurationError          an operator must fix a setting or the deployment (HTTP 500, exit 2)
@@ -238,6 +239,21 @@ class DatabaseInUseError(ConflictError):
     def __init__(self, message: str, *, processes: int) -> None:
         super().__init__(message)
         self.processes = processes
+
+
+class UserErasingError(ConflictError):
+    """The user is being erased: no new turn, session or upload of theirs is taken, and a turn that
+    was running when the erasure began ends with this error. Nothing was stored.
+
+    Attributes:
+        user_id: the user (the runtime's id).
+    """
+
+    code = "user_erasing"
+
+    def __init__(self, message: str, *, user_id: str) -> None:
+        super().__init__(message)
+        self.user_id = user_id
 
 
 class CharacterInUseError(ConflictError):

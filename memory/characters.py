@@ -257,6 +257,21 @@ class Characters:
             limit = max(1, min(int(limit), MAX_PAGE))
             return list(db.exec(query.order_by(col(Character.created_at), col(Character.id)).limit(limit)).all())
 
+    def owned_cards(self, user_id: str) -> list[dict[str, Any]]:
+        """The user's own characters, each with its newest card: ``id``, ``name``, ``revision``, ``card``."""
+        with storage_errors(), Session(self._one) as db:
+            rows = db.exec(
+                select(Character, CharacterRevision)
+                .join(
+                    CharacterRevision,
+                    (col(CharacterRevision.character_id) == Character.id)
+                    & (col(CharacterRevision.revision) == Character.revision),
+                )
+                .where(Character.owner_id == user_id)
+                .order_by(col(Character.created_at))
+            ).all()
+        return [{"id": c.id, "name": c.name, "revision": c.revision, "card": r.card} for c, r in rows]
+
     def session_count(self, character_id: str) -> int:
         with storage_errors(), Session(self._one) as db:
             return int(

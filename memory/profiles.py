@@ -132,6 +132,16 @@ class Profiles:
             db.commit()
             return learned
 
+    def learned_by_character(self, user_id: str) -> dict[str, list[str]]:
+        """Character id → what that character learned of the user, oldest first."""
+        with storage_errors(), Session(self._one) as db:
+            rows = db.execute(
+                text(
+                    "SELECT character_id, facts FROM learned_facts WHERE user_id = :u ORDER BY character_id"
+                ).bindparams(u=user_id)
+            ).all()
+        return {character_id: list(facts) for character_id, facts in rows}
+
     def learned(self, user_id: str, *, character_id: str | None = None) -> list[str]:
         """What ``character_id`` learned of the user, oldest first; ``None``: what every character
         did (each character's in the order they last learned, repeats left out)."""

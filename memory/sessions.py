@@ -20,7 +20,14 @@ import structlog
 from sqlalchemy import Connection, CursorResult, Engine, text
 from sqlmodel import Session
 
-from errors import NotFoundError, SessionClosedError, SessionOwnershipError, StorageError, TurnInProgressError
+from errors import (
+    NotFoundError,
+    SessionClosedError,
+    SessionOwnershipError,
+    StorageError,
+    TurnInProgressError,
+    UserErasingError,
+)
 from memory.database import UntilStorageAnswers, autocommit_engine, storage_errors
 from memory.tables import ChatSession, utcnow
 from memory.validation import check_id
@@ -62,6 +69,11 @@ def unnamed_character(db: Session) -> str:
     return placeholder(db, UNNAMED_CHARACTER)
 
 
+def erasing_error(user_id: str) -> UserErasingError:
+    """The error for new work of a user who is being erased."""
+    return UserErasingError(f"User {user_id!r} is being erased; nothing new of theirs is stored.", user_id=user_id)
+
+
 def not_yours(session_id: str, user_id: str) -> SessionOwnershipError:
     """The error for ``user_id``'s work on a session that is another user's."""
     return SessionOwnershipError(
@@ -85,7 +97,9 @@ _LIVE_CLAIM = "turn_owner IS NOT NULL AND turn_claimed_at >= now() - make_interv
 _CLAIM = text(
     "UPDATE sessions SET turn_owner = :o, turn_claimed_at = now() "
     f"WHERE id = :s AND closed_at IS NULL AND NOT ({_LIVE_CLAIM}) "
-    "AND (CAST(:u AS text) IS NULL OR user_id = :u) RETURNING user_id, "
+    "AND (CAST(:u AS text) IS NULL OR user_id = :u) "
+    "AND NOT EXISTS (SELECT 1 FROM users AS w WHERE w.id = sessions.user_id AND w.erasing_at IS NOT NULL) "
+    "RETURNING user_id, "
     "EXISTS (SELECT 1 FROM compaction_state AS c WHERE c.session_id = sessions.id "
     "AND c.user_id = sessions.user_id AND c.breaker_opened_at IS NOT NULL), character_id, "
     "(SELECT h.revision FROM characters AS h WHERE h.id = sessions.character_id)"
@@ -183,6 +197,11 @@ class Sessions:
             if character_id is None:
                 character_id = unnamed_character(db)
             db.execute(text("INSERT INTO users (id) VALUES (:u) ON CONFLICT DO NOTHING").bindparams(u=user_id))
+            erasing = db.execute(
+                text("SELECT erasing_at FROM users WHERE id = :u FOR SHARE").bindparams(u=user_id)
+            ).scalar_one()
+            if erasing is not None:
+                raise erasing_error(user_id)
             created = cast(
                 "CursorResult[Any]",
                 db.execute(
@@ -234,12 +253,17 @@ class Sessions:
                     user_id=claimed[0], breaker_open=bool(claimed[1]), character_id=claimed[2], revision=claimed[3] or 0
                 )
             row = db.execute(
-                text("SELECT closed_at, user_id FROM sessions WHERE id = :s").bindparams(s=session_id)
+                text(
+                    "SELECT s.closed_at, s.user_id, w.erasing_at FROM sessions AS s JOIN users AS w ON w.id = s.user_id "
+                    "WHERE s.id = :s"
+                ).bindparams(s=session_id)
             ).first()
         if row is None:
             raise NotFoundError(f"No session {session_id!r}.", kind="session", resource_id=session_id)
         if user_id is not None and row[1] != user_id:
             raise not_yours(session_id, user_id)
+        if row[2] is not None:
+            raise erasing_error(row[1])
         if row[0] is not None:
             raise closed_error(session_id, row[0])
         raise TurnInProgressError(

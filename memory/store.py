@@ -15,6 +15,8 @@ attribute          room                                   tables it writes
 ``apps``           :class:`memory.apps.Directory`         ``apps``, app-scoped ``users`` and sessions
 ``characters``     :class:`memory.characters.Characters`  ``characters``, ``character_revisions``,
                                                           ``character_avatars``
+``erasure``        :class:`memory.erasure.Erasure`        ``users.erasing_at``; at an erasure's end the
+                                                          user's last rows and queue jobs
 =================  =====================================  ==========================================
 
 Files and their blobs are :class:`memory.files.FileStore`'s, made with a blob store
@@ -33,6 +35,7 @@ from memory.assembly import AssemblyReads, SessionReads
 from memory.characters import Characters
 from memory.compaction import DEFAULT_LOCK_SLOTS, LOCK_SLOT_WAIT, Compactions, NewSummary, compaction_lock_key
 from memory.database import send_binary_vectors, storage_errors
+from memory.erasure import Erasure
 from memory.images import Transcripts
 from memory.knowledge import Knowledge
 from memory.profiles import Profiles
@@ -80,6 +83,7 @@ class Store:
         self.transcripts = Transcripts(engine)
         self.apps = Directory(engine)
         self.characters = Characters(engine)
+        self.erasure = Erasure(engine)
         # a session's deletion: each room deletes its own rows, in this order, in one transaction
         self.sessions.session_rows.extend(
             [

@@ -60,6 +60,8 @@ class User(SQLModel, table=True):
     """The app that owns this user (HTTP API); ``None`` for CLI and replay users."""
     external_id: str | None = Field(default=None, max_length=200)
     """The id the owning app knows the user by (unique per app); ``id`` is server-generated."""
+    erasing_at: datetime | None = Field(default=None, sa_type=DateTime(timezone=True))
+    """When an erasure of the user began (migration 0022); no new turn of theirs starts after it."""
 
 
 class Character(SQLModel, table=True):

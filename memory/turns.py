@@ -16,7 +16,7 @@ from sqlalchemy import CursorResult, Engine, bindparam, func, text, union_all, u
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlmodel import Session, col, select
 
-from errors import InvalidMessageError, StorageError, TurnsChangedError
+from errors import InvalidMessageError, NotFoundError, StorageError, TurnsChangedError
 from memory.database import autocommit_engine, storage_errors
 from memory.sessions import closed_error
 from memory.tables import Turn, TurnState, TurnVector, offset_minutes, utcnow
@@ -182,6 +182,12 @@ class Turns:
                 row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()
                 if row is not None and row[0] is not None:  # a closed session takes no new turns
                     raise closed_error(session_id, row[0])
+                if row is None:  # deleted while the turn ran (the session, or its user, erased)
+                    raise NotFoundError(
+                        f"Session {session_id!r} was deleted while this turn ran; nothing more was stored.",
+                        kind="session",
+                        resource_id=session_id,
+                    )
             insert = (
                 "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
                 "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "

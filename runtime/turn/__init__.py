@@ -15,12 +15,15 @@ from runtime.turn._extensions import Gathered, TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
 from runtime.turn._runner import TurnRunner
+from runtime.turn._user_ops import Erased, UserOps
 from runtime.turn._validate import validate_message
 from runtime.turn._values import TurnResult
 
 __all__ = [
     "AVATAR_TYPES",
     "EXPORT_FORMATS",
+    "Erased",
+    "UserOps",
     "AttachmentsExtension",
     "Cast",
     "CharacterOps",

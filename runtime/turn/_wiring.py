@@ -28,6 +28,7 @@ from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
 from runtime.turn._runner import TurnRunner
 from runtime.turn._sessions import SessionOps
+from runtime.turn._user_ops import UserOps
 
 
 class EngineParts:
@@ -75,6 +76,8 @@ class EngineParts:
     """The greeting and deletions."""
     characters: CharacterOps
     """Stored characters: add, revise, export, delete."""
+    users: UserOps
+    """A user's data as a whole: erase, export."""
 
     def __init__(
         self,
@@ -149,6 +152,7 @@ class EngineParts:
             scheduler=compaction,
         )
         self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles)
+        self.users = UserOps(store=store, files=files, sessions=self.sessions)
         self.characters = CharacterOps(
             characters=store.characters,
             cast=self.cast,

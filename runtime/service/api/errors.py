@@ -48,6 +48,7 @@ STATUSES: dict[type[E.CompanionError], int] = {
     E.TurnInProgressError: 409,
     E.TurnsChangedError: 409,
     E.DatabaseInUseError: 409,
+    E.UserErasingError: 409,
     E.CharacterInUseError: 409,
     E.CharacterReadOnlyError: 409,
     E.ConfigurationError: 500,

@@ -1,0 +1,153 @@
+"""Erasing a user: every row, vector, lexeme, blob, job and breaker state of theirs is gone from
+every table (searched column by column, tests/traces.py), on both blob stores; another user's
+file with the same bytes keeps them; running it again is safe; the export holds every turn."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from memory.apps import Directory
+from runtime.config import Settings
+from runtime.files import open_file_services
+from runtime.llm import LiteLLMReplier
+from runtime.turn import Engine
+from tests.cards import v2_card
+from tests.conftest import PERSONA, S3_CREDENTIALS
+from tests.traces import traces
+
+
+@pytest.fixture(params=["postgres", "s3"])
+def world(request, store, embedder, fake_llm, tmp_path):
+    """An engine with file services on one blob store, compaction queued (its jobs stay waiting),
+    and the S3 client and bucket when the blobs are in S3."""
+    from runtime.service import QueuedCompaction
+
+    s3 = bucket = None
+    extra: dict = {}
+    if request.param == "s3":
+        import boto3
+
+        bucket, endpoint = request.getfixturevalue("s3_bucket"), request.getfixturevalue("s3_endpoint")
+        extra = dict(
+            blob_store="s3",
+            s3_bucket=bucket,
+            s3_endpoint_url=endpoint,
+            s3_region=S3_CREDENTIALS["region"],
+            s3_access_key_id=S3_CREDENTIALS["access_key_id"],
+            s3_secret_access_key=S3_CREDENTIALS["secret_access_key"],
+        )
+        s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=S3_CREDENTIALS["region"],
+            aws_access_key_id=S3_CREDENTIALS["access_key_id"],
+            aws_secret_access_key=S3_CREDENTIALS["secret_access_key"],
+        )
+    settings = Settings(context_window=1024, database_url="unused", files_dir=tmp_path / "files", **extra)
+    services = open_file_services(settings, store.engine)
+    scheduler = QueuedCompaction(store.engine)
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    engine = Engine(
+        settings=settings,
+        store=store,
+        embedder=embedder,
+        persona=PERSONA,
+        replier=replier,
+        file_services=services,
+        compaction=scheduler,
+    )
+    yield engine, s3, bucket
+    scheduler.close()
+    services.close()
+
+
+def _plant(engine: Engine, marker: str) -> tuple[str, str, bytes]:
+    """A user of an app whose words hold ``marker`` everywhere the runtime keeps them; returns
+    their id, another user's id, and the bytes both uploaded."""
+    directory = Directory(engine.store.engine)
+    app, _ = directory.create_app("erase-" + uuid.uuid4().hex[:6])
+    user, _ = directory.ensure_user(app.id, f"ext-{marker}")
+    other, _ = directory.ensure_user(app.id, "someone-else")
+    shared = f"shared bytes {uuid.uuid4().hex}\n".encode() * 20
+    files = engine.files
+    assert files is not None
+    files.add(user_id=user.id, name="shared.txt", data=shared)
+    files.add(user_id=other.id, name="shared.txt", data=shared)
+    mine = files.add(user_id=user.id, name=f"{marker}.txt", data=f"my notes: {marker}\n".encode() * 5)
+    engine.set_profile(user_id=user.id, name="Ana", facts=[f"Keeps a locker coded {marker}."])
+    card = engine.characters.read(json.dumps(v2_card(name=f"Private {marker}")).encode())
+    private = engine.characters.add(card, app_id=app.id, owner_id=user.id)
+    session = directory.start_session(user_id=user.id, character_id=private.id).id
+    engine.turn(user_id=user.id, session_id=session, message=f"My locker code is {marker}.", attachments=[mine.id])
+    for i in range(8):  # rolls the marker's exchange out: archive, summary (compaction runs from the queue)
+        engine.turn(
+            user_id=user.id, session_id=session, message=f"Filler {i} ({marker}): " + "the garden was quiet. " * 12
+        )
+    engine.runner.compact_now(engine.runner.request(session, user.id))
+    engine.store.profiles.learn(user.id, [f"Their locker code is {marker}."], character_id=private.id)
+    return user.id, other.id, shared
+
+
+def test_an_erased_user_leaves_no_trace_in_any_table_or_blob(world, capsys):
+    engine, s3, bucket = world
+    marker = "zq" + uuid.uuid4().hex[:12]
+    user, other, shared = _plant(engine, marker)
+    db = engine.store.engine
+    before = traces(db, marker, s3=s3, bucket=bucket)
+    expected = {
+        "turns.content",
+        "archived_segments.content",
+        "archived_segments.search",
+        "summaries.content",
+        "summaries.items",
+        "user_profiles.facts",
+        "learned_facts.facts",
+        "files.name",
+        "users.external_id",
+        "characters.name",
+        "character_revisions.card",
+    }
+    assert expected <= set(before), before  # the search finds every place the words were
+    assert ("file_blobs.data" in before) == (s3 is None) and any(k.startswith("s3:") for k in before) == (
+        s3 is not None
+    )
+    assert traces(db, user)["procrastinate_jobs.args"] >= 1  # a compaction job names the user
+
+    erased = engine.users.erase(user, job_wait=5)
+    assert erased.finished and erased.counts["users"] == 1 and erased.counts["turns"] >= 18
+    assert traces(db, marker, s3=s3, bucket=bucket) == {}
+    assert traces(db, user) == {}  # not even the user's id, in any table or job
+    other_file = engine.files.list(user_id=other)[0]
+    assert engine.files.read_bytes(other_file) == shared  # the bytes another user shares stay theirs
+    assert engine.users.erase(user).counts == {}  # running it again is safe
+    out, err = capsys.readouterr()
+    assert marker not in out and marker not in err  # nor in the logs
+
+
+def test_a_turn_of_a_user_being_erased_is_refused_and_nothing_is_stored(make_engine_for, store):
+    from errors import UserErasingError
+
+    engine = make_engine_for()
+    engine.turn(user_id="u1", session_id="s1", message="hello", reply="hi")
+    assert store.erasure.begin("u1")
+    with pytest.raises(UserErasingError):
+        engine.turn(user_id="u1", session_id="s1", message="still here?", reply="no")
+    with pytest.raises(UserErasingError):
+        engine.turn(user_id="u1", session_id="s2", message="a new session?", reply="no")
+    assert [t.seq for t in store.turns.of_session("s1")] == [1, 2]
+    assert store.sessions.get("s2") is None
+
+
+def test_the_export_holds_every_turn_verbatim(make_engine_for, store):
+    engine = make_engine_for(window=1024)
+    said = [f"Message {i}: " + "words about the harbour " * 10 for i in range(12)]
+    for text in said:
+        engine.turn(user_id="u1", session_id="s1", message=text, reply="ok")
+    exported = engine.users.export("u1")
+    turns = [t["content"] for s in exported["sessions"] for t in s["turns"] if t["role"] == "user"]
+    assert turns == said
+    assert exported["sessions"][0]["memories"] and exported["sessions"][0]["summary"]["content"]
+    json.dumps(exported)  # JSON-ready
