@@ -17,6 +17,8 @@ attribute          room                                   tables it writes
                                                           ``character_avatars``
 ``erasure``        :class:`memory.erasure.Erasure`        ``users.erasing_at``; at an erasure's end the
                                                           user's last rows and queue jobs
+``memories``       :class:`memory.memories.Memories`      forgetting: segments, turns, summaries and
+                                                          learned facts, in one transaction
 =================  =====================================  ==========================================
 
 Files and their blobs are :class:`memory.files.FileStore`'s, made with a blob store
@@ -38,6 +40,7 @@ from memory.database import send_binary_vectors, storage_errors
 from memory.erasure import Erasure
 from memory.images import Transcripts
 from memory.knowledge import Knowledge
+from memory.memories import Memories
 from memory.profiles import Profiles
 from memory.segments import SEGMENT_ROWS, Archive, NewSegment
 from memory.sessions import ClaimedSession, Sessions
@@ -84,6 +87,7 @@ class Store:
         self.apps = Directory(engine)
         self.characters = Characters(engine)
         self.erasure = Erasure(engine)
+        self.memories = Memories(engine)
         # a session's deletion: each room deletes its own rows, in this order, in one transaction
         self.sessions.session_rows.extend(
             [

@@ -46,7 +46,11 @@ def world(request, store, embedder, fake_llm, tmp_path):
             aws_access_key_id=S3_CREDENTIALS["access_key_id"],
             aws_secret_access_key=S3_CREDENTIALS["secret_access_key"],
         )
-    settings = Settings(context_window=1024, database_url="unused", files_dir=tmp_path / "files", **extra)
+    from runtime.accounting import Budgets
+
+    # a small recent window (turns roll out soon) and a summary that keeps every quote
+    budgets = Budgets.create(recent=200, summary=800)
+    settings = Settings(database_url="unused", files_dir=tmp_path / "files", budgets=budgets, **extra)
     services = open_file_services(settings, store.engine)
     scheduler = QueuedCompaction(store.engine)
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
@@ -151,3 +155,72 @@ def test_the_export_holds_every_turn_verbatim(make_engine_for, store):
     assert turns == said
     assert exported["sessions"][0]["memories"] and exported["sessions"][0]["summary"]["content"]
     json.dumps(exported)  # JSON-ready
+
+
+def _conversation(engine: Engine, marker: str, *, attach: bool = False) -> tuple[str, str, int]:
+    """A user's session whose second message holds ``marker`` (with a file only it carries, with
+    ``attach``), rolled out of the recent window into the archive and the summary; then the session
+    closed and a new one started from its summary (which carries the quote). Returns the user, the
+    first session and the marker turn's seq."""
+    from datetime import timedelta
+
+    from memory.tables import utcnow
+    from runtime.service import close_idle_sessions
+
+    directory = Directory(engine.store.engine)
+    user = "u-" + uuid.uuid4().hex[:8]
+    session = f"{user}:first"
+    engine.turn(user_id=user, session_id=session, message="Hello there, how are you today?")
+    attachments = []
+    if attach:
+        assert engine.files is not None
+        attachments = [engine.files.add(user_id=user, name="code.txt", data=f"the code is {marker}\n".encode() * 4).id]
+    engine.turn(user_id=user, session_id=session, message=f"My locker code is {marker}.", attachments=attachments)
+    for i in range(8):
+        engine.turn(user_id=user, session_id=session, message=f"Filler {i}: " + "the garden was quiet. " * 3)
+    engine.runner.compact_now(engine.runner.request(session, user))
+    close_idle_sessions(engine, idle_seconds=0, now=utcnow() + timedelta(seconds=1), worker_id="w")
+    later = directory.start_session(user_id=user, character_id=engine.cast.default.id)
+    assert later.carried_from == session
+    return user, session, 3
+
+
+def test_a_forgotten_memory_is_gone_from_recall_and_every_summary_but_the_transcript_keeps_it(world):
+    engine, s3, bucket = world
+    marker = "zq" + uuid.uuid4().hex[:12]
+    user, session, _ = _conversation(engine, marker)
+    db = engine.store.engine
+    before = traces(db, marker, s3=s3, bucket=bucket)
+    assert {"turns.content", "archived_segments.content", "archived_segments.search", "summaries.content"} <= set(
+        before
+    )
+    assert before["summaries.content"] == 2  # the session's summary and the one carried into the next session
+    [memory] = [m for m in engine.memories.page(user) if marker in m.content]
+    assert [m.id for m in engine.memories.search(user, "What is my locker code?")][:3].count(memory.id) == 1
+
+    counts = engine.memories.forget(user, memory.id)
+    assert counts["archived_segments"] == 1 and counts["summaries"] == 2
+    assert traces(db, marker, s3=s3, bucket=bucket) == {"turns.content": 1}  # the transcript keeps the message
+    for summary in engine.store.memories.summaries(user):
+        assert summary.items and "Filler" in summary.content  # the rest of each summary is kept
+    context = engine.assemble(user_id=user, session_id=session, pending="What is my locker code?")
+    assert marker not in "\n".join(str(m["content"]) for m in context.messages)
+    with pytest.raises(Exception) as gone:
+        engine.memories.forget(user, memory.id)
+    assert type(gone.value).__name__ == "NotFoundError"
+
+
+def test_a_deleted_message_is_gone_everywhere_with_the_file_only_it_carried(world):
+    engine, s3, bucket = world
+    marker = "zq" + uuid.uuid4().hex[:12]
+    user, session, seq = _conversation(engine, marker, attach=True)
+    db = engine.store.engine
+    before = traces(db, marker, s3=s3, bucket=bucket)
+    assert {"turns.content", "archived_segments.content", "summaries.items"} <= set(before)
+    assert ("file_blobs.data" in before) == (s3 is None)
+
+    counts = engine.memories.delete_turn(user, session, seq)
+    assert counts["turns"] == 1 and counts["archived_segments"] == 1 and counts["files"] == 1
+    assert traces(db, marker, s3=s3, bucket=bucket) == {}
+    assert seq not in [t.seq for t in engine.store.turns.of_session(session)]
+    assert engine.files.list(user_id=user) == []

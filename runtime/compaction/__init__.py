@@ -4,9 +4,10 @@ behind the circuit breaker; the summarizers.
 
 from runtime.compaction._compactor import CompactionOutcome, Compactor, exchanges, plan_rollout, reset_breaker
 from runtime.compaction._model_summarizer import LiteLLMSummarizer, map_summarizer_error, summarizer_for
-from runtime.compaction._summarizers import ExtractiveSummarizer, Summarizer
+from runtime.compaction._summarizers import ExtractiveSummarizer, Summarizer, render_summary
 
 __all__ = [
+    "render_summary",
     "CompactionOutcome",
     "Compactor",
     "ExtractiveSummarizer",

@@ -14,6 +14,7 @@ from runtime.turn._engine import Engine
 from runtime.turn._extensions import Gathered, TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
+from runtime.turn._memory_ops import Memory, MemoryOps, memory_id, segment_number
 from runtime.turn._runner import TurnRunner
 from runtime.turn._user_ops import Erased, UserOps
 from runtime.turn._validate import validate_message
@@ -23,6 +24,10 @@ __all__ = [
     "AVATAR_TYPES",
     "EXPORT_FORMATS",
     "Erased",
+    "Memory",
+    "MemoryOps",
+    "memory_id",
+    "segment_number",
     "UserOps",
     "AttachmentsExtension",
     "Cast",

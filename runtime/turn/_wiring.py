@@ -26,6 +26,7 @@ from runtime.turn._compaction import CompactionScheduler
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer
 from runtime.turn._images import TurnImages
+from runtime.turn._memory_ops import MemoryOps
 from runtime.turn._runner import TurnRunner
 from runtime.turn._sessions import SessionOps
 from runtime.turn._user_ops import UserOps
@@ -78,6 +79,8 @@ class EngineParts:
     """Stored characters: add, revise, export, delete."""
     users: UserOps
     """A user's data as a whole: erase, export."""
+    memories: MemoryOps
+    """What characters remember of users: see, search, forget, delete a message."""
 
     def __init__(
         self,
@@ -153,6 +156,14 @@ class EngineParts:
         )
         self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles)
         self.users = UserOps(store=store, files=files, sessions=self.sessions)
+        self.memories = MemoryOps(
+            store=store,
+            files=files,
+            runner=self.runner,
+            embedder=embedder,
+            counter=counter,
+            preset=self.gatherer.recall_preset,
+        )
         self.characters = CharacterOps(
             characters=store.characters,
             cast=self.cast,
