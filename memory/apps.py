@@ -95,6 +95,11 @@ class Directory:
             raise NotFoundError(f"No user {external_id!r}.", kind="user", resource_id=external_id)
         return user
 
+    def owns(self, app_id: str, user_id: str) -> bool:
+        """Whether the user (the runtime's id) is the app's."""
+        with storage_errors(), Session(self.engine) as db:
+            return db.exec(select(User.id).where(User.id == user_id, User.app_id == app_id)).first() is not None
+
     def users(self, app_id: str) -> list[User]:
         with storage_errors(), Session(self.engine) as db:
             return list(

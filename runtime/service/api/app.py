@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 from fastapi.responses import JSONResponse
 
-from runtime.service.api import characters, files, openai_compat, playground, profiles, sessions
+from runtime.service.api import characters, files, memories, openai_compat, playground, profiles, sessions
 from runtime.service.api.deps import Services, checked_params
 from runtime.service.api.errors import install_error_handlers
 from runtime.service.api.limits import MULTIPART_OVERHEAD_BYTES, BodyLimit
@@ -70,6 +70,7 @@ def create_app(engine: Engine, *, job_worker: bool = False, owns_engine: bool = 
     install_error_handlers(app)
     app.include_router(sessions.router)
     app.include_router(characters.router)
+    app.include_router(memories.router)
     app.include_router(openai_compat.router)
     app.include_router(files.router)
     app.include_router(profiles.router)

@@ -117,6 +117,37 @@ class CharacterDeleteOut(BaseModel):
     sessions_deleted: int = Field(default=0, description="Sessions deleted with it (`cascade=true`).")
 
 
+class MemoryOut(BaseModel):
+    id: str = Field(description="`seg_` + a number: what DELETE /v1/memories/{id} takes.")
+    session_id: str
+    character_id: str
+    first_seq: int
+    last_seq: int
+    content: str = Field(description="The turns verbatim, one `Name: text` line each.")
+    date: datetime = Field(description="When its first turn was said.")
+    score: float | None = Field(default=None, description="Recall's score, for a search (`q`).")
+
+
+class MemoriesOut(BaseModel):
+    data: list[MemoryOut]
+    next: str | None = Field(default=None, description="`cursor` for the next page; null on the last one.")
+    learned: list[str] = Field(default_factory=list, description="Facts the character(s) learned from summaries.")
+    quotes: list[dict[str, Any]] = Field(
+        default_factory=list, description="The user's words quoted in the current summaries (session, seq, date, text)."
+    )
+
+
+class ForgottenOut(BaseModel):
+    id: str
+    deleted: dict[str, int] = Field(description="Rows deleted or rewritten, by table.")
+
+
+class ErasedOut(BaseModel):
+    user_id: str
+    finished: bool = Field(description="False: a queue job of the user was still running; erase again.")
+    deleted: dict[str, int] = Field(description="Rows deleted, by table (`files`: the user's files).")
+
+
 class PersonaOut(BaseModel):
     name: str = Field(description="The persona's name.")
     nickname: str | None = Field(
