@@ -360,6 +360,14 @@ class Sessions:
             )
             conn.commit()
 
+    def closed_before(self, cutoff: datetime) -> list[tuple[str, str]]:
+        """``(session id, user id)`` of every session closed before ``cutoff`` (retention)."""
+        with storage_errors(), Session(self._one) as db:
+            rows = db.execute(
+                text("SELECT id, user_id FROM sessions WHERE closed_at < :c ORDER BY closed_at").bindparams(c=cutoff)
+            ).all()
+        return [(r[0], r[1]) for r in rows]
+
     # -- deletion ----------------------------------------------------------------
     def delete(self, session_id: str, *, files: FileStore | None = None) -> dict[str, int]:
         """Delete a session and everything of it, in one transaction: its turns and their

@@ -115,6 +115,9 @@ class ServiceSettings:
     """``COMPANION_CLOSE_IDLE_HOURS``: a session idle this long is closed, hours."""
     close_batch: int
     """``COMPANION_CLOSE_BATCH``: sessions one close transaction takes."""
+    retention_days: float | None = None
+    """``COMPANION_RETENTION_DAYS``: the close job deletes sessions closed longer ago than this, days
+    (``None``: never)."""
 
 
 __all__ = ["FileSettings", "ParsingSettings", "RecallSettings", "ServiceSettings", "TurnSettings", "VisionSettings"]

@@ -377,6 +377,9 @@ class Settings(_EnvironmentSettings):
     close_idle_hours: float = Field(6.0, ge=0.0, le=24 * 365.0)
     """``COMPANION_CLOSE_IDLE_HOURS``: hours without a new turn after which a session counts as idle."""
     close_batch: int = Field(20, ge=1)
+    retention_days: float | None = Field(None, gt=0)
+    """``COMPANION_RETENTION_DAYS``: the nightly close job deletes every session closed more than this
+    many days ago, with everything of it (docs/privacy.md). Unset (the default): sessions are kept."""
     """``COMPANION_CLOSE_BATCH``: sessions one close-job transaction claims and locks at a time."""
     # -- images --
     vision_models: Annotated[tuple[str, ...], NoDecode, BeforeValidator(_comma_list)] = ()
@@ -499,6 +502,7 @@ class Settings(_EnvironmentSettings):
             close_cron=self.close_cron,
             close_idle_hours=self.close_idle_hours,
             close_batch=self.close_batch,
+            retention_days=self.retention_days,
         )
 
     @classmethod

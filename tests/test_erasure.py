@@ -224,3 +224,57 @@ def test_a_deleted_message_is_gone_everywhere_with_the_file_only_it_carried(worl
     assert traces(db, marker, s3=s3, bucket=bucket) == {}
     assert seq not in [t.seq for t in engine.store.turns.of_session(session)]
     assert engine.files.list(user_id=user) == []
+
+
+def test_the_command_line_exports_and_erases_a_user(db_url, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DATABASE_URL": db_url}
+
+    def run(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "runtime.cli", *args], env=env, capture_output=True, text=True, timeout=300
+        )
+
+    from memory.database import make_engine
+    from memory.store import Store
+
+    store = Store(make_engine(db_url))
+    store.sessions.ensure(session_id="s1", user_id="cli-user")
+    store.turns.add(session_id="s1", role="user", content="A line to export.", tokens=6)
+    out = tmp_path / "export.json"
+    exported = run("users", "export", "cli-user", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(out.read_text())["sessions"][0]["turns"][0]["content"] == "A line to export."
+    erased = run("users", "erase", "cli-user")
+    assert erased.returncode == 0 and "erased" in erased.stdout, erased.stderr
+    assert store.sessions.get("s1") is None
+    again = run("users", "erase", "cli-user")
+    assert again.returncode == 0 and "nothing to erase" in again.stdout
+    store.engine.dispose()
+
+
+def test_retention_deletes_sessions_closed_longer_ago_and_keeps_the_rest(make_engine_for, store):
+    from datetime import timedelta
+
+    from memory.tables import utcnow
+    from runtime.service import close_idle_sessions
+
+    engine = make_engine_for()
+    for session in ("old", "young", "open"):
+        engine.turn(user_id="u1", session_id=session, message=f"hello from {session}", reply="hi")
+    now = utcnow()
+    close_idle_sessions(engine, idle_seconds=0, now=now + timedelta(seconds=1), worker_id="w", limit=2)
+    with store.engine.begin() as conn:  # "old" was closed 40 days ago
+        from sqlalchemy import text
+
+        conn.execute(text("UPDATE sessions SET closed_at = now() - interval '40 days' WHERE id = 'old'"))
+        conn.execute(text("UPDATE sessions SET closed_at = NULL WHERE id = 'open'"))
+    report = close_idle_sessions(engine, idle_seconds=86400, now=now, worker_id="w", retention_days=30)
+    assert report.expired == 1
+    assert store.sessions.get("old") is None and store.sessions.get("young") is not None
+    assert store.sessions.get("open") is not None
+    off = close_idle_sessions(engine, idle_seconds=86400, now=now + timedelta(days=400), worker_id="w")
+    assert off.expired == 0 and store.sessions.get("young") is not None  # off by default

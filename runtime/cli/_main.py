@@ -21,6 +21,8 @@
     companion characters add FILE [--app NAME] | list [--app NAME] [--name TEXT] | show CHARACTER
     companion characters export CHARACTER OUT [--format v2|v3|png] | remove CHARACTER [--cascade]
     companion kb add CHARACTER FILE... | kb list CHARACTER | kb remove CHARACTER FILE
+    companion memories list USER [--character C] | search USER QUERY | forget USER MEMORY
+    companion users export USER OUT.json | users erase USER
     companion profile show USER | profile set USER [--name N] [--pronouns P] [--fact F ...] [--clear-facts]
     companion serve [--host H] [--port P]
     companion apps create NAME | companion apps list
@@ -53,6 +55,7 @@ from runtime.cli._characters import add_character_commands
 from runtime.cli._chat import cmd_chat, cmd_inspect
 from runtime.cli._common import EXIT_INTERRUPTED, _id_arg, exit_status
 from runtime.cli._files import _add_files_parser
+from runtime.cli._memories import add_memory_commands
 from runtime.cli._persona import _add_persona_commands
 from runtime.cli._replay import cmd_replay
 from runtime.cli._service import _add_service_commands
@@ -127,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     s_delete.set_defaults(func=cmd_session_delete)
     _add_persona_commands(sub)
     add_character_commands(sub)
+    add_memory_commands(sub)
     _add_service_commands(sub)
     return parser
 

@@ -154,6 +154,7 @@ def cmd_jobs_run(args: argparse.Namespace) -> int:
         batch=settings.service.close_batch,
         worker_id=args.worker,
         alongside=QueueWorker(engine, name=args.worker or "jobs", concurrency=args.concurrency),
+        retention_days=settings.service.retention_days,
     )
     return 0
 
@@ -170,10 +171,17 @@ def cmd_jobs_close_idle(args: argparse.Namespace) -> int:
     settings, engine = _job_engine()
     service = settings.service
     hours = service.close_idle_hours if args.idle_hours is None else args.idle_hours
-    report = close_idle_sessions(engine, idle_seconds=hours * 3600, worker_id=args.worker, batch=service.close_batch)
+    report = close_idle_sessions(
+        engine,
+        idle_seconds=hours * 3600,
+        worker_id=args.worker,
+        batch=service.close_batch,
+        retention_days=service.retention_days,
+    )
     print(
         f"close-idle ({report.worker_id}, idle > {hours:g} h): claimed {report.claimed}, "
         f"closed {len(report.closed)}, failed {len(report.failed)}, turns rolled out {report.rolled_turns}"
+        + (f", expired sessions deleted {report.expired}" if service.retention_days else "")
     )
     for session_id, reason in report.failed.items():
         print(f"  failed {session_id}: {reason}")

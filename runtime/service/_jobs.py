@@ -65,6 +65,8 @@ class CloseReport:
     """Session id → why it could not be closed (it stays open)."""
     rolled_turns: int = 0
     """Turns rolled out of recent windows into the summary and/or the archive."""
+    expired: int = 0
+    """Closed sessions deleted for being older than the retention (``COMPANION_RETENTION_DAYS``)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +75,7 @@ class CloseReport:
             "closed": len(self.closed),
             "failed": len(self.failed),
             "rolled_turns": self.rolled_turns,
+            "expired": self.expired,
             "failures": dict(self.failed),
         }
 
@@ -107,6 +110,7 @@ def close_idle_sessions(
     worker_id: str | None = None,
     batch: int = 20,
     limit: int | None = None,
+    retention_days: float | None = None,
 ) -> CloseReport:
     """Close every session idle for more than ``idle_seconds`` (see the module docstring).
 
@@ -118,6 +122,8 @@ def close_idle_sessions(
         worker_id: recorded as ``closed_by`` (default ``HOST:PID``).
         batch: sessions claimed (and locked) per transaction.
         limit: stop after claiming this many sessions (default: until none is left).
+        retention_days: then delete every session closed more than this many days before ``now``,
+            with everything of it (``COMPANION_RETENTION_DAYS``; ``None``: keep them).
 
     Raises:
         StorageError: the claim or the close itself failed (that batch is rolled back;
@@ -150,12 +156,18 @@ def close_idle_sessions(
                 report.closed.append(session_id)
                 report.rolled_turns += outcome.rolled_turns if outcome else 0
                 _log_closed(engine, session_id, worker, outcome)
+    if retention_days:
+        expired = engine.store.sessions.closed_before((now or utcnow()) - timedelta(days=retention_days))
+        for session_id, user_id in expired:
+            engine.delete_session(user_id=user_id, session_id=session_id)
+        report.expired = len(expired)
     log.info(
         "job.run_completed",
         worker=worker,
         claimed=report.claimed,
         closed=len(report.closed),
         failed=len(report.failed),
+        expired=report.expired,
         idle_seconds=idle_seconds,
     )
     return report
@@ -200,6 +212,7 @@ def run_scheduler(
     batch: int,
     worker_id: str | None = None,
     alongside: AbstractContextManager[Any] | None = None,
+    retention_days: float | None = None,
 ) -> None:
     """Run :func:`close_idle_sessions` on the ``cron`` schedule (five crontab fields, the
     machine's local time zone) until Ctrl-C or SIGTERM. Blocks; on the signal a close in
@@ -225,7 +238,13 @@ def run_scheduler(
     scheduler.add_job(
         close_idle_sessions,
         CronTrigger.from_crontab(cron, timezone=zone),
-        kwargs={"engine": engine, "idle_seconds": idle_seconds, "batch": batch, "worker_id": worker_id},
+        kwargs={
+            "engine": engine,
+            "idle_seconds": idle_seconds,
+            "batch": batch,
+            "worker_id": worker_id,
+            "retention_days": retention_days,
+        },
         id="close-idle",
         max_instances=1,
         coalesce=True,
