@@ -343,7 +343,9 @@ def test_the_playground_uploads_a_card_shows_its_avatar_and_talks_as_the_chosen_
     )
     browser.find_element(By.ID, "new-session").click()
     wait(browser, lambda d: text_of(d, "#persona") == "Harbour Pilot", message="the session is not the pilot's")
-    assert "Welcome" in assistant_texts(browser)[0]  # the card's greeting opened the session
+    wait(  # the card's greeting opened the session
+        browser, lambda d: assistant_texts(d) and "Welcome" in assistant_texts(d)[0], message="no greeting"
+    )
     shots(browser, "character-picked")
     send(browser, "Where are we?")
     wait_reply_done(browser)
@@ -357,3 +359,37 @@ def test_the_playground_uploads_a_card_shows_its_avatar_and_talks_as_the_chosen_
     wait(browser, lambda d: text_of(d, "#persona") == "Mira", message="the new session is not Mira's")
     labels = [o.text for o in Select(browser.find_element(By.ID, "session-select")).options]
     assert any("Harbour Pilot" in label for label in labels) and any("· Mira ·" in label for label in labels)
+
+
+def test_the_playground_shows_what_the_character_remembers_and_forgets_one(browser, shots, lore_server):
+    base, key, engine = lore_server
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        session = http.post("/v1/sessions", json={"user_id": "bo"}).json()
+        fill_archive(engine, key, session["id"])
+        memories = http.get("/v1/users/bo/memories").json()["data"]
+    assert memories
+
+    browser.set_window_size(1440, 1800)
+    browser.get(base)
+    browser.find_element(By.ID, "key").send_keys(key)
+    browser.find_element(By.ID, "save-key").click()
+    wait(browser, lambda d: "connected" in text_of(d, "#status"))
+    Select(browser.find_element(By.ID, "user-select")).select_by_visible_text("bo")
+    wait(
+        browser,
+        lambda d: len(d.find_elements(By.CSS_SELECTOR, "#memories li.memory")) == len(memories),
+        message="the memories were not listed",
+    )
+    first = browser.find_element(By.CSS_SELECTOR, "#memories li.memory")
+    gone, text = first.get_attribute("data-id"), first.find_element(By.CSS_SELECTOR, ".content").text
+    assert text == memories[0]["content"].strip()
+    shots(browser, "6-memories")
+    first.find_element(By.CSS_SELECTOR, "button.forget").click()
+    wait(browser, lambda d: "forgot" in text_of(d, "#status"), message="the memory was not forgotten")
+    wait(
+        browser,
+        lambda d: gone not in [e.get_attribute("data-id") for e in d.find_elements(By.CSS_SELECTOR, "#memories li")],
+    )
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        left = [m["id"] for m in http.get("/v1/users/bo/memories").json()["data"]]
+    assert gone not in left and len(left) == len(memories) - 1

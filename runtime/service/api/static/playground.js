@@ -148,7 +148,36 @@ async function pickSession(sessionId) {
     $("character-select").value = state.session.character_id;
     state.character = state.session.character_id;
   }
-  await Promise.all([loadTurns(), loadContext(), showAvatar()]);
+  await Promise.all([loadTurns(), loadContext(), showAvatar(), loadMemories()]);
+}
+
+// -- memories: GET /v1/users/{id}/memories, DELETE /v1/memories/{id} ----------------------------
+async function loadMemories() {
+  const list = $("memories");
+  const learned = $("learned");
+  list.replaceChildren();
+  learned.replaceChildren();
+  if (!state.user || !state.session) return;
+  const query = `?character_id=${enc(state.session.character_id)}&limit=50`;
+  const page = await api("GET", `/v1/users/${enc(state.user)}/memories${query}`);
+  if (!page.data.length) list.append(el("li", { className: "empty" }, "nothing archived yet"));
+  for (const m of page.data) {
+    const forget = el("button", { type: "button", className: "quiet forget" }, "Forget");
+    forget.addEventListener("click", guarded(async () => {
+      const out = await api("DELETE", `/v1/memories/${enc(m.id)}`);
+      setStatus(`forgot ${m.id}: ${out.deleted.summaries} summaries rewritten`, "ok");
+      await Promise.all([loadMemories(), loadContext()]);
+    }));
+    list.append(
+      el(
+        "li",
+        { className: "card memory", dataset: { id: m.id } },
+        el("div", { className: "card-head" }, `${m.date.slice(0, 10)} · turns ${m.first_seq}–${m.last_seq} `, forget),
+        el("pre", { className: "content" }, m.content),
+      ),
+    );
+  }
+  for (const fact of page.learned) learned.append(el("li", {}, `learned: ${fact}`));
 }
 
 // -- characters: GET /v1/characters, POST /v1/characters (a card file), the avatar ----------------
@@ -522,6 +551,7 @@ document.addEventListener("DOMContentLoaded", () => {
     setStatus(`breaker ${out.state}; ${out.consecutive_failures} failures, ${out.compactions} compactions`, "ok");
   }));
   $("refresh-context").addEventListener("click", guarded(loadContext));
+  $("refresh-memories").addEventListener("click", guarded(loadMemories));
   $("cancel-edit").addEventListener("click", cancelEdit);
   $("composer").addEventListener("submit", send);
   $("message").addEventListener("keydown", (e) => {
