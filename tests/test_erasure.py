@@ -278,3 +278,20 @@ def test_retention_deletes_sessions_closed_longer_ago_and_keeps_the_rest(make_en
     assert store.sessions.get("open") is not None
     off = close_idle_sessions(engine, idle_seconds=86400, now=now + timedelta(days=400), worker_id="w")
     assert off.expired == 0 and store.sessions.get("young") is not None  # off by default
+
+
+def test_forgetting_waits_for_a_running_compaction_and_never_writes_under_it(make_engine_for, store):
+    from errors import ConflictError
+    from runtime.accounting import Budgets
+
+    engine = make_engine_for(budgets=Budgets.create(recent=200, summary=800))
+    marker = "zq" + uuid.uuid4().hex[:12]
+    user, session, _ = _conversation(engine, marker)
+    [memory] = [m for m in engine.memories.page(user) if marker in m.content]
+    before = {s.session_id: s.content for s in store.memories.summaries(user)}
+    with store.compaction.lock(session) as held:  # a compaction of the session is running
+        assert held
+        with pytest.raises(ConflictError):
+            engine.memories.forget(user, memory.id)
+    assert {s.session_id: s.content for s in store.memories.summaries(user)} == before  # nothing written
+    assert engine.memories.forget(user, memory.id)["archived_segments"] == 1  # once it has ended

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,7 +39,9 @@ from runtime.turn._runner import TurnRunner
 log = structlog.get_logger("companion.memories")
 
 ATTEMPTS = 3
-"""Forgetting is tried again this many times when a compaction rewrote a summary meanwhile."""
+"""Forgetting is tried this many times while a compaction holds a summary's lock or rewrote it meanwhile."""
+LOCK_RETRY_SECONDS = 0.5
+"""Pause before the next try, times the try's number, seconds."""
 _QUOTED = re.compile(r"[\"“「『‘]([^\"”」』’]{3,})[\"”」』’]")
 """Words in quotation marks in a model note: the user's own words, by the summarizer's rule."""
 
@@ -207,16 +210,29 @@ class MemoryOps:
         segment_ids: Sequence[int],
         turn_ids: Sequence[int],
     ) -> dict[str, int]:
+        """Rewrite and write, holding the compaction lock of every session whose summary changes
+        (and of ``session_id``), so that no compaction that read a summary before brings the
+        forgotten words back; a busy lock or a summary changed meanwhile is tried again."""
         for attempt in range(ATTEMPTS):
             summaries, facts = self._rewrites(user_id, session_id, seqs, said)
-            try:
-                return self.store.memories.forget(
-                    user_id,
-                    Forgetting(segment_ids=segment_ids, turn_ids=turn_ids, summaries=summaries, facts=facts),
+            sessions = sorted({session_id, *(r.session_id for r in summaries)})
+            with contextlib.ExitStack() as locks:
+                held = all(locks.enter_context(self.store.compaction.lock(s)) for s in sessions)
+                if held:
+                    try:
+                        return self.store.memories.forget(
+                            user_id,
+                            Forgetting(segment_ids=segment_ids, turn_ids=turn_ids, summaries=summaries, facts=facts),
+                        )
+                    except ConflictError:
+                        if attempt == ATTEMPTS - 1:
+                            raise
+            if not held and attempt == ATTEMPTS - 1:
+                raise ConflictError(
+                    f"A compaction of session {session_id!r} or a session carrying its summary kept running; "
+                    "nothing was forgotten. Try again."
                 )
-            except ConflictError:
-                if attempt == ATTEMPTS - 1:
-                    raise
+            time.sleep(LOCK_RETRY_SECONDS * (attempt + 1))
         raise AssertionError("unreachable")
 
     def _rewrites(
