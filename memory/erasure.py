@@ -1,7 +1,7 @@
 """The erasure room: marking a user as being erased, and deleting what is left of them at the end.
 
 An erasure (``runtime.turn.UserOps.erase``) runs in steps that can be run again: it marks the user
-(:meth:`Erasure.begin`; from then on no turn of theirs is claimed and no session of theirs is
+(:meth:`Erasure.mark`; from then on no turn of theirs is claimed and no session of theirs is
 made), deletes each session with everything of it (:meth:`memory.sessions.Sessions.delete`), the
 user's files and their blobs (:meth:`memory.files.FileStore.delete`), then, in one transaction,
 the rest (:meth:`Erasure.finish`): learned facts, the profile, the user's own characters, the
@@ -38,7 +38,7 @@ class Erasure:
         self._engine = engine
         self._one = autocommit_engine(engine)
 
-    def begin(self, user_id: str) -> bool:
+    def mark(self, user_id: str) -> bool:
         """Mark the user as being erased (kept if marked already); False if there is no such user."""
         with storage_errors(), Session(self._one) as db:
             marked = db.execute(

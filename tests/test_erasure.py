@@ -136,7 +136,7 @@ def test_a_turn_of_a_user_being_erased_is_refused_and_nothing_is_stored(make_eng
 
     engine = make_engine_for()
     engine.turn(user_id="u1", session_id="s1", message="hello", reply="hi")
-    assert store.erasure.begin("u1")
+    assert store.erasure.mark("u1")
     with pytest.raises(UserErasingError):
         engine.turn(user_id="u1", session_id="s1", message="still here?", reply="no")
     with pytest.raises(UserErasingError):

@@ -52,7 +52,7 @@ class UserOps:
             StorageError: the database failed; what was deleted stays deleted, and running the
                 erasure again finishes it.
         """
-        if not self.store.erasure.begin(user_id):
+        if not self.store.erasure.mark(user_id):
             return Erased(counts={})
         log.info("user.erasing", user_id=user_id)
         counts: Counter[str] = Counter()
