@@ -295,3 +295,24 @@ def test_forgetting_waits_for_a_running_compaction_and_never_writes_under_it(mak
             engine.memories.forget(user, memory.id)
     assert {s.session_id: s.content for s in store.memories.summaries(user)} == before  # nothing written
     assert engine.memories.forget(user, memory.id)["archived_segments"] == 1  # once it has ended
+
+
+def test_the_export_of_a_replayed_locomo_conversation_holds_every_user_turn_verbatim(make_engine_for):
+    """The repository's sample conversation (LoCoMo's layout); with ``../shared/data/locomo_dev7.json``
+    beside the repository, its first conversation too."""
+    from pathlib import Path
+
+    from runtime.service import load_conversations, replay_conversation
+
+    repo = Path(__file__).resolve().parents[1]
+    paths = [repo / "scripts" / "data" / "sample_conversation.json"]
+    shared = repo.parent / "shared" / "data" / "locomo_dev7.json"
+    conversations = [c for p in paths for c in load_conversations(p)]
+    if shared.is_file():
+        conversations.append(load_conversations(shared)[0])
+    engine = make_engine_for(window=1024)
+    for conv in conversations:
+        report = replay_conversation(engine, conv, run_id="export")
+        exported = engine.users.export(report.user_id)
+        said = [t["content"] for s in exported["sessions"] for t in s["turns"] if t["role"] == "user"]
+        assert said == [t.text for t in conv.turns if t.role == "user"], conv.id
