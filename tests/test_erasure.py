@@ -185,7 +185,7 @@ def _conversation(engine: Engine, marker: str, *, attach: bool = False) -> tuple
     return user, session, 3
 
 
-def test_a_forgotten_memory_is_gone_from_recall_and_every_summary_but_the_transcript_keeps_it(world):
+def test_a_forgotten_memory_is_gone_from_recall_and_every_summary_but_the_transcript_keeps_it(world, capsys):
     engine, s3, bucket = world
     marker = "zq" + uuid.uuid4().hex[:12]
     user, session, _ = _conversation(engine, marker)
@@ -208,9 +208,11 @@ def test_a_forgotten_memory_is_gone_from_recall_and_every_summary_but_the_transc
     with pytest.raises(Exception) as gone:
         engine.memories.forget(user, memory.id)
     assert type(gone.value).__name__ == "NotFoundError"
+    out, err = capsys.readouterr()
+    assert marker not in out and marker not in err  # the logs never held the words
 
 
-def test_a_deleted_message_is_gone_everywhere_with_the_file_only_it_carried(world):
+def test_a_deleted_message_is_gone_everywhere_with_the_file_only_it_carried(world, capsys):
     engine, s3, bucket = world
     marker = "zq" + uuid.uuid4().hex[:12]
     user, session, seq = _conversation(engine, marker, attach=True)
@@ -224,6 +226,8 @@ def test_a_deleted_message_is_gone_everywhere_with_the_file_only_it_carried(worl
     assert traces(db, marker, s3=s3, bucket=bucket) == {}
     assert seq not in [t.seq for t in engine.store.turns.of_session(session)]
     assert engine.files.list(user_id=user) == []
+    out, err = capsys.readouterr()
+    assert marker not in out and marker not in err
 
 
 def test_the_command_line_exports_and_erases_a_user(db_url, tmp_path):
