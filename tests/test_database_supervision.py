@@ -134,7 +134,7 @@ def test_after_a_full_disk_stops_the_database_the_service_starts_it_once_space_i
                 # used up a new one cannot be created, PostgreSQL PANICs, and its crash recovery fails
                 # on the full disk too, so the postmaster shuts down
                 with contextlib.suppress(psycopg.Error), psycopg.connect(server.get_uri(), autocommit=True) as admin:
-                    for n in range(1, 200):
+                    for n in range(1, 2000):  # until the server goes down (an error ends the loop)
                         admin.execute("UPDATE wal_filler SET n = %s", (n,))
                         admin.execute("SELECT pg_switch_wal()")
                 assert _until(lambda: not supervisor.running() and not engine.store.ready(), 30)
