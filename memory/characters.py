@@ -227,6 +227,15 @@ class Characters:
             ).all()
         return [(r, at.isoformat()) for r, at in rows]
 
+    def has_avatar(self, character_id: str) -> bool:
+        """Whether the character has an image (its bytes are not read)."""
+        with storage_errors(), Session(self._one) as db:
+            return bool(
+                db.execute(
+                    text("SELECT EXISTS (SELECT 1 FROM character_avatars WHERE character_id = :c)"), {"c": character_id}
+                ).scalar()
+            )
+
     def avatar(self, character_id: str) -> Avatar | None:
         with storage_errors(), Session(self._one) as db:
             row = db.execute(

@@ -129,19 +129,29 @@ def test_after_a_full_disk_stops_the_database_the_service_starts_it_once_space_i
                 small_volume, interval=0.2, backoff=(0.2, 1.0), warn_free_bytes=64 * 2**20
             ).start()
             try:
-                _fill(small_volume / "filler")
-                # updates in place, each in a new write-ahead-log segment: once the recycled segments are
-                # used up a new one cannot be created, PostgreSQL PANICs, and its crash recovery fails
-                # on the full disk too, so the postmaster shuts down
-                with contextlib.suppress(psycopg.Error), psycopg.connect(server.get_uri(), autocommit=True) as admin:
-                    for n in range(1, 2000):  # until the server goes down (an error ends the loop)
-                        admin.execute("UPDATE wal_filler SET n = %s", (n,))
-                        admin.execute("SELECT pg_switch_wal()")
-                assert _until(lambda: not supervisor.running() and not engine.store.ready(), 30)
+                fillers: list[Path] = []
+
+                def full_and_down() -> bool:
+                    """Fill whatever space is free (PostgreSQL may free some: old WAL after a checkpoint),
+                    then write WAL: once no new write-ahead-log segment can be created, PostgreSQL PANICs,
+                    and its crash recovery fails on the full disk too, so the postmaster shuts down."""
+                    fillers.append(small_volume / f"filler-{len(fillers)}")
+                    _fill(fillers[-1])
+                    with (
+                        contextlib.suppress(psycopg.Error),
+                        psycopg.connect(server.get_uri(), autocommit=True, connect_timeout=2) as admin,
+                    ):
+                        for n in range(1, 200):  # an error (the server going down) ends the burst
+                            admin.execute("UPDATE wal_filler SET n = %s", (n,))
+                            admin.execute("SELECT pg_switch_wal()")
+                    return not supervisor.running() and not engine.store.ready()
+
+                assert _until(full_and_down, 60)
                 with pytest.raises(StorageError):
                     engine.turn(user_id="u", session_id="s", message="Are you there?", reply="...")
                 assert _until(lambda: _events(logs, "database.embedded_restart_failed") >= 1, 30)  # still full
-                (small_volume / "filler").unlink()
+                for filler in fillers:
+                    filler.unlink()
                 assert _until(lambda: supervisor.restarts == 1, 60)
                 assert _until(engine.store.ready, 30)
             finally:

@@ -140,7 +140,7 @@ def character_out(svc: Services, row: Character, owner: str | None, *, revisions
         tags=list(persona.tags),
         creator_notes=persona.creator_notes,
         lorebook_entries=len(persona.character_book.entries) if persona.character_book else 0,
-        has_avatar=stored.avatar(row.id) is not None,
+        has_avatar=stored.has_avatar(row.id),
         created_at=row.created_at,
         updated_at=row.updated_at,
         revisions=[{"revision": n, "created_at": at} for n, at in stored.revisions(row.id)] if revisions else None,
