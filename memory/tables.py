@@ -144,6 +144,12 @@ class Turn(SQLModel, table=True):
     """The provider's reported prompt tokens for the request that produced this turn, if known."""
     usage_completion_tokens: int | None = None
     """The provider's reported completion tokens for this turn, if known."""
+    usage_cached_tokens: int | None = None
+    """Prompt tokens the provider read from its prompt cache for that request, if it said (migration 0023)."""
+    usage_cache_write_tokens: int | None = None
+    """Prompt tokens the provider wrote to its prompt cache for that request, if it said."""
+    usage_cost_usd: float | None = None
+    """That request's price by litellm's cost map, US dollars; ``None`` when not priced."""
     request_estimate_tokens: int | None = None
     """Our raw (uncalibrated) estimate of the request that produced this turn, tokens."""
     request_messages: int | None = None

@@ -40,6 +40,12 @@ class RequestRecord:
     """A hash of the request's messages (:func:`runtime.accounting.fingerprint`)."""
     interrupted: bool = False
     """True when the reply's stream broke off: the turn holds what arrived."""
+    cached_tokens: int | None = None
+    """Prompt tokens the provider read from its prompt cache."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the provider wrote to its prompt cache."""
+    cost_usd: float | None = None
+    """The request's price, US dollars (litellm's cost map)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,10 +197,11 @@ class Turns:
             insert = (
                 "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
                 "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
-                "interrupted, state, created_at, utc_offset_minutes, character_revision, user_id) "
+                "interrupted, state, created_at, utc_offset_minutes, character_revision, user_id, "
+                "usage_cached_tokens, usage_cache_write_tokens, usage_cost_usd) "
                 "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
-                f":interrupted, :state, :at, :off, :rev, CAST(:tu AS varchar) FROM turns WHERE session_id = :s{mine} "
-                "RETURNING *"
+                f":interrupted, :state, :at, :off, :rev, CAST(:tu AS varchar), :uca, :ucw, :ucost "
+                f"FROM turns WHERE session_id = :s{mine} RETURNING *"
             )
             statement = (
                 text(insert)
@@ -221,6 +228,9 @@ class Turns:
                     off=offset_minutes(created_at),
                     rev=character_revision,
                     tu=user_id,
+                    uca=request.cached_tokens,
+                    ucw=request.cache_write_tokens,
+                    ucost=request.cost_usd,
                     **bound,
                 )
             ).one()

@@ -381,6 +381,8 @@ class FakeLLM:
         """Reported prompt tokens: a number, or a callable of the request body."""
         self.stream_delay = 0.0
         """Seconds to wait before each streamed word."""
+        self.previous: dict[str, Any] | None = None
+        """The request before the one being answered: the prompt cache's reference."""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -393,6 +395,8 @@ class FakeLLM:
                 length = int(self.headers.get("content-length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 fake.requests.append(body)
+                self.cached = cached_tokens(fake.previous, body)
+                fake.previous = body
                 step = fake.script.popleft() if fake.script else (fake.responder or fake.default_reply)
                 while True:
                     if callable(step):
@@ -427,9 +431,15 @@ class FakeLLM:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _usage(self, body: dict[str, Any]) -> dict[str, int]:
+            def _usage(self, body: dict[str, Any]) -> dict[str, Any]:
                 prompt = fake.prompt_tokens(body) if callable(fake.prompt_tokens) else fake.prompt_tokens
-                return {"prompt_tokens": prompt, "completion_tokens": 7, "total_tokens": prompt + 7}
+                cached = self.cached if prompt >= CACHE_MIN_TOKENS else 0
+                return {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": 7,
+                    "total_tokens": prompt + 7,
+                    "prompt_tokens_details": {"cached_tokens": min(cached, prompt)},
+                }
 
             def _whole(self, body: dict[str, Any], step: Any) -> None:
                 text = step.text if isinstance(step, Cut) else step
@@ -570,6 +580,32 @@ def echo_reply(body: dict[str, Any]) -> str:
     last = " ".join(str(users[-1]).split()) if users else ""
     quoted = last if len(last) <= 60 else last[:57] + "..."
     return f"I hear you: \u201c{quoted}\u201d Tell me more."
+
+
+CACHE_MIN_TOKENS = 1024
+"""A prompt shorter than this is never cached (OpenAI's rule)."""
+CACHE_BLOCK_TOKENS = 128
+"""Cached tokens come in blocks of this many (OpenAI's rule)."""
+
+
+def cached_tokens(previous: dict[str, Any] | None, body: dict[str, Any]) -> int:
+    """What a provider's prompt cache would report for ``body`` after ``previous``: the tokens
+    (:func:`estimate_prompt_tokens`' rule) of their longest common prefix, whole messages first and
+    then the common start of the first message that differs, in whole blocks of
+    :data:`CACHE_BLOCK_TOKENS`, none under :data:`CACHE_MIN_TOKENS`."""
+    import os
+
+    if previous is None:
+        return 0
+    tokens = 0
+    for old, new in zip(previous.get("messages", []), body.get("messages", []), strict=False):
+        if old == new:
+            tokens += len(str(old.get("content") or "")) // 4 + 4
+            continue
+        if old.get("role") == new.get("role"):
+            tokens += len(os.path.commonprefix([str(old.get("content") or ""), str(new.get("content") or "")])) // 4
+        break
+    return tokens // CACHE_BLOCK_TOKENS * CACHE_BLOCK_TOKENS if tokens >= CACHE_MIN_TOKENS else 0
 
 
 def estimate_prompt_tokens(body: dict[str, Any]) -> int:

@@ -44,6 +44,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(f"error: no session {args.session!r}", file=sys.stderr)
         return EXIT_USAGE
     Console().print(context_table(engine.assemble(user_id=session.user_id, session_id=session.id)))
+    _, usage = engine.store.turns.window(session.id, usage_limit=1, user_id=session.user_id)
+    if usage:
+        last = usage[0]
+        cost = f", ${last.usage_cost_usd:.6f}" if last.usage_cost_usd is not None else ""
+        print(
+            f"last reply (turn {last.seq}): prompt {last.usage_prompt_tokens} tokens, "
+            f"cached {last.usage_cached_tokens if last.usage_cached_tokens is not None else '-'}, "
+            f"cache written {last.usage_cache_write_tokens if last.usage_cache_write_tokens is not None else '-'}"
+            f"{cost}"
+        )
     return 0
 
 

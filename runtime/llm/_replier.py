@@ -46,7 +46,7 @@ from errors import (
     ModelUnavailableError,
     UnknownModelError,
 )
-from runtime._offline import bundled_model_entry, load_litellm, model_info
+from runtime._offline import bundled_model_entry, load_litellm, model_info, quietly
 from runtime.llm._errors import map_model_error
 from runtime.messages import to_openai
 
@@ -62,6 +62,13 @@ class Reply:
     """Prompt tokens the provider reported for the request, if it did."""
     completion_tokens: int | None = None
     """Completion tokens the provider reported, if it did."""
+    cached_tokens: int | None = None
+    """Prompt tokens the provider read from its prompt cache (billed at its cache price), if it said."""
+    cache_write_tokens: int | None = None
+    """Prompt tokens the provider wrote to its prompt cache (Anthropic bills them at 1.25×), if it said."""
+    cost_usd: float | None = None
+    """The request's price by litellm's cost map, cache reads and writes at their own prices; ``None``
+    for a model the map does not price."""
     interrupted: bool = False
     """True if the stream broke off: ``content`` is what arrived before it did."""
     attempts: int = 1
@@ -240,6 +247,45 @@ class _ProviderFailure(Exception):
         self.exc = exc
 
 
+def cache_usage(usage: Any) -> tuple[int | None, int | None]:
+    """The prompt-cache figures of a litellm ``Usage``: ``cached_tokens`` (read from the cache) and
+    ``cache_write_tokens`` (written to it). litellm normalizes each provider's fields into
+    ``prompt_tokens_details.cached_tokens`` (OpenAI's own; Anthropic's ``cache_read_input_tokens``;
+    DeepSeek's ``prompt_cache_hit_tokens``) and ``cache_creation_input_tokens`` (Anthropic's writes);
+    the raw fields are read when the normalized one is missing. ``None``: not reported."""
+    if usage is None:
+        return None, None
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    for raw in ("cache_read_input_tokens", "prompt_cache_hit_tokens"):
+        cached = cached if cached is not None else getattr(usage, raw, None)
+    written = getattr(usage, "cache_creation_input_tokens", None)
+    written = written if written is not None else getattr(details, "cache_write_tokens", None)
+    return (int(cached) if isinstance(cached, int) else None, int(written) if isinstance(written, int) else None)
+
+
+def request_cost(model: str, reply: Reply) -> float | None:
+    """The price of the request ``reply`` answered, US dollars, by litellm's cost map (bundled:
+    ``LITELLM_LOCAL_MODEL_COST_MAP``), cache reads and writes at the model's own prices; ``None``
+    when the provider reported no usage or the map does not price the model."""
+    if reply.prompt_tokens is None or reply.completion_tokens is None:
+        return None
+    try:
+        prompt, completion = quietly(
+            lambda litellm: litellm.cost_per_token(
+                model=model,
+                prompt_tokens=reply.prompt_tokens,
+                completion_tokens=reply.completion_tokens,
+                cache_read_input_tokens=reply.cached_tokens or 0,
+                cache_creation_input_tokens=reply.cache_write_tokens or 0,
+            )
+        )
+    except Exception:  # litellm raises for a model its map does not know
+        return None
+    total = float(prompt) + float(completion)
+    return total if total > 0 else None
+
+
 class LiteLLMReplier:
     """Replies through ``litellm.completion``, whole or streamed.
 
@@ -270,6 +316,11 @@ class LiteLLMReplier:
         self.sleep = sleep
         self.extra = extra
 
+    def _priced(self, reply: Reply) -> Reply:
+        """``reply`` with its request's cost (:func:`request_cost`)."""
+        cost = request_cost(self.model, reply)
+        return replace(reply, cost_usd=cost) if cost is not None else reply
+
     def reply(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -289,12 +340,13 @@ class LiteLLMReplier:
             ModelUnavailableError: once the retries or their time are used up.
         """
         if tools is None:
-            return self._retrying(messages, session_id=session_id, on_delta=on_delta, extra={})
+            return self._priced(self._retrying(messages, session_id=session_id, on_delta=on_delta, extra={}))
         convo = list(messages)
         texts: list[str] = []
         calls: list[ToolCall] = []
         attempts = 0
         first_prompt: int | None = None
+        first: Reply | None = None
         completion = 0
         deltas = _Joiner(on_delta) if on_delta is not None else None
         rounds = 0
@@ -305,6 +357,7 @@ class LiteLLMReplier:
                 deltas.new_round()
             answer = self._retrying(convo, session_id=session_id, on_delta=deltas, extra=extra)
             attempts += answer.attempts
+            first = answer if rounds == 0 else first
             first_prompt = answer.prompt_tokens if rounds == 0 else first_prompt
             completion += answer.completion_tokens or 0
             if answer.content:
@@ -318,13 +371,17 @@ class LiteLLMReplier:
                         calls=len(answer.tool_calls),
                         rounds=rounds,
                     )
-                return Reply(
-                    content="\n\n".join(texts),
-                    prompt_tokens=first_prompt,
-                    completion_tokens=completion or None,
-                    interrupted=answer.interrupted,
-                    attempts=attempts,
-                    tool_calls=tuple(calls),
+                return self._priced(
+                    Reply(
+                        content="\n\n".join(texts),
+                        prompt_tokens=first_prompt,
+                        completion_tokens=completion or None,
+                        cached_tokens=first.cached_tokens if first is not None else None,
+                        cache_write_tokens=first.cache_write_tokens if first is not None else None,
+                        interrupted=answer.interrupted,
+                        attempts=attempts,
+                        tool_calls=tuple(calls),
+                    )
                 )
             calls.extend(answer.tool_calls)
             convo.append(
@@ -440,10 +497,13 @@ class LiteLLMReplier:
             except Exception as exc:
                 raise _ProviderFailure(exc) from exc
             usage = getattr(response, "usage", None)
+            read, written = cache_usage(usage)
             return Reply(
                 content=content,
                 prompt_tokens=getattr(usage, "prompt_tokens", None),
                 completion_tokens=getattr(usage, "completion_tokens", None),
+                cached_tokens=read,
+                cache_write_tokens=written,
                 tool_calls=calls,
             )
 
@@ -480,10 +540,13 @@ class LiteLLMReplier:
                     on_delta(delta)
                 for piece in getattr(delta_obj, "tool_calls", None) or []:
                     _add_fragment(fragments, piece)
+        read, written = cache_usage(usage)
         return Reply(
             content="".join(parts),
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
+            cached_tokens=read,
+            cache_write_tokens=written,
             tool_calls=tuple(
                 ToolCall(id=f["id"] or f"call_{i}", name=f["name"], arguments=f["arguments"])
                 for i, f in sorted(fragments.items())

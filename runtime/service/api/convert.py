@@ -41,6 +41,10 @@ def turn_out(turn: Turn, attachments: list[str] | None = None) -> TurnOut:
         created_at=turn.created_at,
         attachments=list(attachments or []),
         character_revision=turn.character_revision,
+        usage_prompt_tokens=turn.usage_prompt_tokens,
+        usage_cached_tokens=turn.usage_cached_tokens,
+        usage_cache_write_tokens=turn.usage_cache_write_tokens,
+        usage_cost_usd=turn.usage_cost_usd,
     )
 
 
@@ -58,6 +62,9 @@ def turn_done(result: TurnResult) -> TurnDone:
             prompt_estimate_tokens=result.context.total_tokens,
             prompt_tokens=reply.usage_prompt_tokens,
             completion_tokens=reply.usage_completion_tokens,
+            cached_tokens=reply.usage_cached_tokens,
+            cache_write_tokens=reply.usage_cache_write_tokens,
+            cost_usd=reply.usage_cost_usd,
             window=result.context.window,
         ),
         compactions=len(result.compactions),

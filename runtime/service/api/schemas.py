@@ -204,6 +204,15 @@ class TokenReport(BaseModel):
     prompt_estimate_tokens: int = Field(description="Our estimate of the request sent to the model, tokens.")
     prompt_tokens: int | None = Field(description="The provider's reported prompt tokens, if it reported them.")
     completion_tokens: int | None = Field(description="The provider's reported completion tokens, if it reported them.")
+    cached_tokens: int | None = Field(
+        default=None, description="Prompt tokens the provider read from its prompt cache, if it reported them."
+    )
+    cache_write_tokens: int | None = Field(
+        default=None, description="Prompt tokens the provider wrote to its prompt cache, if it reported them."
+    )
+    cost_usd: float | None = Field(
+        default=None, description="The request's price by litellm's cost map, US dollars; null when not priced."
+    )
     window: int = Field(description="The model's context window, tokens.")
 
 
@@ -228,6 +237,18 @@ class TurnOut(BaseModel):
     attachments: list[str] = Field(default_factory=list, description="Ids of the files the turn carries, in order.")
     character_revision: int | None = Field(
         default=None, description="The revision of the session's character the turn was made with."
+    )
+    usage_prompt_tokens: int | None = Field(
+        default=None, description="For a reply: the provider's reported prompt tokens of its request."
+    )
+    usage_cached_tokens: int | None = Field(
+        default=None, description="For a reply: prompt tokens the provider read from its prompt cache."
+    )
+    usage_cache_write_tokens: int | None = Field(
+        default=None, description="For a reply: prompt tokens the provider wrote to its prompt cache."
+    )
+    usage_cost_usd: float | None = Field(
+        default=None, description="For a reply: its request's price by litellm's cost map, US dollars."
     )
 
 
@@ -314,6 +335,11 @@ class ContextOut(BaseModel):
     notices: list[NoticeOut] = Field(default_factory=list, description="Every cut notice the prompt carries.")
     attached_files: list[str] = Field(
         default_factory=list, description="Ids of the files the prompt shows, in turn order."
+    )
+    last_reply: TokenReport | None = Field(
+        default=None,
+        description="The provider's usage of the newest reply's request: prompt, cached and cache-written "
+        "tokens, cost (null before a reply the provider reported on).",
     )
 
 

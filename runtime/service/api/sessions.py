@@ -37,6 +37,7 @@ from runtime.service.api.schemas import (
     SessionIn,
     SessionOut,
     SummaryOut,
+    TokenReport,
     TurnDone,
     TurnOut,
     UserIn,
@@ -358,7 +359,20 @@ def get_context(session_id: str, app: App = Depends(current_app), svc: Services 
     key that fired them, and every cut notice."""
     session, user = svc.directory.session(app.id, session_id)
     context = svc.engine.assemble(user_id=user.id, session_id=session.id)
-    return context_out(context)
+    out = context_out(context)
+    _, usage = svc.engine.store.turns.window(session.id, usage_limit=1, user_id=user.id)
+    if usage:
+        last = usage[0]
+        out.last_reply = TokenReport(
+            prompt_estimate_tokens=last.request_estimate_tokens or 0,
+            prompt_tokens=last.usage_prompt_tokens,
+            completion_tokens=last.usage_completion_tokens,
+            cached_tokens=last.usage_cached_tokens,
+            cache_write_tokens=last.usage_cache_write_tokens,
+            cost_usd=last.usage_cost_usd,
+            window=context.window,
+        )
+    return out
 
 
 @router.post(

@@ -406,6 +406,7 @@ function renderContext(ctx, summary) {
   $("sources").tBodies[0].replaceChildren();
   $("summary").textContent = "";
   $("context-total").textContent = ctx ? "" : "Pick a session to see its context.";
+  $("last-reply").textContent = "";
   if (!ctx) return;
   pane.dataset.total = ctx.total_tokens;
 
@@ -418,6 +419,12 @@ function renderContext(ctx, summary) {
   const parts = [...bySource, ["overhead", ctx.overhead_tokens], ["priming", priming], ["reserve", ctx.reply_reserve], ["free", free]];
   $("context-total").textContent =
     `${ctx.total_tokens} tokens + ${ctx.reply_reserve} reserved for the reply, of a ${ctx.window}-token window (${free} free)`;
+  const last = ctx.last_reply;
+  $("last-reply").textContent = last && last.prompt_tokens !== null
+    ? `last reply: ${last.prompt_tokens} prompt tokens, ${last.cached_tokens ?? "?"} from the provider's cache` +
+      (last.cache_write_tokens ? `, ${last.cache_write_tokens} written to it` : "") +
+      (last.cost_usd !== null && last.cost_usd !== undefined ? `, $${last.cost_usd.toFixed(6)}` : "")
+    : "";
   $("bar").setAttribute("aria-label", parts.map(([n, t]) => `${n} ${t}`).join(", "));
   for (const [name, tokens] of parts) {
     if (tokens <= 0) continue;
