@@ -13,7 +13,8 @@ from memory.apps import Directory
 from persona import Persona
 from runtime.config import Settings
 from runtime.llm import LiteLLMReplier
-from runtime.llm._replier import Reply, cache_usage, request_cost
+from runtime.llm._replier import Reply
+from runtime.llm._usage import cache_usage, request_cost
 from runtime.turn import Engine
 from tests.conftest import serve
 from tests.fake_llm import cached_tokens, estimate_prompt_tokens

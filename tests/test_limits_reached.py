@@ -79,4 +79,6 @@ def test_windows_over_a_40_mb_text_extract_are_read_without_loading_it_whole(sto
     # eight concurrent readers of a 40 MiB extract: had each loaded it whole (as text, and its copy
     # from the driver) the process would have grown by hundreds of MiB
     assert peak[0] - before < 64 * MiB, f"grew by {(peak[0] - before) / MiB:.0f} MiB"
-    assert peak[0] < 1536 * MiB
+    # a sanity bound on the whole worker process, which also holds the models and caches of the tests
+    # that ran in it before this one: what it measures is the growth above
+    assert peak[0] < 3072 * MiB
