@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import threading
 import time
@@ -593,8 +594,6 @@ def cached_tokens(previous: dict[str, Any] | None, body: dict[str, Any]) -> int:
     (:func:`estimate_prompt_tokens`' rule) of their longest common prefix, whole messages first and
     then the common start of the first message that differs, in whole blocks of
     :data:`CACHE_BLOCK_TOKENS`, none under :data:`CACHE_MIN_TOKENS`."""
-    import os
-
     if previous is None:
         return 0
     tokens = 0

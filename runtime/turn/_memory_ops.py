@@ -259,10 +259,10 @@ class MemoryOps:
             kept = [i for i in items if not gone(i, summary.session_id)]
             if len(kept) == len(items):
                 continue
-            removed = [i for i in items if gone(i, summary.session_id)]
+            learned = summary_profile_facts([i for i in items if gone(i, summary.session_id)])
             character = characters.get(summary.session_id)
-            if character is not None and summary_profile_facts(removed):
-                facts.setdefault(character, []).extend(summary_profile_facts(removed))
+            if character is not None and learned:
+                facts.setdefault(character, []).extend(learned)
             in_summary = {i.seq for i in kept if i.seq is not None and i.seq > 0 and i.carried_from is None}
             omitted = self.store.turns.rolled_out_count(summary.session_id, excluding=in_summary, user_id=user_id)
             content = render_summary(kept, omitted, compact=summary.content.startswith("<summary>\n"))

@@ -120,14 +120,13 @@ def _viewer(svc: Services, app: App, user_id: str | None, *, create: bool = Fals
 
 def character_out(svc: Services, row: Character, owner: str | None, *, revisions: bool = False) -> CharacterOut:
     """The API body of a stored character (its newest revision parsed once per process)."""
-    persona = svc.engine.cast.newest(row.id).persona
+    persona = svc.engine.cast.at(row.id, row.revision).persona  # its source is the stored card's kind
     ctx = macro_context(persona, user_name="{{user}}")
     greetings = [
         expand(text, ctx, field="first_mes" if i == 0 else f"alternate_greetings[{i - 1}]").strip()
         for i, text in enumerate(persona.greetings)
     ]
     stored = svc.engine.store.characters
-    revision = stored.revision(row.id, row.revision) if row.revision > 0 else None
     return CharacterOut(
         id=row.id,
         name=row.name,
@@ -135,7 +134,7 @@ def character_out(svc: Services, row: Character, owner: str | None, *, revisions
         scope=scope_of(row),  # type: ignore[arg-type]
         user_id=owner if row.owner_id is not None else None,
         revision=row.revision,
-        spec=revision.spec if revision is not None else persona.source,
+        spec=persona.source,
         greetings=greetings,
         tags=list(persona.tags),
         creator_notes=persona.creator_notes,
