@@ -39,6 +39,12 @@ class SessionReads:
     learned: tuple[str, ...] = ()
     """What the session's character learned of the user from summaries, oldest first (with
     ``scoped`` ``False``, what every character did, repeats left out)."""
+    recall_block: str | None = None
+    """The recall block the session keeps in its stable context (cache layout; ``None``: none kept)."""
+    recall_segments: tuple[int, ...] = ()
+    """The archive segments that block quotes."""
+    recall_anchor: int | None = None
+    """The ``seq`` of the user turn the block sits under."""
 
 
 class AssemblyReads:
@@ -67,7 +73,7 @@ class AssemblyReads:
                     "EXISTS (SELECT 1 FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
                     "WHERE t.session_id = :s AND t.user_id = :u AND tf.user_id = :u) AS has_files, "
                     "EXISTS (SELECT 1 FROM knowledge_chunks AS k WHERE k.character_id = ss.character_id) AS has_knowledge, "
-                    "ss.character_id, coalesce(h.revision, 0) AS revision, "
+                    "ss.character_id, coalesce(h.revision, 0) AS revision, ss.recall_block, ss.recall_segments, ss.recall_anchor, "
                     "(SELECT coalesce(jsonb_agg(e.f ORDER BY lf.updated_at, lf.character_id, e.n), '[]') "
                     "FROM learned_facts AS lf CROSS JOIN LATERAL jsonb_array_elements_text(lf.facts) "
                     "WITH ORDINALITY AS e(f, n) WHERE lf.user_id = :u "
@@ -102,4 +108,7 @@ class AssemblyReads:
             character_id=row.character_id,
             revision=int(row.revision),
             learned=tuple(dedupe_facts(row.learned or [])),
+            recall_block=row.recall_block,
+            recall_segments=tuple(row.recall_segments or ()),
+            recall_anchor=row.recall_anchor,
         )

@@ -172,6 +172,14 @@ class Memories:
                     {"u": user_id, "ids": list(what.segment_ids)},
                 )
                 counts["archived_segments"] = cast("CursorResult[Any]", done).rowcount
+                # a session's kept recall block quoting one of them goes too (the next turn rebuilds it)
+                db.execute(
+                    text(
+                        "UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL "
+                        "WHERE user_id = :u AND recall_segments && CAST(:ids AS bigint[])"
+                    ),
+                    {"u": user_id, "ids": list(what.segment_ids)},
+                )
             if what.turn_ids:
                 params = {"u": user_id, "ids": list(what.turn_ids)}
                 db.execute(text("DELETE FROM turn_files WHERE user_id = :u AND turn_id = ANY(:ids)"), params)

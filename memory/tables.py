@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta, timezone
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import Column, DateTime, Text
-from sqlalchemy.dialects.postgresql import JSONB, TSVECTOR
+from sqlalchemy import BigInteger, Column, DateTime, Text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlmodel import Field, SQLModel
 
 from memory.vectors import Vector
@@ -121,6 +121,13 @@ class ChatSession(SQLModel, table=True):
     """Wall-clock time of the newest stored turn (or of creation): the close job's idleness test."""
     carried_from: str | None = Field(default=None, max_length=200)
     """The previous session whose summary this one started from, if any."""
+    recall_block: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    """The memory block the cache layout keeps in the session's prompt (migration 0024);
+    ``None``: none kept."""
+    recall_segments: list[int] | None = Field(default=None, sa_column=Column(ARRAY(BigInteger), nullable=True))
+    """The archive segment ids ``recall_block`` quotes."""
+    recall_anchor: int | None = None
+    """The ``seq`` of the user turn ``recall_block`` sits under."""
 
 
 class Turn(SQLModel, table=True):

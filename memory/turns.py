@@ -46,6 +46,13 @@ class RequestRecord:
     """Prompt tokens the provider wrote to its prompt cache."""
     cost_usd: float | None = None
     """The request's price, US dollars (litellm's cost map)."""
+    recall_block: str | None = None
+    """The recall block the request's assembly built for the session's stable context (cache
+    layout), stored on the session with the reply; ``None``: the session's kept one stayed."""
+    recall_segments: tuple[int, ...] = ()
+    """The archive segments ``recall_block`` quotes."""
+    recall_anchor: int | None = None
+    """The ``seq`` of the user turn ``recall_block`` sits under."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,10 +186,23 @@ class Turns:
             # of one session wait here, so each takes the next seq in turn
             mine = " AND user_id = :u" if user_id is not None else ""
             bound = {"u": user_id} if user_id is not None else {}
+            # a reply whose assembly built a new recall block for the session's stable context
+            # stores it here, with the turn (the next assembly reads it)
+            kept = (
+                ", recall_block = :rb, recall_segments = CAST(:rs AS bigint[]), recall_anchor = :ra"
+                if request.recall_block is not None
+                else ""
+            )
+            kept_values = (
+                {"rb": request.recall_block, "rs": list(request.recall_segments), "ra": request.recall_anchor}
+                if request.recall_block is not None
+                else {}
+            )
             open_row = db.execute(
                 text(
-                    f"UPDATE sessions SET last_activity_at = now() WHERE id = :s{mine} AND closed_at IS NULL RETURNING id"
-                ).bindparams(s=session_id, **bound)
+                    f"UPDATE sessions SET last_activity_at = now(){kept} WHERE id = :s{mine} AND closed_at IS NULL "
+                    "RETURNING id"
+                ).bindparams(s=session_id, **bound, **kept_values)
             ).first()
             if open_row is None:
                 row = db.execute(text("SELECT closed_at FROM sessions WHERE id = :s").bindparams(s=session_id)).first()

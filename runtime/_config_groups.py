@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,10 @@ class TurnSettings:
     """``COMPANION_KEEP_EXCHANGES``: newest exchanges that never roll out."""
     compaction_target: float
     """``COMPANION_COMPACTION_TARGET``: share of the ``recent`` cap a compaction leaves."""
+    layout: Literal["cache", "classic"] = "cache"
+    """``COMPANION_LAYOUT``: the prompt's order (``runtime.context.ContextInputs.layout``)."""
+    recall_tail_share: float = 0.15
+    """``COMPANION_RECALL_TAIL_SHARE``: the cache layout's recall tail, a share of the memory budget."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -228,6 +228,14 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_CONTEXT_WINDOW``: the model's context window in tokens. Budgets scale to it."""
     model_timeout: float = Field(60.0, ge=0.1, le=3600.0)
     """``COMPANION_MODEL_TIMEOUT``: seconds to wait for one reply request (for a stream: between chunks)."""
+    cache_markers: Annotated[Literal["auto", "on", "off"], BeforeValidator(_lower)] = "auto"
+    """``COMPANION_CACHE_MARKERS``: mark prompt-cache breakpoints in each request (litellm's
+    ``cache_control_injection_points``). ``auto``: for providers whose cache needs markers
+    (Anthropic, Claude on Bedrock and Vertex AI, DashScope); ``on``/``off``: always/never. OpenAI,
+    DeepSeek, xAI and Gemini cache on their own (README, "Prompt caching")."""
+    cache_ttl: Annotated[Literal["5m", "1h"] | None, BeforeValidator(_lower)] = None
+    """``COMPANION_CACHE_TTL``: how long a marked prefix stays cached, ``5m`` or ``1h`` (Anthropic's
+    two lifetimes; a 1-hour write costs 2× the input price instead of 1.25×); unset: the provider's default."""
     model_retries: int = Field(3, ge=0)
     """``COMPANION_MODEL_RETRIES``: retries after a rate limit, 5xx, timeout or lost connection (0: none)."""
     model_retry_seconds: float = Field(30.0, ge=0.0, le=3600.0)
@@ -238,6 +246,17 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_KEEP_EXCHANGES``: newest user/assistant exchanges compaction never rolls out."""
     compaction_target: float = Field(0.6, ge=0.1, le=1.0)
     """``COMPANION_COMPACTION_TARGET``: after compaction, ``recent`` holds at most this share of its cap."""
+    layout: Annotated[Literal["cache", "classic"], BeforeValidator(_lower)] = "cache"
+    """``COMPANION_LAYOUT``: the prompt's order. ``cache`` (default): what changes only when
+    compaction runs first (persona, summary, pinned profile, the session's kept recall block), the
+    recent turns after it, what changes every turn (the recall tail, fired lorebook entries,
+    knowledge hits) under the newest user message, so a provider's prompt cache reuses the rest;
+    ``classic``: summary, memory and retrieval in the system context after the persona, as before
+    (docs/sessions.md#prompt-layout)."""
+    recall_tail_share: float = Field(0.15, ge=0.0, le=1.0)
+    """``COMPANION_RECALL_TAIL_SHARE``: in the ``cache`` layout, the share of the memory budget the
+    per-turn recall tail may take before the kept recall block is rebuilt (0: rebuilt whenever
+    recall finds a segment it lacks; 1: never rebuilt while it fits)."""
     breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
     breaker_cooldown: Annotated[float | None, AfterValidator(_zero_is_none)] = Field(None, ge=0.0, le=365 * 86400.0)
@@ -451,6 +470,8 @@ class Settings(_EnvironmentSettings):
             wait_seconds=self.turn_wait_seconds,
             keep_exchanges=self.keep_exchanges,
             compaction_target=self.compaction_target,
+            layout=self.layout,
+            recall_tail_share=self.recall_tail_share,
         )
 
     @property

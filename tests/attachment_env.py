@@ -14,7 +14,7 @@ from runtime.config import Settings
 from runtime.files import ParseService, open_file_services
 from runtime.llm import LiteLLMReplier
 from runtime.turn import Engine
-from tests.conftest import PERSONA
+from tests.conftest import PERSONA, estimate_as_we_do
 
 
 @dataclass
@@ -35,7 +35,7 @@ class FilesEnv:
 @pytest.fixture
 def files_env(store, embedder, fake_llm, tmp_path):
     # the server is shared by the whole run: a reported usage another test left would calibrate these turns
-    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
+    fake_llm.prompt_tokens, fake_llm.stream_delay = estimate_as_we_do, 0.0
     settings = Settings(database_url="unused", files_dir=tmp_path / "files")
     services = open_file_services(settings, store.engine)
 

@@ -136,6 +136,15 @@ def fake_llm():
         yield server
 
 
+def estimate_as_we_do(body: dict) -> int:
+    """The loopback model's prompt tokens by default: our own raw estimate of the request (a
+    provider that counts as we do, so a session's correction factor stays 1)."""
+    from runtime.accounting import counter_for
+
+    model = Settings.model_fields["model"].default  # the engines under test count as their default model
+    return counter_for(model).count_messages(body.get("messages", []), tools=body.get("tools"))
+
+
 @pytest.fixture(autouse=True)
 def _reset_fake(request):
     if "fake_llm" in request.fixturenames:
@@ -143,7 +152,7 @@ def _reset_fake(request):
         server.script.clear()
         server.requests.clear()
         server.responder = None
-        server.prompt_tokens = 123
+        server.prompt_tokens = estimate_as_we_do
         server.default_reply = "I hear you."
         server.stream_delay = 0.0
     yield
@@ -235,7 +244,7 @@ def steady_fake_llm(fake_llm):
     """The loopback model reporting 123 prompt tokens, streaming without delay (another
     module may have changed either); restored afterwards."""
     saved = fake_llm.prompt_tokens, fake_llm.stream_delay
-    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
+    fake_llm.prompt_tokens, fake_llm.stream_delay = estimate_as_we_do, 0.0
     yield fake_llm
     fake_llm.prompt_tokens, fake_llm.stream_delay = saved
 

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 import errors as E
 from runtime.service.api import ERRORS
+from tests.conftest import estimate_as_we_do
 
 pytestmark = pytest.mark.usefixtures("steady_fake_llm")
 
@@ -156,7 +157,7 @@ def test_a_reply_streams_as_server_sent_events_and_both_turns_are_stored(alice, 
     assert events[-1]["event"] == "done"
     done = json.loads(events[-1]["data"])
     assert (done["user_seq"], done["assistant_seq"], done["interrupted"]) == (1, 2, False)
-    assert done["usage"]["prompt_tokens"] == 123  # the provider's report
+    assert done["usage"]["prompt_tokens"] == estimate_as_we_do(fake_llm.requests[-1])  # the provider's report
     assert 0 < done["usage"]["prompt_estimate_tokens"] <= done["usage"]["window"]
     turns = http.get(f"/v1/sessions/{session['id']}/turns").json()
     assert [(t["seq"], t["role"], t["content"]) for t in turns] == [

@@ -16,7 +16,7 @@ import pytest
 
 from memory.database import make_engine, upgrade
 from memory.store import Store
-from tests.conftest import create_database
+from tests.conftest import create_database, estimate_as_we_do
 from tests.fake_llm import estimate_prompt_tokens
 
 REPLIES = {
@@ -88,7 +88,7 @@ def chats(admin_url, fake_llm, tmp_path_factory):
         requests = list(fake_llm.requests)
     finally:
         fake_llm.responder = None
-        fake_llm.prompt_tokens = 123
+        fake_llm.prompt_tokens = estimate_as_we_do
     runs = {
         name: Run(results[name], [r for r in requests if _last_user(r) in sessions[name][2].splitlines()])
         for name in sessions

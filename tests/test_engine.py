@@ -13,7 +13,7 @@ from memory.store import NewSegment, NewSummary
 from memory.tables import TurnState
 from runtime.compaction import exchanges
 from runtime.service import load_conversations, replay_conversation, user_turn_coverage
-from tests.conftest import SAMPLE
+from tests.conftest import SAMPLE, estimate_as_we_do
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -41,7 +41,7 @@ def test_turns_are_stored_in_order_with_gap_free_seqs(make_engine_for, store, fa
     # the model received the stored history in order, ending with the current message
     last_request = fake_llm.requests[-1]["messages"]
     assert [m["content"] for m in last_request if m["role"] != "system"] == ["first", "one", "second", "two", "third"]
-    assert turns[-1].usage_prompt_tokens == fake_llm.prompt_tokens
+    assert turns[-1].usage_prompt_tokens == estimate_as_we_do(fake_llm.requests[-1])
 
 
 def test_user_turn_stays_stored_when_the_reply_step_raises(make_engine_for, store, fake_llm):
@@ -157,7 +157,7 @@ def test_every_user_turn_is_recoverable_after_a_replay(make_engine_for, store):
 
 
 def test_assembled_context_fits_the_window_and_says_what_it_cut(make_engine_for, store):
-    engine = make_engine_for(window=1024)
+    engine = make_engine_for(window=1024, layout="classic")  # the cache layout's order: test_cache_layout.py
     _chat(engine, 25)
     context = engine.assemble(user_id="u1", session_id="s1", pending="what did I say about word3x5?")
     assert not context.overflow

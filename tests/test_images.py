@@ -38,7 +38,7 @@ from runtime.llm import (
 )
 from runtime.turn import Engine
 from tests import image_fixtures as img
-from tests.conftest import PERSONA
+from tests.conftest import PERSONA, estimate_as_we_do
 from tests.fake_llm import Hang, HTTPError, ToolCalls
 
 VISION, BACKUP = "fake-vision", "fake-backup"
@@ -86,7 +86,7 @@ class ImagesEnv:
 
 @pytest.fixture
 def images_env(store, embedder, fake_llm, tmp_path):
-    fake_llm.prompt_tokens, fake_llm.stream_delay = 123, 0.0
+    fake_llm.prompt_tokens, fake_llm.stream_delay = estimate_as_we_do, 0.0
     base = Settings(
         database_url="unused",
         files_dir=tmp_path / "files",

@@ -146,7 +146,8 @@ def test_an_injected_instruction_in_a_chunk_is_rendered_inside_the_reference_blo
     _add(store, embedder, "Mira", doc)
     engine = make_engine_for()
     engine.turn(user_id="u1", session_id="s1", message="Tell me tea facts")
-    system = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "system"]
+    # the cache layout puts knowledge hits under the newest user message, framed the same
+    system = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] in ("system", "user")]
     block = next(s for s in system if "Ignore previous instructions" in s)
     start = block.index('<reference source="lorebook and knowledge base"')
     inside = block[start : block.index("</reference>", start)]

@@ -24,7 +24,7 @@ from runtime.config import Settings
 from runtime.llm import LiteLLMReplier, RetryPolicy, error_class_for, map_model_error, retry_after
 from runtime.service import Database, open_engine, settings_for_model
 from runtime.turn import Engine
-from tests.conftest import PERSONA
+from tests.conftest import PERSONA, estimate_as_we_do
 from tests.fake_llm import OVERFLOW, OVERFLOW_LIMIT, Cut, Hang, HTTPError, rate_limited
 
 
@@ -206,7 +206,8 @@ def test_streamed_and_whole_replies_are_stored_identically(engine_with, store, f
     )
     a, b = store.turns.of_session("whole")[-1], store.turns.of_session("streamed")[-1]
     assert {f: getattr(a, f) for f in fields} == {f: getattr(b, f) for f in fields}
-    assert b.content == text and b.usage_prompt_tokens == fake_llm.prompt_tokens and b.usage_completion_tokens == 7
+    assert b.content == text and b.usage_prompt_tokens == estimate_as_we_do(fake_llm.requests[-1])
+    assert b.usage_completion_tokens == 7
     assert b.interrupted is False
     assert streamed.assistant_turn.content == whole.assistant_turn.content
     assert [t.role for t in store.turns.of_session("streamed")] == ["user", "assistant"]  # stored once
@@ -226,11 +227,11 @@ def test_streamed_usage_is_stored_and_used_as_the_next_turns_baseline(engine_wit
         # a request this small sets no factor; the provider's excess is kept as a per-request overhead
         assert result.context.calibration == 1.0
         assert result.context.overhead_tokens == 500 - first.request_estimate_tokens
-        added = result.context.messages[first.request_messages :]
-        assert [m["content"] for m in added] == ["Nice to meet you, Ana.", "I live in Lisbon now."]
-        assert result.context.baseline_tokens == 500 + sum(engine.counter.count_message(m) for m in added)
+        # the fingerprinted prefix is what the next request starts with: all before the newest user message
+        assert first.request_messages == 1
+        assert result.context.messages[: first.request_messages] == fake_llm.requests[0]["messages"][:1]
     finally:
-        fake_llm.prompt_tokens = 123
+        fake_llm.prompt_tokens = estimate_as_we_do
 
 
 # -- overflow ---------------------------------------------------------------------
@@ -289,7 +290,9 @@ def test_an_overflow_leads_to_one_harder_compaction_then_success(engine_with, st
     harder = [c for c in result.compactions if c.ok and c.rolled_turns]
     assert harder, "the overflow compacted the session harder"
     assert result.assistant_turn.content == "Shorter now, and it fits."
-    assert result.assistant_turn.request_messages == len(fake_llm.requests[1]["messages"])
+    # the baseline covers what the next request sends again: all before the newest user message
+    assert result.assistant_turn.request_messages == result.context.baseline_messages
+    assert fake_llm.requests[1]["messages"][result.context.baseline_messages]["role"] == "user"
     assert result.context.messages == fake_llm.requests[1]["messages"]
     after = store.turns.of_session("s1")
     assert len(after) == len(before) + 2  # nothing deleted

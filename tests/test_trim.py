@@ -173,9 +173,19 @@ def test_correction_keeps_a_fixed_provider_cost_as_overhead():
     assert calibration.overhead == 300 - 130  # the tiny request's excess beyond its scaled estimate
 
 
-def test_calibrated_counter_scales_every_count_up():
+def test_calibrated_counter_scales_every_count():
     counter = CalibratedCounter(COUNTER, 1.5)
     msg = {"role": "user", "content": "hello there, how are you today?"}
     assert counter.count_message(msg) >= 1.5 * COUNTER.count_message(msg)
+    assert counter.conservative is counter
+    lower = CalibratedCounter(COUNTER, 0.5)  # a provider that counts less than we estimate
+    assert lower.count_message(msg) == -(-COUNTER.count_message(msg) // 2)
+    assert lower.conservative is COUNTER  # what the provider has not counted: the raw estimate
     with pytest.raises(ValueError):
-        CalibratedCounter(COUNTER, 0.8)
+        CalibratedCounter(COUNTER, 0.0)
+
+
+def test_the_factor_falls_toward_the_provider_never_under_what_it_reported():
+    calibration = correction([(400, 1000), (500, 1000), (450, 1000)])
+    assert calibration.factor == pytest.approx(0.5)  # the largest ratio: none of them under-counted
+    assert correction([(100, 1000), (1000, 1000)]).factor == 1.0  # a report under a quarter is not believed

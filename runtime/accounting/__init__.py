@@ -43,7 +43,7 @@ from runtime.accounting._calibration import (
     correction,
     fingerprint,
 )
-from runtime.accounting._exact import counter_for
+from runtime.accounting._exact import counter_for, tiktoken_encoding
 from runtime.accounting._framing import MESSAGE_FRAMING, REPLY_PRIMING, TokenCounter
 from runtime.accounting._media import anthropic_image_tokens, openai_image_tokens
 from runtime.accounting._prefix import longest_fitting_prefix
@@ -62,6 +62,7 @@ __all__ = [
     "baseline_total",
     "correction",
     "counter_for",
+    "tiktoken_encoding",
     "fingerprint",
     "longest_fitting_prefix",
     "openai_image_tokens",

@@ -2,16 +2,23 @@
 
 After each response the provider's reported prompt tokens are compared with our
 raw estimate of that request. The session's correction factor is the largest
-reported/estimated ratio over its last :data:`CALIBRATION_WINDOW` responses, never
-below 1.0, so calibration can only make the estimate safer. Only requests of at
-least :data:`MIN_CALIBRATION_TOKENS` set the factor: on a tiny request a fixed
-provider-side cost (a hidden system preamble) would look like a huge ratio. That
-fixed cost is kept apart as an ``overhead`` in tokens, the largest amount any
+reported/estimated ratio over its last :data:`CALIBRATION_WINDOW` responses: it rises when the
+provider counts more than we estimate and falls when it counts less (a language our estimate
+over-counts then gets the window it pays for), never below what any of those responses reported
+(a report under :data:`MIN_FACTOR` of our estimate is not believed). Only requests of at least :data:`MIN_CALIBRATION_TOKENS` set the
+factor: on a tiny request a fixed provider-side cost (a hidden system preamble) would look like a
+huge ratio. That fixed cost is kept apart as an ``overhead`` in tokens, the largest amount any
 sample's report exceeds its scaled estimate, and is added to every request.
 
-The last reported usage is also an exact baseline: when the new request starts with
-exactly the messages of the last one (same fingerprint), its size is the reported
-prompt tokens plus an estimate of the messages added since.
+A factor below 1 is only as good as the text it was measured on. What a request adds since the
+provider last counted one (the previous reply, the newest user message and what goes under it)
+may be in another language, so assembly counts it at no less than the raw estimate
+(:attr:`CalibratedCounter.conservative`).
+
+The last reported usage is also a baseline: when the new request starts with the messages of the
+last one before its newest user message (same fingerprint), its size is at most the reported
+prompt tokens plus the raw estimate of the messages after that start (the reported count also
+holds the previous newest message, which the new request sends again without what was under it).
 """
 
 from __future__ import annotations
@@ -40,13 +47,18 @@ def fingerprint(messages: Sequence[Mapping[str, Any]]) -> str:
 MIN_CALIBRATION_TOKENS = 256
 """Smallest raw estimate, in tokens, whose ratio may set the factor (our choice)."""
 
+MIN_FACTOR = 0.25
+"""The lowest reported/estimated ratio believed (our choice): below the 1/2.7 our estimate
+over-counts Russian by, the most of any script we measured, so that a provider or proxy that
+reports a made-up count cannot make us send four times what we count."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Calibration:
     """How a session's estimates are corrected: ``ceil(raw × factor) + overhead`` tokens per request."""
 
     factor: float = 1.0
-    """Multiplier on every estimate, >= 1.0."""
+    """Multiplier on every estimate, >= :data:`MIN_FACTOR` (1.0 until the provider reports)."""
     overhead: int = 0
     """Tokens the provider adds per request beyond our scaled estimate, >= 0."""
 
@@ -55,7 +67,11 @@ def correction(samples: Sequence[tuple[int | None, int | None]]) -> Calibration:
     """The calibration from ``(reported, estimated)`` prompt-token pairs, newest first; a pair
     with a missing or non-positive count is left out."""
     valid = [(r, e) for r, e in samples if r and e and r > 0 and e > 0]
-    factor = max([1.0, *[r / e for r, e in valid if e >= MIN_CALIBRATION_TOKENS]])
+    # a report under MIN_FACTOR of our estimate is not believed (a proxy's or a fake's made-up
+    # usage): it neither lowers the factor nor sets the overhead
+    valid = [(r, e) for r, e in valid if r >= MIN_FACTOR * e]
+    ratios = [r / e for r, e in valid if e >= MIN_CALIBRATION_TOKENS]
+    factor = max(ratios) if ratios else 1.0
     overhead = max([0, *[r - math.ceil(e * factor) for r, e in valid]])
     return Calibration(factor=factor, overhead=overhead)
 
@@ -72,14 +88,20 @@ class Baseline:
 
 
 class CalibratedCounter:
-    """A :class:`~runtime.accounting.TokenCounter` whose counts are ``ceil(raw × factor)``, factor ≥ 1."""
+    """A :class:`~runtime.accounting.TokenCounter` whose counts are ``ceil(raw × factor)``, factor > 0."""
 
     def __init__(self, base: TokenCounter, factor: float) -> None:
-        if not factor >= 1.0:
-            raise ValueError(f"A correction factor must be >= 1.0, got {factor}.")
+        if not factor > 0:
+            raise ValueError(f"A correction factor must be > 0, got {factor}.")
         self.base = base
         self.factor = factor
-        self.name = f"{base.name}×{factor:.3f}" if factor > 1.0 else base.name
+        self.name = f"{base.name}×{factor:.3f}" if factor != 1.0 else base.name
+
+    @property
+    def conservative(self) -> TokenCounter:
+        """The counter for text the provider has not counted yet: this one, or the raw estimate
+        when the factor is below 1 (a factor measured on other text may under-count it)."""
+        return self if self.factor >= 1.0 else self.base
 
     def _scale(self, value: int) -> int:
         return value if self.factor == 1.0 else math.ceil(value * self.factor)

@@ -35,8 +35,13 @@ def _litellm_tokenizer_dir() -> Path:
 
 
 @functools.cache
-def _tiktoken_encoding(name: str) -> Any:
-    """The tiktoken encoding ``name``, loaded once from litellm's bundled files."""
+def tiktoken_encoding(name: str) -> Any:
+    """The tiktoken encoding ``name`` (``cl100k_base`` or ``o200k_base``), loaded once from
+    litellm's bundled files.
+
+    Raises:
+        UncountableContentError: the encoding cannot be loaded offline.
+    """
     tiktoken = load_tiktoken()
 
     try:
@@ -78,7 +83,7 @@ class TiktokenCounter(CachedCounter):
     def _count(self, text: str) -> int:
         encode = self._encode
         if encode is None:
-            encode = self._encode = _tiktoken_encoding(self.encoding).encode_ordinary
+            encode = self._encode = tiktoken_encoding(self.encoding).encode_ordinary
         return len(encode(text))
 
     def _image(self, part: Mapping[str, Any]) -> int:

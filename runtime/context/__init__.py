@@ -5,10 +5,11 @@ Pure: takes values, never storage rows; imports nothing from ``memory``.
 
 from runtime.context._assemble import (
     CONTEXT_LAYOUT,
+    LAYOUTS,
     AssembledContext,
     ContextInputs,
+    Layout,
     Section,
-    TurnBlocks,
     assemble_context,
 )
 from runtime.context._attachments import (
@@ -29,9 +30,11 @@ from runtime.context._clock import local_date, user_zone
 from runtime.context._image_markers import TRANSCRIPT_MARKERS, dedupe, marker, render_transcript, split_transcripts
 from runtime.context._lorebook import Scan, key_matches, match_entries, scan_text
 from runtime.context._persona import DEFAULT_USER_NAME, macro_context, render_persona
+from runtime.context._pieces import TurnBlocks
 from runtime.context._profile import render_profile, summary_profile_facts
 from runtime.context._query_text import enrich_query, enrichment, named_speaker, without_names
 from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth, retrieval_items
+from runtime.context._stable_recall import RecallSplit, StableRecall, split_recall
 from runtime.context._trim import fit_messages
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
@@ -44,6 +47,11 @@ __all__ = [
     "without_names",
     "AssembledContext",
     "CONTEXT_LAYOUT",
+    "LAYOUTS",
+    "Layout",
+    "RecallSplit",
+    "StableRecall",
+    "split_recall",
     "ContextInputs",
     "Section",
     "Scan",

@@ -29,34 +29,20 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
-from typing import Any, cast
+from typing import Any, Literal
 
 from persona import Persona
-from prompts import render
 from runtime.accounting import REPLY_PRIMING, SOURCES, Baseline, Budgets, TokenCounter, baseline_total
-from runtime.context._attachments import AttachedFile, earlier_block, with_block
+from runtime.context._attachments import AttachedFile, with_block
 from runtime.context._blocks import memory_block, summary_block
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
+from runtime.context._pieces import TurnBlocks, add_tokens, earlier, fold, recent, text_of, unseen_margin, with_tail
 from runtime.context._profile import render_profile
 from runtime.context._report import SourceReport
 from runtime.context._retrieval import RetrievalBlock, RetrievalItem, fit_retrieval, insert_at_depth
-from runtime.context._trim import fit_messages
+from runtime.context._stable_recall import StableRecall, split_recall
 from runtime.context._values import PinnedProfile, RecalledItem, RecentTurn, SummaryText
-from runtime.messages import Message, Role
-
-
-@dataclass(frozen=True, kw_only=True)
-class TurnBlocks:
-    """The attachment block of one stored user turn, in each of its forms (texts, not tokens)."""
-
-    first: str
-    """First-turn form: small text files inline, the rest as pointers."""
-    folded: str
-    """History form: placeholder lines with previews."""
-    compact: str
-    """History form without previews, for a short retrieval budget."""
-    file_ids: tuple[str, ...]
-    """The files the turn carries, in order."""
+from runtime.messages import Message
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +87,20 @@ class AssembledContext:
     """Ids of the files whose blocks (first-turn or folded) the messages show, in turn order."""
     zone: tzinfo = UTC
     """The user's time zone the context's dates are shown in (:attr:`ContextInputs.zone`)."""
+    layout: Layout = "classic"
+    """The layout the messages follow (:attr:`ContextInputs.layout`)."""
+    rebuilt_recall: StableRecall | None = None
+    """Cache layout: the recall block this assembly built for the session's stable context, to be
+    stored with the reply; ``None`` when the kept one stayed (or in the classic layout)."""
+
+    @property
+    def baseline_messages(self) -> int:
+        """How many leading messages the next request sends again as they are: those before the
+        newest user message (which the next request sends without what goes under it only for this
+        turn), or all but the post-history message when there is no user message. The engine
+        fingerprints this prefix with the provider's reported usage (:class:`~runtime.accounting.Baseline`)."""
+        end = len(self.messages) - self.post_history_messages
+        return next((i for i in range(end - 1, -1, -1) if self.messages[i].get("role") == "user"), end)
 
     @property
     def overflow(self) -> bool:
@@ -151,11 +151,26 @@ class ContextInputs:
     """The turn's time on the user's clock, for the cards' clock macros (``None``: left as written)."""
     idle: timedelta | None = None
     """Time since the user's message before this one, for ``{{idle_duration}}``."""
+    layout: Layout = "classic"
+    """``classic``: the summary, memory and retrieval blocks in the system context after the
+    persona. ``cache``: only what changes at compactions there (the summary, the pinned profile,
+    the session's kept recall block, rolled-out turns' files); what changes every turn (the recall
+    tail, fired lorebook entries, knowledge hits) under the newest user message
+    (:mod:`runtime.context._stable_recall`)."""
+    kept_recall: StableRecall | None = None
+    """The session's stored recall block (cache layout; ``None``: none kept yet)."""
+    tail_share: float = 0.15
+    """Cache layout: the share of the memory budget the per-turn recall tail may take before the
+    kept block is rebuilt (0 to 1)."""
 
 
 CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
-"""The order of the sources in the system context message after the persona; message framing is
-charged to the first one present."""
+"""The order of the sources in the system context message after the persona (and in the cache
+layout's tail under the newest user message); message framing is charged to the first one present."""
+
+Layout = Literal["cache", "classic"]
+"""How the prompt is laid out (:attr:`ContextInputs.layout`)."""
+LAYOUTS: tuple[Layout, ...] = ("cache", "classic")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +179,8 @@ class Section:
 
     blocks: tuple[str, ...]
     report: SourceReport
+    tail: tuple[str, ...] = ()
+    """Cache layout: blocks that go under the newest user message instead."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -238,9 +255,7 @@ def assemble_context(
         + (budgets.retrieval - retrieval.section.report.tokens)
     )
     memory = _memory_section(
-        inputs.candidates,
-        inputs.profile,
-        zone=inputs.zone,
+        inputs,
         pinned_cap=budgets.memory,
         cap=budgets.memory + (max(idle, 0) if inputs.idle_to_memory else 0),
         counter=counter,
@@ -256,31 +271,56 @@ def assemble_context(
         # framing of the shared system message is charged to the sources in it
         framing = counter.count_message(context_msg) - sum(counter.count_text(b) for b in blocks)
         first = next(s for s in CONTEXT_LAYOUT if sections[s].blocks)
-        sources[first] = _add_tokens(sources[first], framing)
+        sources[first] = add_tokens(sources[first], framing)
         retrieval_framing = framing if first == "retrieval" else 0
     texts.update({s: sections[s].blocks[0] for s in ("summary", "memory") if sections[s].blocks})
+    tail = [b for s in CONTEXT_LAYOUT for b in sections[s].tail]
+    if inputs.layout == "cache":
+        texts["memory"] = "\n".join(
+            t for t in (texts.get("memory", ""), *memory.kept.values(), *memory.section.tail) if t
+        )
 
-    room = window - budgets.reply_reserve - REPLY_PRIMING - sum(r.tokens for r in sources.values()) - inputs.overhead
-    fit = _fit_recent(inputs, retrieval, room, budgets.recent, counter, framing=retrieval_framing)
+    # what the provider has not counted yet is counted at no less than the raw estimate when the
+    # session's factor is below 1 (it may be in another language than what set the factor)
+    conservative: TokenCounter = getattr(counter, "conservative", counter)
+    margin = unseen_margin(inputs.turns, inputs.pending, counter, conservative)
+    overhead = inputs.overhead + margin
+    room = window - budgets.reply_reserve - REPLY_PRIMING - sum(r.tokens for r in sources.values()) - overhead
+    fit = _fit_recent(inputs, retrieval, room, budgets.recent, counter, framing=retrieval_framing, memory=memory.kept)
     # lorebook entries placed at a depth go among the recent turns (their tokens are retrieval's)
     with_lore, lore_at = insert_at_depth(fit.messages, retrieval.found.inserted)
+    with_lore = with_tail(with_lore, tail)
     messages = head + with_lore + post_history
     total = counter.count_messages(messages)
     # the provider's baseline covers the previous request without its post-history message
     # (the engine fingerprints it so), whose tokens its reported usage already holds
-    by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], counter)
-    if by_baseline is not None and by_baseline > total:
-        # the provider counts this prefix higher than we do: shrink recent by the difference
+    by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], conservative)
+    # the bound counts the previous newest message (and what was under it) twice: it is the check
+    # of a factor below 1 only, whose counts are not conservative by themselves
+    if conservative is counter:
+        by_baseline = None
+    over = (by_baseline or 0) + overhead + budgets.reply_reserve + REPLY_PRIMING - window
+    if by_baseline is not None and by_baseline > total and over > 0:
+        # by the provider's count of its prefix the request would not fit: shrink recent by the excess
         fit = _fit_recent(
-            inputs, retrieval, room - (by_baseline - total), budgets.recent, counter, framing=retrieval_framing
+            inputs,
+            retrieval,
+            room - over,
+            budgets.recent,
+            counter,
+            framing=retrieval_framing,
+            memory=memory.kept,
         )
         with_lore, lore_at = insert_at_depth(fit.messages, retrieval.found.inserted)
+        with_lore = with_tail(with_lore, tail)
         messages = head + with_lore + post_history
         total = counter.count_messages(messages)
-        by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], counter)
-        total = max(total, by_baseline or 0)
+        by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], conservative)
     sources["recent"], sources["retrieval"] = fit.report, fit.retrieval
-    texts["recent"] = "\n".join(_text(m) for m in fit.messages)
+    # blocks under a turn's text are counted alone, framing included, and charged to their source:
+    # the total is never below what the sources were charged
+    total = max(total, by_baseline or 0, sum(r.tokens for r in sources.values()))
+    texts["recent"] = "\n".join(text_of(m) for m in fit.messages)
     retrieval_texts = (
         [t for t in (retrieval.found.text, retrieval.earlier_text) if t]
         + [retrieval.folded[q] for q in sorted(retrieval.folded) if q in fit.shown]
@@ -292,7 +332,7 @@ def assemble_context(
         session_id=inputs.session_id,
         messages=messages,
         sources={s: sources[s] for s in SOURCES},
-        total_tokens=total + inputs.overhead,
+        total_tokens=total + overhead,
         window=window,
         reply_reserve=budgets.reply_reserve,
         recalled=memory.recalled,
@@ -303,10 +343,12 @@ def assemble_context(
         post_history_messages=len(post_history),
         lore_messages=[len(head) + i for i in lore_at],
         calibration=inputs.calibration,
-        overhead_tokens=inputs.overhead,
+        overhead_tokens=overhead,
         baseline_tokens=by_baseline,
         attached_files=_attached_files(inputs, retrieval, fit.shown),
         zone=inputs.zone,
+        layout=inputs.layout,
+        rebuilt_recall=memory.rebuilt,
     )
 
 
@@ -319,22 +361,67 @@ def _summary_section(summary: SummaryText | None, cap: int, counter: TokenCounte
 class _Memory:
     section: Section
     recalled: list[RecalledItem]
+    rebuilt: StableRecall | None = None
+    """Cache layout: the kept recall block built this assembly (``None``: the stored one stayed)."""
+    kept: dict[int, str] = field(default_factory=dict)
+    """Cache layout: anchor seq -> the kept block shown under that stored turn (tokens charged to memory)."""
+    kept_text: str = ""
+    """Cache layout: the kept block's text, wherever it sits."""
 
 
 def _memory_section(
-    candidates: Sequence[RecalledItem],
-    profile: PinnedProfile | None,
+    inputs: ContextInputs,
     *,
-    zone: tzinfo,
     pinned_cap: int,
     cap: int,
     counter: TokenCounter,
 ) -> _Memory:
     """The pinned profile (always first, within ``pinned_cap`` tokens, the memory budget), then
-    the recalled segments that fit what is left of ``cap`` tokens (the budget with idle flow)."""
-    pinned = render_profile(profile, cap=pinned_cap, counter=counter)
+    the recalled segments that fit what is left of ``cap`` tokens (the budget with idle flow).
+    In the cache layout the recalled segments are split between the kept block (with the profile,
+    in the stable context) and the tail (:func:`~runtime.context._stable_recall.split_recall`)."""
+    pinned = render_profile(inputs.profile, cap=pinned_cap, counter=counter)
     room_for_recalled = cap - pinned.tokens - (1 if pinned.text else 0)
-    memory_text, recalled, recalled_report = memory_block(candidates, room_for_recalled, counter, zone)
+    if inputs.layout == "cache":
+        seqs = {t.seq for t in inputs.turns}
+        newest = inputs.turns[-1] if inputs.turns and inputs.pending is None else None
+        stored = inputs.kept_recall
+        split = split_recall(
+            inputs.candidates,
+            stored if stored is not None and stored.anchor in seqs else None,  # its anchor turn must be in view
+            cap=room_for_recalled,
+            tail_cap=int(max(room_for_recalled, 0) * inputs.tail_share),
+            counter=counter,
+            zone=inputs.zone,
+        )
+        head = pinned.text
+        # the kept block sits under its anchor turn's text, the tail under the newest message's
+        kept = split.stable.text
+        tokens = sum(counter.count_text("\n\n" + t) for t in (kept, split.tail) if t) + (
+            counter.count_text(head) if head else 0
+        )
+        report = SourceReport(
+            source="memory",
+            tokens=tokens,
+            cap=cap,
+            items=len(set(split.stable.segment_ids) | set(split.tail_ids)) + (1 if pinned.text else 0),
+            cut="; ".join(c for c in (pinned.cut, split.cut) if c) or None,
+        )
+        anchored = split.stable.anchor is not None and not split.rebuilt
+        tail = tuple(t for t in ((kept if not anchored else ""), split.tail) if t)
+        return _Memory(
+            section=Section(blocks=(head,) if head else (), report=report, tail=tail),
+            recalled=split.recalled,
+            # a rebuilt block is stored anchored under the current message's turn (none when it is not stored)
+            rebuilt=(
+                replace(split.stable, anchor=newest.seq if newest is not None and newest.role == "user" else None)
+                if split.rebuilt
+                else None
+            ),
+            kept={split.stable.anchor: kept} if anchored and kept and split.stable.anchor is not None else {},
+            kept_text=kept,
+        )
+    memory_text, recalled, recalled_report = memory_block(inputs.candidates, room_for_recalled, counter, inputs.zone)
     if pinned.text:
         memory_text = pinned.text + ("\n" + memory_text if memory_text else "")
     report = SourceReport(
@@ -353,9 +440,9 @@ def _retrieval_section(inputs: ContextInputs, cap: int, counter: TokenCounter) -
     turns, attachments = inputs.turns, inputs.attachments
     newest = turns[-1].seq if turns and inputs.pending is None and turns[-1].role == "user" else None
     first_block = {newest: attachments[newest].first} if newest is not None and newest in attachments else {}
-    folded, fold_costs, listed, fold_cut = _fold(attachments, newest, cap, counter)
+    folded, fold_costs, listed, fold_cut = fold(attachments, newest, cap, counter)
     fold_total = sum(fold_costs.values())
-    earlier_text, earlier_listed = _earlier(inputs.earlier_files, cap - fold_total, counter)
+    earlier_text, earlier_listed = earlier(inputs.earlier_files, cap - fold_total, counter)
     earlier_cost = counter.count_text(earlier_text) if earlier_text else 0
     book = inputs.persona.character_book
     found = fit_retrieval(
@@ -367,15 +454,22 @@ def _retrieval_section(inputs: ContextInputs, cap: int, counter: TokenCounter) -
     cuts = [c for c in (fold_cut, found.cut) if c]
     if len(earlier_listed) < len(inputs.earlier_files):
         cuts.append(f"{len(inputs.earlier_files) - len(earlier_listed)} files of rolled-out turns not listed")
+    # in the cache layout the fired entries and hits go under the newest user message, joined by a blank line
+    joint = counter.count_text("\n\n" + found.text) - counter.count_text(found.text) if found.text else 0
     report = SourceReport(
         source="retrieval",
-        tokens=fold_total + earlier_cost + found.tokens,
+        tokens=fold_total + earlier_cost + found.tokens + (joint if inputs.layout == "cache" else 0),
         cap=cap,
         items=len(folded) + len(earlier_listed) + len(found.shown),
         cut="; ".join(cuts) or None,
     )
+    section = (
+        Section(blocks=(earlier_text,) if earlier_text else (), tail=(found.text,) if found.text else (), report=report)
+        if inputs.layout == "cache"
+        else Section(blocks=tuple(t for t in (found.text, earlier_text) if t), report=report)
+    )
     return _Retrieval(
-        section=Section(blocks=tuple(t for t in (found.text, earlier_text) if t), report=report),
+        section=section,
         found=found,
         folded=folded,
         fold_costs=fold_costs,
@@ -388,16 +482,26 @@ def _retrieval_section(inputs: ContextInputs, cap: int, counter: TokenCounter) -
 
 
 def _fit_recent(
-    inputs: ContextInputs, retrieval: _Retrieval, room: int, cap: int, counter: TokenCounter, *, framing: int
+    inputs: ContextInputs,
+    retrieval: _Retrieval,
+    room: int,
+    cap: int,
+    counter: TokenCounter,
+    *,
+    framing: int,
+    memory: Mapping[int, str],
 ) -> _RecentFit:
     """The recent window within ``room`` tokens. Folded blocks sit inside the recent messages but
     are charged to retrieval (already out of ``room``): the fit returns retrieval's report for the
     turns it shows (``framing``: the shared message's framing retrieval was charged)."""
     fold_total = sum(retrieval.fold_costs.values())
-    msgs, kept, report = _recent(
-        inputs.turns, inputs.pending, room + fold_total, cap, counter, {**retrieval.folded, **retrieval.first_block}
-    )
+    blocks = {**retrieval.folded, **retrieval.first_block}
+    for seq, block in memory.items():  # the kept recall block under its anchor turn (memory's tokens)
+        blocks[seq] = with_block(blocks.get(seq, ""), block) if seq in blocks else block
+    memory_cost = sum(counter.count_text("\n\n" + b) for b in memory.values())
+    msgs, kept, report = recent(inputs.turns, inputs.pending, room + fold_total + memory_cost, cap, counter, blocks)
     shown_fold = sum(cost for seq, cost in retrieval.fold_costs.items() if seq in kept)
+    shown_kept = sum(counter.count_text("\n\n" + b) for seq, b in memory.items() if seq in kept)  # memory's
     corrected = replace(
         retrieval.section.report,
         tokens=shown_fold + retrieval.earlier_cost + retrieval.found.tokens + framing,
@@ -408,7 +512,7 @@ def _fit_recent(
     return _RecentFit(
         messages=msgs,
         shown=kept,
-        report=replace(report, tokens=max(report.tokens - shown_fold, 0), cap=max(cap, room)),
+        report=replace(report, tokens=max(report.tokens - shown_fold - shown_kept, 0), cap=max(cap, room)),
         retrieval=corrected,
     )
 
@@ -426,100 +530,3 @@ def _attached_files(inputs: ContextInputs, retrieval: _Retrieval, shown: Sequenc
             ]
         )
     )
-
-
-def _role(role: str) -> Role:
-    """A stored turn's role (``user`` or ``assistant``; the store accepts no other)."""
-    return cast(Role, role)
-
-
-def _text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    return content if isinstance(content, str) else ""
-
-
-def _add_tokens(report: SourceReport, extra: int) -> SourceReport:
-    return SourceReport(
-        source=report.source, tokens=report.tokens + extra, cap=report.cap, items=report.items, cut=report.cut
-    )
-
-
-def _fold(
-    attachments: Mapping[int, TurnBlocks], newest: int | None, cap: int, counter: TokenCounter
-) -> tuple[dict[int, str], dict[int, int], set[int], str | None]:
-    """The folded block of each older turn within the retrieval ``cap`` (tokens), newest turn
-    first: with previews while they fit, then without, then a one-line notice, then nothing.
-
-    Returns ``seq -> block``, ``seq -> tokens it adds``, the seqs whose files are listed (not
-    just counted in a notice), and what was cut (or ``None``).
-    """
-    chosen: dict[int, str] = {}
-    listed: set[int] = set()
-    costs: dict[int, int] = {}
-    used = 0
-    compacted = omitted = 0
-    for seq in sorted((q for q in attachments if q != newest), reverse=True):
-        blocks = attachments[seq]
-        count = len(blocks.file_ids)
-        forms = [(blocks.folded, 0), (blocks.compact, 1), (render("notice_files_omitted", count=count), 2)]
-        for text, level in forms:
-            cost = counter.count_text("\n\n" + text)
-            if used + cost <= cap:
-                chosen[seq], costs[seq] = text, cost
-                used += cost
-                compacted += level == 1
-                omitted += count if level == 2 else 0
-                if level < 2:
-                    listed.add(seq)
-                break
-        else:
-            omitted += count
-    notes = []
-    if compacted:
-        notes.append(f"previews of {compacted} earlier attachment blocks dropped")
-    if omitted:
-        notes.append(f"{omitted} earlier attached files not listed")
-    return chosen, costs, listed, "; ".join(notes) or None
-
-
-def _earlier(files: Sequence[AttachedFile], cap: int, counter: TokenCounter) -> tuple[str, list[AttachedFile]]:
-    """The block listing ``files`` (oldest first) within ``cap`` tokens, dropping the oldest first
-    (and saying how many in the block)."""
-    listed = list(files)
-    while listed:
-        dropped = len(files) - len(listed)
-        text = earlier_block(listed) + ("\n" + render("notice_files_omitted", count=dropped) if dropped else "")
-        if counter.count_text(text) <= cap:
-            return text, listed
-        listed.pop(0)
-    return "", []
-
-
-def _recent(
-    turns: Sequence[RecentTurn],
-    pending: str | None,
-    room: int,
-    cap: int,
-    counter: TokenCounter,
-    blocks: dict[int, str] | None = None,
-) -> tuple[list[Mapping[str, Any]], list[int], SourceReport]:
-    """Newest whole exchanges first until ``room`` is full; the newest user message is cut rather than dropped.
-    ``blocks`` (turn seq -> attachment block) go under their turns' text."""
-    blocks = blocks or {}
-    seqs: list[int | None] = [t.seq for t in turns]
-    messages: list[Mapping[str, Any]] = [
-        Message(role=_role(t.role), content=with_block(t.content, blocks.get(t.seq, ""))) for t in turns
-    ]
-    if pending is not None:
-        seqs.append(None)
-        messages.append(Message(role="user", content=pending))
-    fit = fit_messages(messages, limit=max(room, 0) + REPLY_PRIMING, counter=counter)
-    shown = [seq for i in fit.kept if (seq := seqs[i]) is not None]
-    report = SourceReport(
-        source="recent",
-        tokens=fit.tokens - REPLY_PRIMING if fit.messages else 0,
-        cap=max(cap, room),
-        items=len(fit.messages),
-        cut="; ".join(fit.cut) or None,
-    )
-    return list(fit.messages), shown, report

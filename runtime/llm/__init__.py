@@ -6,6 +6,7 @@ from runtime.llm._errors import error_class_for, map_model_error, retry_after
 from runtime.llm._image_encode import EDGES, QUALITIES, EncodedImage, fit_image
 from runtime.llm._replier import LiteLLMReplier, Replier, Reply, RetryPolicy, Tools, model_window
 from runtime.llm._transcribe import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
+from runtime.llm._usage import cache_points, marks_cache
 from runtime.llm._vision import catalog_says, family, heuristic_says, image_tokens, sees_images
 
 __all__ = [
@@ -20,6 +21,8 @@ __all__ = [
     "Tools",
     "Transcriber",
     "batch_timeout",
+    "cache_points",
+    "marks_cache",
     "catalog_says",
     "error_class_for",
     "family",

@@ -48,7 +48,7 @@ from errors import (
 )
 from runtime._offline import bundled_model_entry, load_litellm, model_info
 from runtime.llm._errors import map_model_error
-from runtime.llm._usage import cache_usage, request_cost
+from runtime.llm._usage import cache_points, cache_usage, request_cost
 from runtime.messages import to_openai
 
 log = structlog.get_logger("companion.model")
@@ -258,6 +258,10 @@ class LiteLLMReplier:
         retry: retries for transient failures; the default is none
             (:func:`runtime.service.open_engine` passes ``COMPANION_MODEL_RETRIES``).
         sleep: how to wait between attempts (tests may replace it).
+        cache_markers: mark each request's cache breakpoints (:func:`~runtime.llm._usage.cache_points`,
+            sent as litellm's ``cache_control_injection_points``), for providers whose prompt cache
+            needs them (:func:`~runtime.llm._usage.marks_cache`).
+        cache_ttl: the markers' lifetime, ``5m`` or ``1h`` (``None``: the provider's default).
         extra: more keyword arguments for ``litellm.completion`` (e.g. ``api_key``).
     """
 
@@ -269,9 +273,13 @@ class LiteLLMReplier:
         timeout: float = 60.0,
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        cache_markers: bool = False,
+        cache_ttl: str | None = None,
         **extra: Any,
     ) -> None:
         self.model = model
+        self.cache_markers = cache_markers
+        self.cache_ttl = cache_ttl
         self.api_base = api_base
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
@@ -440,9 +448,12 @@ class LiteLLMReplier:
         ``on_delta``'s own exceptions come out as they are."""
         litellm = load_litellm()
 
+        sent = to_openai(messages)  # typed messages become litellm's dicts here only
+        if self.cache_markers:
+            extra = {**(extra or {}), "cache_control_injection_points": cache_points(sent, ttl=self.cache_ttl)}
         kwargs: dict[str, Any] = dict(
             model=self.model,
-            messages=to_openai(messages),  # typed messages become litellm's dicts here only
+            messages=sent,
             api_base=self.api_base,
             timeout=self.timeout,
             num_retries=0,

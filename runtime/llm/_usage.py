@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runtime._offline import quietly
@@ -47,3 +48,40 @@ def request_cost(model: str, reply: Reply) -> float | None:
         return None
     total = float(prompt) + float(completion)
     return total if total > 0 else None
+
+
+MARKED_PROVIDERS = frozenset({"anthropic", "bedrock", "vertex_ai", "dashscope"})
+"""litellm providers whose prompt cache works only where the request marks it (Anthropic's
+``cache_control``, which litellm also sends for Claude on Bedrock and Vertex AI, and DashScope's
+explicit cache): the others (OpenAI, DeepSeek, xAI, Gemini 2.5) cache on their own."""
+
+
+def marks_cache(model: str, setting: str = "auto") -> bool:
+    """Whether requests to ``model`` carry cache markers: ``setting`` ``on`` or ``off`` says so;
+    ``auto`` marks for the providers of :data:`MARKED_PROVIDERS` (by litellm's reading of the
+    model string; a string litellm cannot place is not marked)."""
+    if setting != "auto":
+        return setting == "on"
+    try:
+        provider = quietly(lambda litellm: litellm.get_llm_provider(model)[1])
+    except Exception:  # noqa: BLE001 - an unknown provider is one that gets no markers
+        return False
+    return provider in MARKED_PROVIDERS
+
+
+def cache_points(messages: Sequence[Mapping[str, Any]], *, ttl: str | None = None) -> list[dict[str, Any]]:
+    """litellm's ``cache_control_injection_points`` for one request: a breakpoint on the last
+    system message of the head (the persona and what changes only at compactions) and one on the
+    newest assistant reply (the conversation up to it, which the next request starts with; the
+    newest user message and what is under it change every turn, so no breakpoint goes there).
+    At most two of Anthropic's four. ``ttl``: ``5m`` or ``1h`` (Anthropic's cache lifetimes;
+    ``None``: the provider's default, 5 minutes)."""
+    control: dict[str, Any] = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
+    head = 0
+    while head + 1 < len(messages) and messages[head + 1].get("role") == "system":
+        head += 1
+    points = [head] if messages and messages[0].get("role") == "system" else []
+    last_reply = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+    if last_reply is not None and last_reply > head:
+        points.append(last_reply)
+    return [{"location": "message", "index": i, "control": control} for i in points]

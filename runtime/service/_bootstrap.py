@@ -15,7 +15,7 @@ from persona import Persona, load_persona
 from runtime.compaction import Summarizer
 from runtime.config import Settings
 from runtime.files import open_file_services
-from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, model_window
+from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, marks_cache, model_window
 from runtime.logs import configure_logging
 from runtime.service._database import Database, connect
 from runtime.turn import Engine
@@ -126,6 +126,8 @@ def open_engine(
             api_base=settings.api_base,
             timeout=settings.model_timeout,
             retry=RetryPolicy(retries=settings.model_retries, total_seconds=settings.model_retry_seconds),
+            cache_markers=marks_cache(settings.model, settings.cache_markers),
+            cache_ttl=settings.cache_ttl,
         )
     persona = persona or load_persona(settings.persona_file)  # a bad card or lorebook regex: refused here
     check_persona_fits(persona, settings)

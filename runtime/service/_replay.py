@@ -273,9 +273,17 @@ def load_conversations(path: Path, conversation: str | None = None) -> list[Conv
 
 
 def replay_conversation(
-    engine: Engine, conv: Conversation, *, on_turn: Callable[[], None] | None = None, run_id: str | None = None
+    engine: Engine,
+    conv: Conversation,
+    *,
+    on_turn: Callable[[], None] | None = None,
+    run_id: str | None = None,
+    on_context: Callable[[AssembledContext], None] | None = None,
 ) -> ReplayReport:
-    """Replay one conversation into a fresh user and session, then evaluate its QA items."""
+    """Replay one conversation into a fresh user and session, then evaluate its QA items.
+
+    ``on_turn`` is called once per turn replayed; ``on_context`` with the context each reply was
+    requested with (the request the model would get), in order."""
     started = time.perf_counter()
     for number, t in enumerate(conv.turns, 1):
         try:
@@ -329,6 +337,8 @@ def replay_conversation(
                 )
                 context = result.context
                 _track(report, context)
+                if on_context is not None:
+                    on_context(context)
                 changed = bool(result.compactions) or not inline
                 step = 2
             else:

@@ -44,6 +44,7 @@ from runtime.context import (
     RecentTurn,
     RetrievalItem,
     Scan,
+    StableRecall,
     SummaryText,
     assemble_context,
     enrich_query,
@@ -102,6 +103,12 @@ class RecallText:
     """When the message was said (aware), for relative dates."""
     speaker: str | None
     """The label of the speaker the message names, or ``None``."""
+
+
+def recent_cap(cap: int, factor: float) -> int:
+    """The ``recent`` cap in stored tokens (raw estimates) for a session whose counts are scaled by
+    ``factor``: the stored turns a compaction leaves then fit the cap as the session counts them."""
+    return max(1, int(cap / factor))
 
 
 def calibration(usage: Sequence[Turn]) -> tuple[float, int, Baseline | None]:
@@ -185,9 +192,14 @@ class ContextGatherer:
         stored, usage = self.store.turns.window(session_id, usage_limit=CALIBRATION_WINDOW, user_id=user_id)
         # turns over the recent cap that no compaction has rolled out yet stay out of view: the
         # same exchanges a compaction would roll out now (it runs after the reply)
+        # (in the cache layout, only those a compaction left behind before this message came: a
+        # compaction that keeps up rolls them out after the reply, changing the prompt's head once)
+        newest = stored[-1:] if stored and pending is None and stored[-1].role == "user" else []
+        planned = stored[: len(stored) - len(newest)] if self.turn_settings.layout == "cache" else stored
+        factor, overhead, baseline = calibration(usage)
         hidden = plan_rollout(
-            stored,
-            cap=budgets.recent,
+            planned,
+            cap=recent_cap(budgets.recent, factor),
             target=self.turn_settings.compaction_target,
             keep_exchanges=self.turn_settings.keep_exchanges,
         )
@@ -229,7 +241,6 @@ class ContextGatherer:
             if query is not None
             else []
         )
-        factor, overhead, baseline = calibration(usage)
         earlier = [t.created_at for t in turns if t.role == "user"]
         if pending is None and earlier:
             earlier = earlier[:-1]  # the current message's own turn
@@ -265,6 +276,13 @@ class ContextGatherer:
                 zone=zone,
                 now=now,
                 idle=idle,
+                layout=self.turn_settings.layout,
+                kept_recall=(
+                    StableRecall(text=reads.recall_block, segment_ids=reads.recall_segments, anchor=reads.recall_anchor)
+                    if reads.recall_block is not None
+                    else None
+                ),
+                tail_share=self.turn_settings.recall_tail_share,
             ),
             budgets=budgets,
             window=window or self.window,

@@ -36,11 +36,11 @@ import structlog
 from errors import CompanionError, ContextOverflowError, InvalidMessageError, NotFoundError, SessionOwnershipError
 from memory.files import FileStore
 from memory.profiles import Profiles
-from memory.store import RequestRecord, Store
+from memory.store import Store
 from memory.tables import Turn, UserProfile
 from memory.validation import check_id
 from persona import Persona
-from runtime.accounting import Budgets, TokenCounter, fingerprint
+from runtime.accounting import Budgets, TokenCounter
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import TurnSettings
 from runtime.context import summary_profile_facts, without_names
@@ -51,7 +51,7 @@ from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim, check_claim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
-from runtime.turn._gather import ContextGatherer
+from runtime.turn._gather import ContextGatherer, recent_cap
 from runtime.turn._validate import validate_message
 from runtime.turn._values import Attempt, ReplyOutcome, TurnInput, TurnResult
 
@@ -175,7 +175,11 @@ class TurnRunner:
             None
             if any(not c.ok for c in compactions)
             else self.schedule_compaction(
-                turn.session_id, turn.user_id, window=[*outcome.window, assistant_turn], character=turn.character
+                turn.session_id,
+                turn.user_id,
+                window=[*outcome.window, assistant_turn],
+                character=turn.character,
+                calibration=outcome.context.calibration,
             )
         )
         if after is not None:
@@ -235,27 +239,14 @@ class TurnRunner:
         """Store the reply once, complete, with the provider's usage and the request's estimate and
         fingerprint (the calibration of the next assembly). Only the final text is stored: tool
         calls and their results (file text) never are."""
-        context, answer = outcome.context, outcome.reply
-        sent = len(context.messages) - context.post_history_messages
+        answer = outcome.reply
         return self.store.turns.add(
             session_id=turn.session_id,
             role="assistant",
             content=answer.content,
             tokens=self.tokens("assistant", answer.content),
             created_at=turn.at,
-            request=RequestRecord(
-                prompt_tokens=answer.prompt_tokens,
-                completion_tokens=answer.completion_tokens,
-                # tool schemas ride along whenever offered: part of the request the usage is for
-                estimate_tokens=self.counter.count_messages(context.messages) + outcome.tool_tokens,
-                # the fingerprint leaves out the trailing post-history message (see runtime.accounting)
-                messages=sent,
-                fingerprint=fingerprint(context.messages[:sent]),
-                interrupted=answer.interrupted,
-                cached_tokens=answer.cached_tokens,
-                cache_write_tokens=answer.cache_write_tokens,
-                cost_usd=answer.cost_usd,
-            ),
+            request=outcome.record(self.counter),
             character_revision=turn.character.revision,
             user_id=turn.user_id,
         )
@@ -510,6 +501,7 @@ class TurnRunner:
         *,
         window: Sequence[Turn] | None = None,
         character: SessionCharacter | None = None,
+        calibration: float = 1.0,
     ) -> CompactionOutcome | None:
         """Hand the session's compaction to the scheduler: its outcome when it ran inline,
         ``None`` when it was queued or there was nothing to do.
@@ -517,13 +509,17 @@ class TurnRunner:
         ``window``: the session's recent window, already at hand (the turns in state
         ``context``, in seq order, at least as many as storage holds): whether a compaction is
         due is decided from it instead of reading it again. The compaction itself reads the
-        window again, under its lock."""
+        window again, under its lock. ``calibration``: the session's correction factor, which
+        scales the ``recent`` cap to stored tokens (:func:`~runtime.turn._gather.recent_cap`)."""
         due = (
             self.compaction_due
             if window is None
             else lambda request: self.compactor.due_in(window, recent_cap=request.recent_cap)
         )
-        return self.scheduler.schedule(self.request(session_id, user_id, character=character), self.compact_now, due)
+        request = self.request(
+            session_id, user_id, recent_cap=recent_cap(self.budgets.recent, calibration), character=character
+        )
+        return self.scheduler.schedule(request, self.compact_now, due)
 
     def compaction_due(self, request: CompactionRequest) -> bool:
         """True if compacting ``request``'s session would roll something out now."""

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memory.files import StoredFile
+from memory.store import RequestRecord
 from memory.tables import Turn, UserProfile
+from runtime.accounting import TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome
 from runtime.context import AssembledContext
 from runtime.llm import Reply, Tools
@@ -73,3 +75,26 @@ class ReplyOutcome:
     compaction: CompactionOutcome | None = None
     """The harder compaction an overflow ran, if one did."""
     window: list[Turn]
+
+    def record(self, counter: TokenCounter) -> RequestRecord:
+        """What the stored reply keeps of its request: the provider's usage, our raw estimate
+        (``counter``: the engine's raw counter; the tool schemas the request carried included), the
+        fingerprint of what the next request sends again (the messages before the newest user
+        message, :attr:`~runtime.context.AssembledContext.baseline_messages`), and the recall
+        block the assembly built for the session's prompt."""
+        context, answer, rebuilt = self.context, self.reply, self.context.rebuilt_recall
+        sent = context.baseline_messages
+        return RequestRecord(
+            prompt_tokens=answer.prompt_tokens,
+            completion_tokens=answer.completion_tokens,
+            estimate_tokens=counter.count_messages(context.messages) + self.tool_tokens,
+            messages=sent,
+            fingerprint=fingerprint(context.messages[:sent]),
+            interrupted=answer.interrupted,
+            cached_tokens=answer.cached_tokens,
+            cache_write_tokens=answer.cache_write_tokens,
+            cost_usd=answer.cost_usd,
+            recall_block=rebuilt.text if rebuilt is not None else None,
+            recall_segments=rebuilt.segment_ids if rebuilt is not None else (),
+            recall_anchor=rebuilt.anchor if rebuilt is not None else None,
+        )

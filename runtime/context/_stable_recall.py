@@ -1,0 +1,138 @@
+"""Recall split for the cache layout: a block kept in place across turns, and a small per-turn tail.
+
+A provider's prompt cache reuses the longest prefix a request shares with one it has seen. If
+the recalled segments of every turn sat in the system context, everything after them would be
+new to the provider on every turn. The cache layout keeps one memory block under the text of the
+user turn it was built for (its anchor, stored with the session: :class:`StableRecall`), so the
+turns before it and after it stay as the provider saw them, and puts only what the turn's recall
+adds beyond it in a small tail under the newest user message.
+
+The rule, per turn (``cap``: the memory budget for recalled segments; ``tail_cap``: the tail's
+share of it; tokens):
+
+1. Recall selects what the classic layout would show within ``cap`` (:func:`memory_block`).
+2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and holds at least
+   :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap`` tokens of the
+   selection, by their stored counts). The selected segments it lacks then form the tail, best
+   first, within ``tail_cap``.
+3. Otherwise recall has moved on: the block is rebuilt from the best-ranked selected segments
+   within ``cap - tail_cap`` and anchored under the current message; the rest of the selection
+   forms the tail. The prompt then shows every segment the classic layout would.
+
+A rebuild changes the prompt from the old anchor on (the turns since it and the block), never
+the persona, the summary or the turns before it. A block whose anchor turn is no longer in the
+recent window (rolled out, deleted) is rebuilt. The tail size and
+:data:`KEEP_COVERAGE` trade the prefix a provider can reuse against recall shown per turn:
+``scripts/bench_cache.py`` measures both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import tzinfo
+
+from runtime.accounting import TokenCounter
+from runtime.context._blocks import memory_block
+from runtime.context._values import RecalledItem
+
+KEEP_COVERAGE = 0.25
+"""Share of the turn's best-ranked segments (``tail_cap`` tokens of them) the kept block must hold
+for it to stay (our choice, set on the tuning split: ``scripts/bench_cache.py``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StableRecall:
+    """The memory block a session keeps in its stable system context, as stored with the session."""
+
+    text: str
+    """The rendered block (the memory block's reference framing included); empty: none."""
+    segment_ids: tuple[int, ...] = ()
+    """The archive segments the block quotes."""
+    anchor: int | None = None
+    """The ``seq`` of the user turn the block sits under (``None``: under a message not stored)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallSplit:
+    """What one turn shows of its recall in the cache layout."""
+
+    stable: StableRecall
+    """The block for the stable system context (kept, or rebuilt this turn)."""
+    rebuilt: bool
+    """True when ``stable`` was built this turn (the turn stores it with its reply)."""
+    tail: str
+    """The memory block of selected segments ``stable`` lacks (empty: none), under the newest user message."""
+    tail_ids: tuple[int, ...] = ()
+    """The segments ``tail`` quotes."""
+    recalled: list[RecalledItem] = field(default_factory=list)
+    """The selected segments, all in view (in ``stable`` or ``tail``), chronological."""
+    stable_tokens: int = 0
+    tail_tokens: int = 0
+    cut: str | None = None
+    """What the selection left out, as :func:`memory_block` says it."""
+
+
+def split_recall(
+    candidates: Sequence[RecalledItem],
+    kept: StableRecall | None,
+    *,
+    cap: int,
+    tail_cap: int,
+    counter: TokenCounter,
+    zone: tzinfo,
+) -> RecallSplit:
+    """Split the recall of one turn between the kept block and the tail (rule in the module doc).
+
+    ``candidates``: recall's segments, best first; ``kept``: the session's stored block (``None``:
+    none yet); ``cap`` and ``tail_cap`` in tokens. Pure.
+    """
+    _, selected, report = memory_block(candidates, cap, counter, zone)
+    chosen = {s.id for s in selected}
+    ranked = [c for c in candidates if c.id in chosen]
+    if kept is not None:
+        kept_tokens = counter.count_text(kept.text) if kept.text else 0
+        held = set(kept.segment_ids)
+        core = _best(ranked, tail_cap)
+        covered = sum(c.tokens for c in core if c.id in held)
+        if kept_tokens + tail_cap <= cap and covered >= KEEP_COVERAGE * sum(c.tokens for c in core):
+            missing = [c for c in ranked if c.id not in held]
+            tail, shown, _ = memory_block(missing, tail_cap, counter, zone)
+            in_view = [c for c in selected if c.id in held or c.id in {s.id for s in shown}]
+            return RecallSplit(
+                stable=kept,
+                rebuilt=False,
+                tail=tail,
+                tail_ids=tuple(sorted(s.id for s in shown)),
+                recalled=in_view,
+                stable_tokens=kept_tokens,
+                tail_tokens=counter.count_text(tail) if tail else 0,
+                cut=report.cut,
+            )
+    text, stable_items, _ = memory_block(ranked, max(cap - tail_cap, 0), counter, zone)
+    stable_tokens = counter.count_text(text) if text else 0
+    in_stable = {s.id for s in stable_items}
+    tail, tail_items, _ = memory_block([c for c in ranked if c.id not in in_stable], cap - stable_tokens, counter, zone)
+    shown = [*stable_items, *tail_items]
+    return RecallSplit(
+        stable=StableRecall(text=text, segment_ids=tuple(sorted(in_stable))),
+        rebuilt=True,
+        tail=tail,
+        tail_ids=tuple(sorted(s.id for s in tail_items)),
+        recalled=sorted(shown, key=lambda s: (s.session_date, s.first_seq)),
+        stable_tokens=stable_tokens,
+        tail_tokens=counter.count_text(tail) if tail else 0,
+        cut=report.cut,
+    )
+
+
+def _best(ranked: Sequence[RecalledItem], tokens: int) -> list[RecalledItem]:
+    """The best-ranked segments of ``ranked`` whose stored token counts add up to at most ``tokens`` (at least one)."""
+    out: list[RecalledItem] = []
+    used = 0
+    for c in ranked:
+        if out and used + c.tokens > tokens:
+            break
+        out.append(c)
+        used += c.tokens
+    return out

@@ -1,0 +1,250 @@
+"""What a provider's prompt cache could reuse of each request, by prompt layout.
+
+    python scripts/bench_cache.py [--data ../shared/data/locomo_dev7.json] [--split report|tune|all]
+        [--windows 8192,32768] [--layouts classic,cache] [--json FILE]
+
+Each LoCoMo conversation of the split is replayed (known replies, as ``companion replay``) once
+per window and layout, into one database (the embedded server, or ``DATABASE_URL``). Every
+request the model would get is rendered as a token stream (each message: a separator token, its
+role, its text; ``cl100k_base``) and compared with the request before it in the session.
+Reported per window and layout, in one run:
+
+- **prefix share**: the tokens each request shares with the start of the one before it, summed
+  over requests, over all request tokens: the most any prefix cache can reuse;
+- **compactions**, **overflows** (requests over the window: must be 0) and **in-context evidence
+  recall** (the share of QA evidence turns a question's context holds verbatim, as the replay
+  report counts it);
+- **billed input**, in tokens at the full input price, under each provider's cache rule, and its
+  ratio to the classic layout's on the same conversations:
+
+  - DeepSeek (``deepseek/deepseek-chat``): caches on its own, in 64-token units; a hit costs the
+    map's ``cache_read_input_token_cost / input_cost_per_token``;
+  - Anthropic (``claude-sonnet-4-5``) with markers on the system prompt and the last message:
+    a read is the shared prefix cut to a whole message, from 1,024 tokens (the smallest cacheable
+    prefix); every other token is written at ``cache_creation_input_token_cost``;
+  - OpenAI (``gpt-4.1``): caches on its own, in 128-token blocks from 1,024 tokens.
+
+The price ratios come from litellm's bundled cost map. The cache rules are the providers'
+documented ones; what a provider actually bills can differ (eviction, concurrency), so these are
+upper bounds of what caching saves, per layout, on the same requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from eval_recall import split_ids  # noqa: E402  (scripts/ is on the path when run as a script)
+
+SEPARATOR = 100264
+"""cl100k's ``<|im_start|>``: one token between messages, as chat templates add one."""
+PROVIDERS = {
+    "deepseek": "deepseek/deepseek-chat",
+    "anthropic": "claude-sonnet-4-5",
+    "openai": "gpt-4.1",
+}
+MIN_CACHED = {"deepseek": 64, "anthropic": 1024, "openai": 1024}
+"""Smallest prefix each provider caches, tokens (DeepSeek: one 64-token unit)."""
+UNIT = {"deepseek": 64, "anthropic": 1, "openai": 128}
+
+
+@dataclass
+class Tally:
+    """One window and layout, summed over conversations."""
+
+    requests: int = 0
+    tokens: int = 0
+    shared: int = 0
+    compactions: int = 0
+    overflows: int = 0
+    evidence: int = 0
+    evidence_found: int = 0
+    billed: dict[str, float] = field(default_factory=dict)
+    per_conversation: list[dict] = field(default_factory=list)
+
+
+def ratios() -> dict[str, tuple[float, float]]:
+    """Provider -> (cache read, cache write) prices over the input price, from litellm's cost map."""
+    import litellm
+
+    out = {}
+    for provider, model in PROVIDERS.items():
+        info = litellm.model_cost[model]
+        base = info["input_cost_per_token"]
+        read = (info.get("cache_read_input_token_cost") or base) / base
+        write = (info.get("cache_creation_input_token_cost") or base) / base if provider == "anthropic" else 1.0
+        out[provider] = (read, write)
+    return out
+
+
+def stream(messages, encoding) -> tuple[list[int], list[int]]:
+    """The request as tokens, and the token offsets where each message ends."""
+    tokens: list[int] = []
+    ends: list[int] = []
+    for m in messages:
+        content = m.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+        tokens.append(SEPARATOR)
+        tokens.extend(encoding.encode(f"{m.get('role')}\n{text}", disallowed_special=()))
+        ends.append(len(tokens))
+    return tokens, ends
+
+
+def common(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def billed(provider: str, total: int, shared: int, ends: list[int], price: tuple[float, float]) -> float:
+    """One request's input at the full price's scale under ``provider``'s cache rule."""
+    read, write = price
+    if provider == "anthropic":
+        cached = max((e for e in ends if e <= shared), default=0)
+    else:
+        cached = shared - shared % UNIT[provider]
+    if cached < MIN_CACHED[provider]:
+        cached = 0
+    rest = total - cached
+    return cached * read + rest * (write if provider == "anthropic" else 1.0)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev7.json")
+    parser.add_argument("--split", choices=["tune", "report", "all"], default="report")
+    parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
+    parser.add_argument("--windows", default="8192,32768")
+    parser.add_argument("--layouts", default="classic,cache")
+    parser.add_argument("--json", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args()
+
+    from memory.embeddings import runtime_embedder
+    from runtime.accounting import tiktoken_encoding
+    from runtime.cli._common import _settings
+    from runtime.service import load_conversations, open_engine, replay_conversation
+
+    settings = _settings(database=True)
+    embedder = runtime_embedder(
+        settings.embedding_model,
+        threads=settings.embed_threads,
+        preload=True,
+        backend=settings.embed_backend,
+        cache_dir=settings.model_cache_dir,
+    )
+    every = load_conversations(args.data)
+    wanted = args.conversation or (
+        split_ids([c.id for c in every])[args.split] if args.split != "all" else [c.id for c in every]
+    )
+    conversations = [c for c in every if c.id in wanted]
+    windows = [int(w) for w in args.windows.split(",") if w.strip()]
+    layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
+    encoding = tiktoken_encoding("cl100k_base")
+    price = ratios()
+    print(f"{args.data.name}: {', '.join(c.id for c in conversations)}; windows {windows}; layouts {layouts}")
+    print("price ratios (read, write) from litellm's cost map: " + ", ".join(f"{p} {r}" for p, r in price.items()))
+    engines = {
+        layout: open_engine(settings.model_copy(update={"layout": layout}), with_model=False, embedder=embedder)
+        for layout in layouts
+    }
+    tallies: dict[tuple[int, str], Tally] = {}
+    started = time.perf_counter()
+    for window in windows:
+        for conv in conversations:
+            for layout in layouts:
+                tally = tallies.setdefault((window, layout), Tally())
+                previous: list[int] = []
+                one = Tally()
+
+                def seen(context, one=one) -> None:
+                    nonlocal previous
+                    tokens, ends = stream(context.messages, encoding)
+                    shared = common(previous, tokens)
+                    one.requests += 1
+                    one.tokens += len(tokens)
+                    one.shared += shared
+                    for provider in PROVIDERS:
+                        one.billed[provider] = one.billed.get(provider, 0.0) + billed(
+                            provider, len(tokens), shared, ends, price[provider]
+                        )
+                    previous = tokens
+
+                report = replay_conversation(engines[layout].derive(window=window), conv, on_context=seen)
+                found = report.evidence_in_context.get("all", 0)
+                total = report.evidence_total.get("all", 0)
+                for name in ("requests", "tokens", "shared"):
+                    setattr(tally, name, getattr(tally, name) + getattr(one, name))
+                tally.compactions += report.compactions
+                tally.overflows += report.overflows
+                tally.evidence += total
+                tally.evidence_found += found
+                for provider, value in one.billed.items():
+                    tally.billed[provider] = tally.billed.get(provider, 0.0) + value
+                tally.per_conversation.append(
+                    {
+                        "conversation": conv.id,
+                        "prefix_share": one.shared / one.tokens if one.tokens else 0.0,
+                        "mean_prompt": one.tokens / one.requests if one.requests else 0,
+                        "compactions": report.compactions,
+                        "overflows": report.overflows,
+                        "evidence_in_context": found / total if total else None,
+                    }
+                )
+                print(
+                    f"  window {window} {layout:<8} {conv.id}: prefix share {one.shared / max(one.tokens, 1):.1%}, "
+                    f"compactions {report.compactions}, evidence {found}/{total}",
+                    flush=True,
+                )
+    print()
+    header = "| window | layout | mean prompt | prefix share | compactions | overflows | evidence in context |"
+    header += " billed DeepSeek | billed Anthropic | billed OpenAI |"
+    print(header)
+    print("|---" * (header.count("|") - 1) + "|")
+    out = []
+    for (window, layout), t in tallies.items():
+        base = tallies.get((window, "classic"))
+        cells = []
+        for provider in PROVIDERS:
+            value = t.billed[provider]
+            ratio = value / base.billed[provider] if base is not None and base.billed.get(provider) else None
+            cells.append(f"{value / 1e6:.2f} M" + (f" ({ratio:.0%} of classic)" if ratio is not None else ""))
+        share = t.shared / t.tokens if t.tokens else 0.0
+        evidence = t.evidence_found / t.evidence if t.evidence else 0.0
+        print(
+            f"| {window:,} | {layout} | {t.tokens / max(t.requests, 1):,.0f} | {share:.1%} | {t.compactions} | "
+            f"{t.overflows} | {evidence:.1%} | " + " | ".join(cells) + " |"
+        )
+        out.append(
+            {
+                "window": window,
+                "layout": layout,
+                "requests": t.requests,
+                "prefix_share": share,
+                "compactions": t.compactions,
+                "overflows": t.overflows,
+                "evidence_in_context": evidence,
+                "billed_tokens": t.billed,
+                "conversations": t.per_conversation,
+            }
+        )
+    print(f"\nwall time {time.perf_counter() - started:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps({"price_ratios": price, "results": out}, indent=2), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,212 @@
+"""A prompt the provider can cache: the cache layout keeps each request's start as the one before
+it had it, the kept recall block is dropped when its segment is forgotten,
+and requests to a provider that needs cache markers carry them (through litellm)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from persona import Persona
+from runtime.config import Settings
+from runtime.llm import LiteLLMReplier, cache_points, marks_cache
+from runtime.messages import to_openai
+from runtime.turn import Engine
+from tests.fake_llm import estimate_prompt_tokens
+
+PERSONA = Persona(name="Mira", system_prompt="You are Mira, a kind companion. " + "Remember the harbour. " * 300)
+TOPICS = [
+    "my sister Lena moved to Porto to study marine biology",
+    "I adopted a grey cat called Pixel from the shelter",
+    "our band rehearses jazz standards every Thursday night",
+    "I broke my wrist skiing in the Alps last winter",
+    "my grandmother taught me to bake rye bread with caraway",
+    "the startup I work at builds irrigation sensors for vineyards",
+    "I am learning Japanese with flashcards on the train",
+    "we planted tomatoes and basil on the balcony in April",
+]
+
+FILLER = "It rained all day, so I stayed in and tidied the shelves and the drawers. " * 20
+"""About 320 tokens a message: compactions run every few turns at an 8,192-token window."""
+
+
+def _engine(store, embedder, fake_llm, *, layout: str, window: int = 8192) -> Engine:
+    fake_llm.prompt_tokens = estimate_prompt_tokens
+    settings = Settings(context_window=window, database_url="unused", layout=layout, compaction="inline")
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
+
+
+def _talk(engine: Engine, user: str, rounds: int) -> list[Any]:
+    contexts = []
+    for i in range(rounds):
+        topic = TOPICS[i % len(TOPICS)]
+        message = f"Do you remember? {topic}. Round {i}. " + FILLER
+        result = engine.turn(user_id=user, session_id=f"{user}:s", message=message)
+        contexts.append(result)
+    return contexts
+
+
+def _kept(store, session_id: str) -> tuple[str | None, list[int] | None, int | None]:
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT recall_block, recall_segments, recall_anchor FROM sessions WHERE id = :s"), {"s": session_id}
+        ).one()
+    return row.recall_block, row.recall_segments, row.recall_anchor
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_each_request_starts_as_the_one_before_it_until_a_compaction(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    results = _talk(engine, "ana", 24)
+    requests = [r["messages"] for r in fake_llm.requests[-len(results) :]]
+    assert any(r.context.recalled for r in results), "recall must have found segments for this to test anything"
+    steady = 0
+    for before, after, previous in zip(requests, requests[1:], results, strict=False):
+        if previous.compactions:
+            continue  # the compaction after the previous reply changed the summary
+        # everything before the previous request's newest message is sent again as it was,
+        # and that message again without what was under it only for that turn
+        last = len(before) - 1
+        assert after[:last] == before[:last]
+        assert after[last]["content"] == before[last]["content"][: len(after[last]["content"])]
+        steady += 1
+    assert steady >= 10
+    # what the provider reported reading from its cache: most of each steady request
+    replies = [t for t in engine.store.turns.of_session("ana:s") if t.role == "assistant"]
+    shares = [t.usage_cached_tokens / t.usage_prompt_tokens for t in replies[1:] if t.usage_prompt_tokens]
+    assert sorted(shares)[len(shares) // 2] >= 0.8
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_the_classic_layout_keeps_the_old_order(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="classic")
+    results = _talk(engine, "bo", 16)
+    recalled = [r for r in results if r.context.recalled]
+    assert recalled
+    for r in recalled:
+        system = r.context.messages[1]
+        assert system["role"] == "system" and '<reference source="earlier conversations"' in system["content"]
+        assert '<reference source="earlier conversations"' not in to_openai(r.context.messages)[-1]["content"]
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_the_kept_recall_block_goes_with_a_forgotten_segment(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    results = _talk(engine, "cy", 16)
+    for _ in range(8):  # until a turn that ran no compaction has kept a block
+        block, segments, anchor = _kept(store, "cy:s")
+        if block:
+            break
+        results += _talk(engine, "cy", 1)
+    assert block and segments and anchor is not None
+    # the block sits under its anchor turn's text in the next request
+    context = engine.assemble(user_id="cy", session_id="cy:s")
+    anchored = [m for m in to_openai(context.messages) if m["role"] == "user" and block in m["content"]]
+    assert len(anchored) == 1
+    engine.memories.forget("cy", f"seg_{segments[0]}")
+    assert _kept(store, "cy:s") == (None, None, None)
+    assert block not in json.dumps(to_openai(engine.assemble(user_id="cy", session_id="cy:s").messages))
+    # the next turn builds a new one under its own message
+    _talk(engine, "cy", 1)
+    assert _kept(store, "cy:s")[0]
+    assert results
+
+
+def test_markers_go_where_the_next_request_starts_the_same():
+    messages = [
+        {"role": "system", "content": "persona"},
+        {"role": "system", "content": "summary"},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "and now?\n\n<reference>...</reference>"},
+        {"role": "system", "content": "post-history"},
+    ]
+    points = cache_points(messages, ttl="1h")
+    assert [p["index"] for p in points] == [1, 3]
+    assert all(p["control"] == {"type": "ephemeral", "ttl": "1h"} for p in points)
+    assert [p["index"] for p in cache_points(messages[:3])] == [1]
+    assert marks_cache("anthropic/claude-sonnet-4-5") and marks_cache("claude-sonnet-4-5")
+    assert not marks_cache("deepseek/deepseek-chat") and not marks_cache("gpt-4.1")
+    assert marks_cache("gpt-4.1", "on") and not marks_cache("claude-sonnet-4-5", "off")
+
+
+class _Anthropic:
+    """A loopback server speaking Anthropic's Messages API (whole replies): it records each body
+    and reports a prompt cache read and write in its usage."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))))
+                fake.bodies.append(body)
+                data = json.dumps(
+                    {
+                        "id": "msg_fake",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body.get("model"),
+                        "content": [{"type": "text", "text": "Hello again."}],
+                        "stop_reason": "end_turn",
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": 40,
+                            "output_tokens": 4,
+                            "cache_read_input_tokens": 1500,
+                            "cache_creation_input_tokens": 300,
+                        },
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+def test_an_anthropic_request_carries_the_markers_and_its_cache_usage_is_read():
+    server = _Anthropic()
+    try:
+        replier = LiteLLMReplier(
+            model="anthropic/claude-sonnet-4-5",
+            api_base=server.url,
+            api_key="sk-ant-test",
+            timeout=10,
+            cache_markers=True,
+            cache_ttl="1h",
+        )
+        messages = [
+            {"role": "system", "content": "You are Mira."},
+            {"role": "system", "content": "<summary>...</summary>"},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "user", "content": "and now?"},
+        ]
+        reply = replier.reply(messages, session_id="s")
+    finally:
+        server.server.shutdown()
+    body = server.bodies[0]
+    system = body["system"]
+    assert isinstance(system, list) and system[-1].get("cache_control", {}).get("type") == "ephemeral"
+    assert system[-1]["cache_control"].get("ttl") == "1h"
+    marked = [m for m in body["messages"] if any(isinstance(b, dict) and b.get("cache_control") for b in m["content"])]
+    assert [m["role"] for m in marked] == ["assistant"]
+    assert reply.cached_tokens == 1500 and reply.cache_write_tokens == 300
