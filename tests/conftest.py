@@ -155,6 +155,7 @@ def _reset_fake(request):
         server.prompt_tokens = estimate_as_we_do
         server.default_reply = "I hear you."
         server.stream_delay = 0.0
+        server.previous = None  # the prompt cache starts empty for each test
     yield
 
 

@@ -275,10 +275,6 @@ def assemble_context(
         retrieval_framing = framing if first == "retrieval" else 0
     texts.update({s: sections[s].blocks[0] for s in ("summary", "memory") if sections[s].blocks})
     tail = [b for s in CONTEXT_LAYOUT for b in sections[s].tail]
-    if inputs.layout == "cache":
-        texts["memory"] = "\n".join(
-            t for t in (texts.get("memory", ""), *memory.kept.values(), *memory.section.tail) if t
-        )
 
     # what the provider has not counted yet is counted at no less than the raw estimate when the
     # session's factor is below 1 (it may be in another language than what set the factor)
@@ -317,6 +313,12 @@ def assemble_context(
         total = counter.count_messages(messages)
         by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], conservative)
     sources["recent"], sources["retrieval"] = fit.report, fit.retrieval
+    if inputs.layout == "cache":
+        # the kept block shows only when its anchor turn does; charged to memory only then
+        shown = [b for seq, b in memory.kept.items() if seq in fit.shown]
+        unshown = sum(counter.count_text("\n\n" + b) for seq, b in memory.kept.items() if seq not in fit.shown)
+        sources["memory"] = add_tokens(sources["memory"], -unshown)
+        texts["memory"] = "\n".join(t for t in (texts.get("memory", ""), *shown, *memory.section.tail) if t)
     # blocks under a turn's text are counted alone, framing included, and charged to their source:
     # the total is never below what the sources were charged
     total = max(total, by_baseline or 0, sum(r.tokens for r in sources.values()))
