@@ -147,5 +147,4 @@ def test_the_provider_baseline_still_applies_with_post_history_instructions(make
     context = engine.assemble(user_id="u1", session_id="s1", pending="third")
     assert context.calibration < 1.0
     assert context.baseline_tokens is not None  # the post-history message is not part of the fingerprint
-    assert context.total_tokens >= context.baseline_tokens
     assert context.messages[-1]["content"].startswith("POST-HISTORY")

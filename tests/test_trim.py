@@ -186,6 +186,7 @@ def test_calibrated_counter_scales_every_count():
 
 
 def test_the_factor_falls_toward_the_provider_never_under_what_it_reported():
-    calibration = correction([(400, 1000), (500, 1000), (450, 1000)])
+    calibration = correction([(480, 1000), (500, 1000), (490, 1000)])
     assert calibration.factor == pytest.approx(0.5)  # the largest ratio: none of them under-counted
+    assert correction([(400, 1000), (700, 1000)]).factor == 1.0  # ratios that move: not below 1 yet
     assert correction([(100, 1000), (1000, 1000)]).factor == 1.0  # a report under a quarter is not believed

@@ -10,9 +10,10 @@ factor: on a tiny request a fixed provider-side cost (a hidden system preamble) 
 huge ratio. That fixed cost is kept apart as an ``overhead`` in tokens, the largest amount any
 sample's report exceeds its scaled estimate, and is added to every request.
 
-A factor below 1 is only as good as the text it was measured on. What a request adds since the
-provider last counted one (the previous reply, the newest user message and what goes under it)
-may be in another language, so assembly counts it at no less than the raw estimate
+A factor below 1 is only as good as the text it was measured on. It holds only while the ratios
+of the last responses agree (:data:`STABLE_SPREAD`), and what a request adds since the provider
+last counted one (the previous reply, the newest user message, what goes under it) may be in
+another language, so assembly counts that at no less than the raw estimate
 (:attr:`CalibratedCounter.conservative`).
 
 The last reported usage is also a baseline: when the new request starts with the messages of the
@@ -47,6 +48,11 @@ def fingerprint(messages: Sequence[Mapping[str, Any]]) -> str:
 MIN_CALIBRATION_TOKENS = 256
 """Smallest raw estimate, in tokens, whose ratio may set the factor (our choice)."""
 
+STABLE_SPREAD = 0.1
+"""A factor below 1 holds only while the last responses' ratios agree within this share of it
+(our choice): while the text's language mix moves, the largest ratio of past requests does not
+bound the next one's, so the factor stays at 1 until the ratios settle."""
+
 MIN_FACTOR = 0.25
 """The lowest reported/estimated ratio believed (our choice): below the 1/2.7 our estimate
 over-counts Russian by, the most of any script we measured, so that a provider or proxy that
@@ -72,6 +78,8 @@ def correction(samples: Sequence[tuple[int | None, int | None]]) -> Calibration:
     valid = [(r, e) for r, e in valid if r >= MIN_FACTOR * e]
     ratios = [r / e for r, e in valid if e >= MIN_CALIBRATION_TOKENS]
     factor = max(ratios) if ratios else 1.0
+    if factor < 1.0 and max(ratios) - min(ratios) > STABLE_SPREAD * factor:
+        factor = 1.0  # the ratio is moving (a language switch): not below our estimate until it settles
     overhead = max([0, *[r - math.ceil(e * factor) for r, e in valid]])
     return Calibration(factor=factor, overhead=overhead)
 

@@ -32,7 +32,14 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from persona import Persona
-from runtime.accounting import REPLY_PRIMING, SOURCES, Baseline, Budgets, TokenCounter, baseline_total
+from runtime.accounting import (
+    REPLY_PRIMING,
+    SOURCES,
+    Baseline,
+    Budgets,
+    TokenCounter,
+    baseline_total,
+)
 from runtime.context._attachments import AttachedFile, with_block
 from runtime.context._blocks import memory_block, summary_block
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
@@ -81,8 +88,10 @@ class AssembledContext:
     overhead_tokens: int = 0
     """Tokens the provider adds per request beyond our estimate (from calibration), included in ``total_tokens``."""
     baseline_tokens: int | None = None
-    """The request's size by the provider's last reported usage plus the messages added since,
-    when the request starts with that last request; ``total_tokens`` is never below it."""
+    """For inspection: the provider's count of the last reported request plus the raw estimate of
+    what this one adds after the messages both start with (``None`` when it does not start with
+    them). An upper bound of the provider's count, looser than ``total_tokens`` when the previous
+    newest message carried a recall tail (both hold it)."""
     attached_files: list[str] = field(default_factory=list)
     """Ids of the files whose blocks (first-turn or folded) the messages show, in turn order."""
     zone: tzinfo = UTC
@@ -276,10 +285,17 @@ def assemble_context(
     texts.update({s: sections[s].blocks[0] for s in ("summary", "memory") if sections[s].blocks})
     tail = [b for s in CONTEXT_LAYOUT for b in sections[s].tail]
 
-    # what the provider has not counted yet is counted at no less than the raw estimate when the
-    # session's factor is below 1 (it may be in another language than what set the factor)
+    # when the session's factor is below 1, what no reported request held is counted at no less
+    # than the raw estimate (it may be in another language than what set the factor): the newest
+    # message, the reply before it, and what changes every turn (the cache layout's tail and a
+    # rebuilt recall block; the classic layout's memory and retrieval blocks)
     conservative: TokenCounter = getattr(counter, "conservative", counter)
-    margin = unseen_margin(inputs.turns, inputs.pending, counter, conservative)
+    volatile = (
+        [*tail, *([memory.rebuilt.text] if memory.rebuilt is not None else [])]
+        if inputs.layout == "cache"
+        else [*memory.section.blocks, *retrieval.section.blocks]
+    )
+    margin = unseen_margin(inputs.turns, inputs.pending, counter, conservative, volatile)
     overhead = inputs.overhead + margin
     room = window - budgets.reply_reserve - REPLY_PRIMING - sum(r.tokens for r in sources.values()) - overhead
     fit = _fit_recent(inputs, retrieval, room, budgets.recent, counter, framing=retrieval_framing, memory=memory.kept)
@@ -288,30 +304,10 @@ def assemble_context(
     with_lore = with_tail(with_lore, tail)
     messages = head + with_lore + post_history
     total = counter.count_messages(messages)
-    # the provider's baseline covers the previous request without its post-history message
-    # (the engine fingerprints it so), whose tokens its reported usage already holds
+    # for inspection: the provider's count of the last request plus the raw estimate of what this
+    # one adds after the prefix both sent (an upper bound; the previous newest message and what
+    # was under it are in both)
     by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], conservative)
-    # the bound counts the previous newest message (and what was under it) twice: it is the check
-    # of a factor below 1 only, whose counts are not conservative by themselves
-    if conservative is counter:
-        by_baseline = None
-    over = (by_baseline or 0) + overhead + budgets.reply_reserve + REPLY_PRIMING - window
-    if by_baseline is not None and by_baseline > total and over > 0:
-        # by the provider's count of its prefix the request would not fit: shrink recent by the excess
-        fit = _fit_recent(
-            inputs,
-            retrieval,
-            room - over,
-            budgets.recent,
-            counter,
-            framing=retrieval_framing,
-            memory=memory.kept,
-        )
-        with_lore, lore_at = insert_at_depth(fit.messages, retrieval.found.inserted)
-        with_lore = with_tail(with_lore, tail)
-        messages = head + with_lore + post_history
-        total = counter.count_messages(messages)
-        by_baseline = baseline_total(inputs.baseline, messages[: len(messages) - len(post_history)], conservative)
     sources["recent"], sources["retrieval"] = fit.report, fit.retrieval
     if inputs.layout == "cache":
         # the kept block shows only when its anchor turn does; charged to memory only then
@@ -321,7 +317,7 @@ def assemble_context(
         texts["memory"] = "\n".join(t for t in (texts.get("memory", ""), *shown, *memory.section.tail) if t)
     # blocks under a turn's text are counted alone, framing included, and charged to their source:
     # the total is never below what the sources were charged
-    total = max(total, by_baseline or 0, sum(r.tokens for r in sources.values()))
+    total = max(total, sum(r.tokens for r in sources.values()))
     texts["recent"] = "\n".join(text_of(m) for m in fit.messages)
     retrieval_texts = (
         [t for t in (retrieval.found.text, retrieval.earlier_text) if t]

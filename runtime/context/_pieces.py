@@ -31,18 +31,21 @@ class TurnBlocks:
 
 
 def unseen_margin(
-    turns: Sequence[RecentTurn], pending: str | None, counter: TokenCounter, conservative: TokenCounter
+    turns: Sequence[RecentTurn],
+    pending: str | None,
+    counter: TokenCounter,
+    conservative: TokenCounter,
+    volatile: Sequence[str] = (),
+    *,
+    newest_turns: int = 2,
 ) -> int:
-    """Tokens to add so that the newest user message and the reply before it, which no reported
-    request held, count at least their raw estimate (0 when ``counter`` is already conservative)."""
+    """Tokens to add so that what no reported request held counts at least its raw estimate: the
+    newest ``newest_turns`` stored turns (the newest user message and the reply before it) or the
+    message not stored, and the ``volatile`` texts (0 when ``counter`` is already conservative)."""
     if conservative is counter:
         return 0
-    turns = list(turns)
-    newest = [pending] if pending is not None else []
-    if pending is None and turns and turns[-1].role == "user":
-        newest = [turns.pop().content]
-    reply = [turns[-1].content] if turns and turns[-1].role == "assistant" else []
-    return sum(max(conservative.count_text(t) - counter.count_text(t), 0) for t in [*newest, *reply])
+    texts = [t.content for t in list(turns)[-newest_turns:]] + ([pending] if pending is not None else [])
+    return sum(max(conservative.count_text(t) - counter.count_text(t), 0) for t in [*texts, *volatile])
 
 
 def with_tail(messages: list[Mapping[str, Any]], tail: Sequence[str]) -> list[Mapping[str, Any]]:

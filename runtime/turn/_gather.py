@@ -105,9 +105,9 @@ class RecallText:
     """The label of the speaker the message names, or ``None``."""
 
 
-def recent_cap(cap: int, factor: float) -> int:
-    """The ``recent`` cap in stored tokens (raw estimates) for a session whose counts are scaled by
-    ``factor``: the stored turns a compaction leaves then fit the cap as the session counts them."""
+def stored_cap(cap: int, factor: float) -> int:
+    """A cap in stored tokens (raw estimates: turns', summaries') for a session whose counts are
+    scaled by ``factor``: what a compaction leaves then fits the cap as the session counts it."""
     return max(1, int(cap / factor))
 
 
@@ -199,7 +199,7 @@ class ContextGatherer:
         factor, overhead, baseline = calibration(usage)
         hidden = plan_rollout(
             planned,
-            cap=recent_cap(budgets.recent, factor),
+            cap=stored_cap(budgets.recent, factor),
             target=self.turn_settings.compaction_target,
             keep_exchanges=self.turn_settings.keep_exchanges,
         )

@@ -51,7 +51,7 @@ from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim, check_claim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
 from runtime.turn._extensions import TurnExtension
-from runtime.turn._gather import ContextGatherer, recent_cap
+from runtime.turn._gather import ContextGatherer, stored_cap
 from runtime.turn._validate import validate_message
 from runtime.turn._values import Attempt, ReplyOutcome, TurnInput, TurnResult
 
@@ -479,17 +479,20 @@ class TurnRunner:
         *,
         recent_cap: int | None = None,
         character: SessionCharacter | None = None,
+        calibration: float = 1.0,
     ) -> CompactionRequest:
         """This engine's compaction of the session: its ``recent`` cap (or ``recent_cap``), its
-        summary cap, and the character's id and name (``None``: the session's, read)."""
+        summary cap, both in stored tokens for a session counted at ``calibration``
+        (:func:`~runtime.turn._gather.stored_cap`), and the character's id and name (``None``: the
+        session's, read)."""
         if character is None:
             session = self.store.sessions.get(session_id)
             character = self.cast.newest(session.character_id) if session is not None else self.cast.default
         return CompactionRequest(
             session_id=session_id,
             user_id=user_id,
-            recent_cap=self.budgets.recent if recent_cap is None else recent_cap,
-            summary_cap=self.budgets.summary,
+            recent_cap=stored_cap(self.budgets.recent, calibration) if recent_cap is None else recent_cap,
+            summary_cap=stored_cap(self.budgets.summary, calibration),
             assistant_name=character.persona.name,
             character_id=character.id,
         )
@@ -510,15 +513,13 @@ class TurnRunner:
         ``context``, in seq order, at least as many as storage holds): whether a compaction is
         due is decided from it instead of reading it again. The compaction itself reads the
         window again, under its lock. ``calibration``: the session's correction factor, which
-        scales the ``recent`` cap to stored tokens (:func:`~runtime.turn._gather.recent_cap`)."""
+        scales the caps to stored tokens (:func:`~runtime.turn._gather.stored_cap`)."""
         due = (
             self.compaction_due
             if window is None
             else lambda request: self.compactor.due_in(window, recent_cap=request.recent_cap)
         )
-        request = self.request(
-            session_id, user_id, recent_cap=recent_cap(self.budgets.recent, calibration), character=character
-        )
+        request = self.request(session_id, user_id, character=character, calibration=calibration)
         return self.scheduler.schedule(request, self.compact_now, due)
 
     def compaction_due(self, request: CompactionRequest) -> bool:
