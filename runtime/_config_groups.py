@@ -44,6 +44,8 @@ class TurnSettings:
     """``COMPANION_LAYOUT``: the prompt's order (``runtime.context.ContextInputs.layout``)."""
     recall_tail_share: float = 0.15
     """``COMPANION_RECALL_TAIL_SHARE``: the cache layout's recall tail, a share of the memory budget."""
+    recall_keep: Literal["all", "coverage"] = "all"
+    """``COMPANION_RECALL_KEEP``: when the cache layout's kept recall block stays."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -257,6 +257,12 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_RECALL_TAIL_SHARE``: in the ``cache`` layout, the share of the memory budget the
     per-turn recall tail may take before the kept recall block is rebuilt (0: rebuilt whenever
     recall finds a segment it lacks; 1: never rebuilt while it fits)."""
+    recall_keep: Annotated[Literal["all", "coverage"], BeforeValidator(_lower)] = "all"
+    """``COMPANION_RECALL_KEEP``: in the ``cache`` layout, when the kept recall block stays.
+    ``all`` (default): while every segment the classic layout would show is in view, the tail
+    holding those it lacks (recall never shows less than the classic layout); ``coverage``: while
+    it holds a quarter of the turn's best-ranked segments, the tail adding the best of the rest
+    (the provider reuses more, recall shows less: docs/evaluation.md#prompt-cache)."""
     breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
     breaker_cooldown: Annotated[float | None, AfterValidator(_zero_is_none)] = Field(None, ge=0.0, le=365 * 86400.0)
@@ -472,6 +478,7 @@ class Settings(_EnvironmentSettings):
             compaction_target=self.compaction_target,
             layout=self.layout,
             recall_tail_share=self.recall_tail_share,
+            recall_keep=self.recall_keep,
         )
 
     @property

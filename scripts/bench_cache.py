@@ -1,10 +1,10 @@
 """What a provider's prompt cache could reuse of each request, by prompt layout.
 
     python scripts/bench_cache.py [--data ../shared/data/locomo_dev7.json] [--split report|tune|all]
-        [--windows 8192,32768] [--layouts classic,cache] [--json FILE]
+        [--windows 8192,32768] [--layouts classic,cache,cache:coverage] [--json FILE]
 
 Each LoCoMo conversation of the split is replayed (known replies, as ``companion replay``) once
-per window and layout, into one database (the embedded server, or ``DATABASE_URL``). Every
+per window and layout (``cache:coverage`` is the cache layout with ``COMPANION_RECALL_KEEP=coverage``), into one database (the embedded server, or ``DATABASE_URL``). Every
 request the model would get is rendered as a token stream (each message: a separator token, its
 role, its text; ``cl100k_base``) and compared with the request before it in the session.
 Reported per window and layout, in one run:
@@ -128,7 +128,7 @@ def main() -> int:
     parser.add_argument("--split", choices=["tune", "report", "all"], default="report")
     parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
     parser.add_argument("--windows", default="8192,32768")
-    parser.add_argument("--layouts", default="classic,cache")
+    parser.add_argument("--layouts", default="classic,cache,cache:coverage")
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     args = parser.parse_args()
 
@@ -156,8 +156,17 @@ def main() -> int:
     price = ratios()
     print(f"{args.data.name}: {', '.join(c.id for c in conversations)}; windows {windows}; layouts {layouts}")
     print("price ratios (read, write) from litellm's cost map: " + ", ".join(f"{p} {r}" for p, r in price.items()))
-    engines = {
-        layout: open_engine(settings.model_copy(update={"layout": layout}), with_model=False, embedder=embedder)
+    engines = {  # "cache:coverage": the cache layout with COMPANION_RECALL_KEEP=coverage
+        layout: open_engine(
+            settings.model_copy(
+                update={
+                    "layout": layout.split(":")[0],
+                    **({"recall_keep": layout.split(":")[1]} if ":" in layout else {}),
+                }
+            ),
+            with_model=False,
+            embedder=embedder,
+        )
         for layout in layouts
     }
     tallies: dict[tuple[int, str], Tally] = {}

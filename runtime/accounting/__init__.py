@@ -46,7 +46,7 @@ from runtime.accounting._calibration import (
 from runtime.accounting._exact import counter_for, tiktoken_encoding
 from runtime.accounting._framing import MESSAGE_FRAMING, REPLY_PRIMING, TokenCounter
 from runtime.accounting._media import anthropic_image_tokens, openai_image_tokens
-from runtime.accounting._prefix import longest_fitting_prefix
+from runtime.accounting._prefix import longest_fitting_prefix, shared_prefix_tokens
 
 __all__ = [
     "Baseline",
@@ -65,5 +65,6 @@ __all__ = [
     "tiktoken_encoding",
     "fingerprint",
     "longest_fitting_prefix",
+    "shared_prefix_tokens",
     "openai_image_tokens",
 ]

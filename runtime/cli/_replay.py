@@ -106,6 +106,7 @@ def _replay_tables(reports, *, title: str):
         "user turns kept",
         "recall ctx",
         "recall ret",
+        "prefix share",
         "wall s",
     ):
         main.add_column(col, justify="left" if col == "conversation" else "right")
@@ -125,6 +126,7 @@ def _replay_tables(reports, *, title: str):
             f"{kept}/{users}" if users else "-",
             _pct(r.evidence_in_context.get("all", 0), r.evidence_total.get("all", 0)),
             _pct(r.evidence_retrieval.get("all", 0), r.evidence_total.get("all", 0)),
+            _pct(r.shared_tokens, r.prompt_tokens),
             f"{r.wall_seconds:.1f}",
         )
         for key, value in (
@@ -153,6 +155,7 @@ def _replay_tables(reports, *, title: str):
             f"{sums['kept']}/{sums['users']}" if sums["users"] else "-",
             _pct(ev_ctx, ev_total),
             _pct(ev_ret, ev_total),
+            _pct(sum(r.shared_tokens for r in reports), sum(r.prompt_tokens for r in reports)),
             f"{sum(r.wall_seconds for r in reports):.1f}",
         )
     by_cat = Table(title="evidence recall by category: in context / retrieval only (evidence turns)")

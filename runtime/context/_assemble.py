@@ -47,7 +47,7 @@ from runtime.context._pieces import TurnBlocks, add_tokens, earlier, fold, recen
 from runtime.context._profile import render_profile
 from runtime.context._report import SourceReport
 from runtime.context._retrieval import RetrievalBlock, RetrievalItem, fit_retrieval, insert_at_depth
-from runtime.context._stable_recall import StableRecall, split_recall
+from runtime.context._stable_recall import Keep, StableRecall, split_recall
 from runtime.context._values import PinnedProfile, RecalledItem, RecentTurn, SummaryText
 from runtime.messages import Message
 
@@ -171,6 +171,8 @@ class ContextInputs:
     tail_share: float = 0.15
     """Cache layout: the share of the memory budget the per-turn recall tail may take before the
     kept block is rebuilt (0 to 1)."""
+    keep: Keep = "all"
+    """Cache layout: the rule that keeps the recall block (:data:`runtime.context._stable_recall.Keep`)."""
 
 
 CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
@@ -391,6 +393,7 @@ def _memory_section(
             tail_cap=int(max(room_for_recalled, 0) * inputs.tail_share),
             counter=counter,
             zone=inputs.zone,
+            keep=inputs.keep,
         )
         head = pinned.text
         # the kept block sits under its anchor turn's text, the tail under the newest message's

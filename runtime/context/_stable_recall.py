@@ -11,10 +11,11 @@ The rule, per turn (``cap``: the memory budget for recalled segments; ``tail_cap
 share of it; tokens):
 
 1. Recall selects what the classic layout would show within ``cap`` (:func:`memory_block`).
-2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and holds at least
-   :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap`` tokens of the
-   selection, by their stored counts). The selected segments it lacks then form the tail, best
-   first, within ``tail_cap``.
+2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and, by the ``all`` rule (the
+   default), every selected segment it lacks fits ``tail_cap``; by the ``coverage`` rule, when it
+   holds at least :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap``
+   tokens of the selection, by their stored counts). The selected segments it lacks then form the tail,
+   best first, within ``tail_cap``.
 3. Otherwise recall has moved on: the block is rebuilt from the best-ranked selected segments
    within ``cap - tail_cap`` and anchored under the current message; the rest of the selection
    forms the tail. The prompt then shows every segment the classic layout would.
@@ -31,10 +32,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
+from typing import Literal
 
 from runtime.accounting import TokenCounter
 from runtime.context._blocks import memory_block
 from runtime.context._values import RecalledItem
+
+Keep = Literal["all", "coverage"]
+"""When the kept block stays: ``all``, while every selected segment it lacks fits the tail (the
+prompt always shows all the classic layout would); ``coverage``, while it holds
+:data:`KEEP_COVERAGE` of the turn's best-ranked segments (selected segments it lacks beyond the
+tail are not shown)."""
 
 KEEP_COVERAGE = 0.25
 """Share of the turn's best-ranked segments (``tail_cap`` tokens of them) the kept block must hold
@@ -81,11 +89,13 @@ def split_recall(
     tail_cap: int,
     counter: TokenCounter,
     zone: tzinfo,
+    keep: Keep = "all",
 ) -> RecallSplit:
     """Split the recall of one turn between the kept block and the tail (rule in the module doc).
 
     ``candidates``: recall's segments, best first; ``kept``: the session's stored block (``None``:
-    none yet); ``cap`` and ``tail_cap`` in tokens. Pure.
+    none yet); ``cap`` and ``tail_cap`` in tokens; ``keep``: the rule that keeps the block
+    (:data:`Keep`). Pure.
     """
     _, selected, report = memory_block(candidates, cap, counter, zone)
     chosen = {s.id for s in selected}
@@ -95,9 +105,10 @@ def split_recall(
         held = set(kept.segment_ids)
         core = _best(ranked, tail_cap)
         covered = sum(c.tokens for c in core if c.id in held)
-        if kept_tokens + tail_cap <= cap and covered >= KEEP_COVERAGE * sum(c.tokens for c in core):
-            missing = [c for c in ranked if c.id not in held]
-            tail, shown, _ = memory_block(missing, tail_cap, counter, zone)
+        missing = [c for c in ranked if c.id not in held]
+        tail, shown, _ = memory_block(missing, tail_cap, counter, zone)
+        ok = len(shown) == len(missing) if keep == "all" else covered >= KEEP_COVERAGE * sum(c.tokens for c in core)
+        if kept_tokens + tail_cap <= cap and ok:
             in_view = [c for c in selected if c.id in held or c.id in {s.id for s in shown}]
             return RecallSplit(
                 stable=kept,

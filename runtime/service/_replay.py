@@ -30,6 +30,7 @@ from memory.archive import USER_LABEL
 from memory.embeddings import CachingEmbedder, Embedder
 from memory.tables import TurnState
 from persona import Persona
+from runtime.accounting import shared_prefix_tokens
 from runtime.context import AssembledContext, without_names
 from runtime.turn import Engine, InlineCompaction, validate_message
 
@@ -108,6 +109,11 @@ class ReplayReport:
     """Largest assembled prompt plus the reply reserve, tokens."""
     overflows: int = 0
     """Assembled contexts whose prompt plus reply reserve exceeded the window."""
+    prompt_tokens: int = 0
+    """Tokens of every reply's request, summed (the engine's count)."""
+    shared_tokens: int = 0
+    """Of those, the tokens each request shares with the start of the one before it (what a
+    provider's prompt cache could reuse: :func:`runtime.accounting.shared_prefix_tokens`)."""
     user_turns: int = 0
     """User turns stored by the replay."""
     user_turns_recoverable: int = 0
@@ -121,6 +127,11 @@ class ReplayReport:
     timeline: list[TurnPoint] = field(default_factory=list)
     """One point per replayed step, in order (for ``companion replay --plot``)."""
 
+    @property
+    def prefix_share(self) -> float | None:
+        """``shared_tokens / prompt_tokens``, or ``None`` before any reply."""
+        return self.shared_tokens / self.prompt_tokens if self.prompt_tokens else None
+
     def recall(self, which: str, category: str = "all") -> float | None:
         """Evidence recall as a fraction, ``which`` is ``in_context`` or ``retrieval``."""
         total = self.evidence_total.get(category, 0)
@@ -130,6 +141,7 @@ class ReplayReport:
     def as_dict(self) -> dict:
         data = {k: v for k, v in self.__dict__.items()}
         data["timeline"] = [asdict(p) for p in self.timeline]
+        data["prefix_share"] = self.prefix_share
         data["evidence_recall"] = {
             cat: {"in_context": self.recall("in_context", cat), "retrieval_only": self.recall("retrieval", cat), "n": n}
             for cat, n in self.evidence_total.items()
@@ -321,6 +333,7 @@ def replay_conversation(
     # questions; a turn waits for its block, so it finds its vector in the cache
     ahead = _Ahead(cache, [*blocks, _questions(conv, names)]) if cache is not None else None
     inline = isinstance(engine.runner.scheduler, InlineCompaction)
+    previous_request: list = []
     try:
         i = 0
         while i < len(turns):
@@ -337,6 +350,9 @@ def replay_conversation(
                 )
                 context = result.context
                 _track(report, context)
+                report.prompt_tokens += engine.counter.count_messages(context.messages)
+                report.shared_tokens += shared_prefix_tokens(previous_request, context.messages, engine.counter)
+                previous_request = context.messages
                 if on_context is not None:
                     on_context(context)
                 changed = bool(result.compactions) or not inline

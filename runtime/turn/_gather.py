@@ -283,6 +283,7 @@ class ContextGatherer:
                     else None
                 ),
                 tail_share=self.turn_settings.recall_tail_share,
+                keep=self.turn_settings.recall_keep,
             ),
             budgets=budgets,
             window=window or self.window,
