@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -13,7 +14,9 @@ import pytest
 from sqlalchemy import text
 
 from persona import Persona
+from runtime.accounting import counter_for
 from runtime.config import Settings
+from runtime.context import RecalledItem, split_recall
 from runtime.llm import LiteLLMReplier, cache_points, marks_cache
 from runtime.messages import to_openai
 from runtime.turn import Engine
@@ -209,3 +212,39 @@ def test_an_anthropic_request_carries_the_markers_and_its_cache_usage_is_read():
     marked = [m for m in body["messages"] if any(isinstance(b, dict) and b.get("cache_control") for b in m["content"])]
     assert [m["role"] for m in marked] == ["assistant"]
     assert reply.cached_tokens == 1500 and reply.cache_write_tokens == 300
+
+
+def _segment(i: int, words: int = 20) -> RecalledItem:
+    return RecalledItem(
+        id=i,
+        session_id="s0",
+        first_seq=2 * i,
+        last_seq=2 * i + 1,
+        content=f"User: fact {i} " + "about the harbour " * words,
+        tokens=4 * words,
+        session_date=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+def test_the_kept_block_stays_while_the_rule_holds_and_is_rebuilt_when_recall_moves_on():
+    counter = counter_for("gpt-4o-mini")
+    segments = [_segment(i) for i in range(12)]
+    first = split_recall(segments[:6], None, cap=600, tail_cap=150, counter=counter, zone=UTC)
+    assert first.rebuilt and first.stable.text  # none kept yet: built from the best-ranked
+    every = {s.id for s in first.recalled}
+    assert every == set(first.stable.segment_ids) | set(first.tail_ids)  # all the selection is in view
+    kept = first.stable
+    # one new segment ranked second: it fits the tail, the kept block stays (both rules)
+    moved_a_little = [segments[0], segments[9], *segments[1:5]]
+    for keep in ("all", "coverage"):
+        split = split_recall(moved_a_little, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep=keep)
+        assert not split.rebuilt and split.stable == kept and 9 in split.tail_ids
+    # recall moved on to other segments: more than the tail holds
+    moved_on = [*segments[6:12]]
+    assert split_recall(moved_on, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="all").rebuilt
+    # coverage keeps the block while it holds a quarter of the best-ranked segments
+    half = [segments[0], segments[7], segments[8], segments[9], segments[10]]
+    all_rule = split_recall(half, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="all")
+    coverage = split_recall(half, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="coverage")
+    assert all_rule.rebuilt and {s.id for s in all_rule.recalled} == {0, 7, 8, 9, 10}
+    assert not coverage.rebuilt and 7 in coverage.tail_ids  # the best it lacks, in the tail
