@@ -286,6 +286,13 @@ def assemble_context(
         retrieval_framing = framing if first == "retrieval" else 0
     texts.update({s: sections[s].blocks[0] for s in ("summary", "memory") if sections[s].blocks})
     tail = [b for s in CONTEXT_LAYOUT for b in sections[s].tail]
+    ends_with_user = inputs.pending is not None or bool(inputs.turns and inputs.turns[-1].role == "user")
+    if tail and not ends_with_user:
+        # no user message to go under: the tail is a message of its own, framing charged to its first source
+        alone = counter.count_message(Message(role="system", content="\n\n".join(tail)))
+        framing = max(alone - sum(counter.count_text("\n\n" + b) for b in tail), 0)
+        first = next(s for s in CONTEXT_LAYOUT if sections[s].tail)
+        sources[first] = add_tokens(sources[first], framing)
 
     # when the session's factor is below 1, what no reported request held is counted at no less
     # than the raw estimate (it may be in another language than what set the factor): the newest
