@@ -2,7 +2,7 @@
 
 Assembly is a read: it takes values (:mod:`runtime.context._values`, converted from stored
 rows by the turn layer) and returns messages, changing nothing.
-The message list is::
+The message list, in the ``classic`` layout, is::
 
     system   persona (never cut, never squeezed; example dialogues go first when over its cap)
     system   summary block, memory block (pinned profile, recalled segments), retrieval block
@@ -11,6 +11,12 @@ The message list is::
                           (lorebook entries placed at a depth are inserted among them, charged
                           to ``retrieval``)
     system   the persona's post-history instructions, if it has any (counted to ``persona``)
+
+In the ``cache`` layout (:attr:`ContextInputs.layout`) the second system message holds only what
+changes at compactions (summary, pinned profile, files of rolled-out turns); the session's kept
+recall block goes under the text of its anchor turn, and the recall tail, fired lorebook entries
+and knowledge hits under the current user message's text (:mod:`runtime.context._stable_recall`).
+Each is charged to its source (``memory``, ``retrieval``), not to ``recent``.
 
 A user turn that carried files gets its attachment block under its text (see
 :mod:`runtime.context`): the newest user message, when it ends the prompt, in its
