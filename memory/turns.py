@@ -188,16 +188,14 @@ class Turns:
             bound = {"u": user_id} if user_id is not None else {}
             # a reply whose assembly built a new recall block for the session's stable context
             # stores it here, with the turn (the next assembly reads it)
-            kept = (
-                ", recall_block = :rb, recall_segments = CAST(:rs AS bigint[]), recall_anchor = :ra"
-                if request.recall_block is not None
-                else ""
-            )
-            kept_values = (
-                {"rb": request.recall_block, "rs": list(request.recall_segments), "ra": request.recall_anchor}
-                if request.recall_block is not None
-                else {}
-            )
+            kept, kept_values = "", {}
+            if request.recall_block is not None:
+                kept = ", recall_block = :rb, recall_segments = CAST(:rs AS bigint[]), recall_anchor = :ra"
+                kept_values = {
+                    "rb": request.recall_block,
+                    "rs": list(request.recall_segments),
+                    "ra": request.recall_anchor,
+                }
             open_row = db.execute(
                 text(
                     f"UPDATE sessions SET last_activity_at = now(){kept} WHERE id = :s{mine} AND closed_at IS NULL "

@@ -5,7 +5,6 @@ Pure: takes values, never storage rows; imports nothing from ``memory``.
 
 from runtime.context._assemble import (
     CONTEXT_LAYOUT,
-    LAYOUTS,
     AssembledContext,
     ContextInputs,
     Layout,
@@ -47,7 +46,6 @@ __all__ = [
     "without_names",
     "AssembledContext",
     "CONTEXT_LAYOUT",
-    "LAYOUTS",
     "Layout",
     "RecallSplit",
     "StableRecall",

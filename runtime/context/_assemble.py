@@ -187,7 +187,6 @@ layout's tail under the newest user message); message framing is charged to the 
 
 Layout = Literal["cache", "classic"]
 """How the prompt is laid out (:attr:`ContextInputs.layout`)."""
-LAYOUTS: tuple[Layout, ...] = ("cache", "classic")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,7 +315,7 @@ def assemble_context(
     fit = _fit_recent(inputs, retrieval, room, budgets.recent, counter, framing=retrieval_framing, memory=memory.kept)
     # lorebook entries placed at a depth go among the recent turns (their tokens are retrieval's)
     with_lore, lore_at = insert_at_depth(fit.messages, retrieval.found.inserted)
-    with_lore = with_tail(with_lore, tail)
+    with_lore = with_tail(with_lore, tail, under=ends_with_user)
     messages = head + with_lore + post_history
     total = counter.count_messages(messages)
     # for inspection: the provider's count of the last request plus the raw estimate of what this
@@ -378,8 +377,6 @@ class _Memory:
     """Cache layout: the kept recall block built this assembly (``None``: the stored one stayed)."""
     kept: dict[int, str] = field(default_factory=dict)
     """Cache layout: anchor seq -> the kept block shown under that stored turn (tokens charged to memory)."""
-    kept_text: str = ""
-    """Cache layout: the kept block's text, wherever it sits."""
 
 
 def _memory_section(
@@ -433,7 +430,6 @@ def _memory_section(
                 else None
             ),
             kept={split.stable.anchor: kept} if anchored and kept and split.stable.anchor is not None else {},
-            kept_text=kept,
         )
     memory_text, recalled, recalled_report = memory_block(inputs.candidates, room_for_recalled, counter, inputs.zone)
     if pinned.text:

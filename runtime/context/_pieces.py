@@ -36,26 +36,24 @@ def unseen_margin(
     counter: TokenCounter,
     conservative: TokenCounter,
     volatile: Sequence[str] = (),
-    *,
-    newest_turns: int = 2,
 ) -> int:
     """Tokens to add so that what no reported request held counts at least its raw estimate: the
-    newest ``newest_turns`` stored turns (the newest user message and the reply before it) or the
-    message not stored, and the ``volatile`` texts (0 when ``counter`` is already conservative)."""
+    two newest stored turns (the newest user message and the reply before it), the message not
+    stored, and the ``volatile`` texts (0 when ``counter`` is already conservative)."""
     if conservative is counter:
         return 0
-    texts = [t.content for t in list(turns)[-newest_turns:]] + ([pending] if pending is not None else [])
+    texts = [t.content for t in list(turns)[-2:]] + ([pending] if pending is not None else [])
     return sum(max(conservative.count_text(t) - counter.count_text(t), 0) for t in [*texts, *volatile])
 
 
-def with_tail(messages: list[Mapping[str, Any]], tail: Sequence[str]) -> list[Mapping[str, Any]]:
-    """``messages`` with the cache layout's tail blocks under the newest message's text when it is
-    a user message with text content (the current message), else as a system message after it."""
+def with_tail(messages: list[Mapping[str, Any]], tail: Sequence[str], *, under: bool) -> list[Mapping[str, Any]]:
+    """``messages`` with the cache layout's tail blocks under the newest message's text when
+    ``under`` (the prompt ends with the current user message), else as a system message after it."""
     if not tail:
         return messages
     joined = "\n\n".join(tail)
     last = messages[-1] if messages else None
-    if last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
+    if under and last is not None and last.get("role") == "user" and isinstance(last.get("content"), str):
         return [*messages[:-1], {**last, "content": with_block(last["content"], joined)}]
     return [*messages, Message(role="system", content=joined)]
 

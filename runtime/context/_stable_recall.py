@@ -75,8 +75,6 @@ class RecallSplit:
     """The segments ``tail`` quotes."""
     recalled: list[RecalledItem] = field(default_factory=list)
     """The selected segments, all in view (in ``stable`` or ``tail``), chronological."""
-    stable_tokens: int = 0
-    tail_tokens: int = 0
     cut: str | None = None
     """What the selection left out, as :func:`memory_block` says it."""
 
@@ -103,21 +101,22 @@ def split_recall(
     if kept is not None:
         kept_tokens = counter.count_text(kept.text) if kept.text else 0
         held = set(kept.segment_ids)
-        core = _best(ranked, tail_cap)
-        covered = sum(c.tokens for c in core if c.id in held)
         missing = [c for c in ranked if c.id not in held]
         tail, shown, _ = memory_block(missing, tail_cap, counter, zone)
-        ok = len(shown) == len(missing) if keep == "all" else covered >= KEEP_COVERAGE * sum(c.tokens for c in core)
+        if keep == "all":
+            ok = len(shown) == len(missing)
+        else:
+            core = _best(ranked, tail_cap)
+            ok = sum(c.tokens for c in core if c.id in held) >= KEEP_COVERAGE * sum(c.tokens for c in core)
         if kept_tokens + tail_cap <= cap and ok:
-            in_view = [c for c in selected if c.id in held or c.id in {s.id for s in shown}]
+            in_view_ids = held | {s.id for s in shown}
+            in_view = [c for c in selected if c.id in in_view_ids]
             return RecallSplit(
                 stable=kept,
                 rebuilt=False,
                 tail=tail,
                 tail_ids=tuple(sorted(s.id for s in shown)),
                 recalled=in_view,
-                stable_tokens=kept_tokens,
-                tail_tokens=counter.count_text(tail) if tail else 0,
                 cut=report.cut,
             )
     text, stable_items, _ = memory_block(ranked, max(cap - tail_cap, 0), counter, zone)
@@ -131,8 +130,6 @@ def split_recall(
         tail=tail,
         tail_ids=tuple(sorted(s.id for s in tail_items)),
         recalled=sorted(shown, key=lambda s: (s.session_date, s.first_seq)),
-        stable_tokens=stable_tokens,
-        tail_tokens=counter.count_text(tail) if tail else 0,
         cut=report.cut,
     )
 
