@@ -165,7 +165,7 @@ class EmbeddingDimensionMismatch(ConfigurationError):
             f"The table {table!r} stores vector({table_dim}) embeddings, but the embedding model "
             f"{model_name!r} produces {model_dim} dimensions. Use an embedding model with "
             f"{table_dim} dimensions (COMPANION_EMBEDDING_MODEL), or re-embed every stored vector "
-            f"with the new model: `companion db reembed` (with the service stopped)."
+            f"with the new model: `companion db reembed`."
         )
         self.table = table
         self.table_dim = table_dim
@@ -195,7 +195,7 @@ class EmbeddingModelMismatch(EmbeddingDimensionMismatch):
             f"The stored vectors were made by the embedding model {recorded_name!r} ({recorded_dim} dimensions), "
             f"but the configured model is {model_name!r} ({model_dim} dimensions); their vectors cannot be "
             f"compared. Set COMPANION_EMBEDDING_MODEL back to {recorded_name!r}, or re-embed every stored "
-            f"vector with the new model: `companion db reembed` (with the service stopped).",
+            f"vector with the new model: `companion db reembed`.",
         )
         self.table = "embedding_model"
         self.table_dim = recorded_dim
@@ -479,6 +479,27 @@ class FileParseError(InputError, FileError):
     def __init__(self, message: str, *, reason: str, file_id: str | None = None) -> None:
         FileError.__init__(self, message, file_id=file_id)
         self.reason = reason
+
+
+class EmbedderUnavailableError(DependencyError):
+    """The embedding model could not embed: an embeddings API that failed, timed out, refused
+    the key or was rate-limited past its retries (``COMPANION_EMBEDDING_RETRY_SECONDS``).
+
+    A turn does not fail on it: recall runs on full text and dates, and the vectors it could
+    not make are filled in later by the embeddings backfill job (docs/settings.md#embedders-and-rerankers).
+
+    Attributes:
+        model: the embedding model (``COMPANION_EMBEDDING_MODEL``).
+        status: the provider's last HTTP status, when there was one.
+    """
+
+    code = "embedder_unavailable"
+    retryable = True
+
+    def __init__(self, message: str, *, model: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.model = model
+        self.status = status
 
 
 class ModelCallError(DependencyError):

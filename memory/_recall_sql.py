@@ -50,6 +50,15 @@ def archive_hnsw_index_ddl(dim: int) -> str:
     )
 
 
+def distance(alias: str = "", *, vectorless: bool = False) -> str:
+    """The cosine distance of the key of row ``alias`` (none: unqualified) to the query vector
+    ``:q``; ``NULL`` in a vectorless statement (no query vector: the embedder was down), and
+    for a segment stored without a key until the backfill composes it."""
+    if vectorless:
+        return "CAST(NULL AS double precision)"
+    return f"{alias}{'.' if alias else ''}embedding <=> CAST(:q AS vector)"
+
+
 def _text(sql: str) -> TextClause:
     """``sql`` as a text clause, its ``:q`` typed as the binary query vector."""
     clause = text(sql)
@@ -109,8 +118,12 @@ class VectorRanker:
 
     use_index: bool
     dim: int
+    vectorless: bool = False
+    """No query vector: the ranker's list is empty."""
 
     def ctes(self, excluded: Excluded) -> list[CTE]:
+        if self.vectorless:
+            return [cte("vec", "SELECT CAST(NULL AS bigint) AS id, CAST(NULL AS bigint) AS r WHERE false", "id", "r")]
         scored = (
             "SELECT id, embedding <=> CAST(:q AS vector) AS distance FROM archived_segments "
             f"WHERE user_id = :user_id{excluded.clause()}"
@@ -126,7 +139,8 @@ class VectorRanker:
             source = cte("mine", scored, "id", "distance", materialized=True)
             limit = " LIMIT :pool"
         ranked = (
-            f"SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM {source.name} ORDER BY distance, id{limit}"
+            f"SELECT id, row_number() OVER (ORDER BY distance, id) AS r FROM {source.name} "
+            f"WHERE distance IS NOT NULL ORDER BY distance, id{limit}"
         )
         return [source, cte("vec", ranked, "id", "r")]
 
@@ -229,12 +243,14 @@ class TextRanker:
         ]
 
 
+@dataclass(frozen=True)
 class DateRanker:
     """The date ranker (``dated``): the rows inside the periods ``:when_start``/``:when_end`` (the
-    ``(user_id, session_date)`` index), by exact distance. ``MATERIALIZED`` keeps the planner from
-    ordering them by walking the HNSW index under ``hnsw.iterative_scan`` (the index path's
-    settings)."""
+    ``(user_id, session_date)`` index), by exact distance (``vectorless``: in archive order).
+    ``MATERIALIZED`` keeps the planner from ordering them by walking the HNSW index under
+    ``hnsw.iterative_scan`` (the index path's settings)."""
 
+    vectorless: bool = False
     score = " + coalesce(:date_weight / (:k + f.date_rank), 0)"
     """Its term of the fused score."""
 
@@ -242,7 +258,7 @@ class DateRanker:
         return [
             cte(
                 "dated_rows",
-                "SELECT a.id, a.embedding <=> CAST(:q AS vector) AS distance FROM archived_segments AS a "
+                f"SELECT a.id, {distance('a', vectorless=self.vectorless)} AS distance FROM archived_segments AS a "
                 "WHERE a.user_id = :user_id AND a.id IN (SELECT s.id "
                 "FROM unnest(CAST(:when_start AS timestamptz[]), CAST(:when_end AS timestamptz[])) AS w(s, e) "
                 "JOIN archived_segments AS s "
@@ -291,12 +307,12 @@ def fusion(*, dated: bool) -> list[CTE]:
     return found
 
 
-def hits_sql(*, dated: bool) -> str:
+def hits_sql(*, dated: bool, vectorless: bool = False) -> str:
     """The hits: the fused rows, best first, scored by the reciprocal-rank sum (``:k``) times the
     speaker's factor (``:speaker_weight`` for rows starting with ``:speaker_label``), at most ``:limit``."""
     return (
         "SELECT m.id, m.session_id, m.first_seq, m.last_seq, m.content, m.tokens, m.session_date, "
-        "m.embedding <=> CAST(:q AS vector) AS distance, f.vector_rank, f.text_rank, "
+        f"{distance('m', vectorless=vectorless)} AS distance, f.vector_rank, f.text_rank, "
         "(coalesce(1.0 / (:k + f.vector_rank), 0) + coalesce(1.0 / (:k + f.text_rank), 0)"
         f"{DateRanker.score if dated else ''}) "
         "* CASE WHEN :speaker_label <> '' AND starts_with(m.content, :speaker_label) THEN :speaker_weight ELSE 1.0 END "
@@ -306,7 +322,7 @@ def hits_sql(*, dated: bool) -> str:
     )
 
 
-def neighbours_sql(hits: str, excluded: Excluded) -> str:
+def neighbours_sql(hits: str, excluded: Excluded, *, vectorless: bool = False) -> str:
     """The segments within ``:span`` turns of each hit of ``hits`` (rows ``h`` of ``hit``,
     ``session_id``, ``first_seq``, ``last_seq``): those that end inside the span, and the first one
     after it if it starts inside it. One session's segments never overlap (each turn is archived
@@ -314,7 +330,7 @@ def neighbours_sql(hits: str, excluded: Excluded) -> str:
     ``(session_id, last_seq)`` index, whatever the session's length."""
     return (
         "SELECT s.id, s.session_id, s.first_seq, s.last_seq, s.content, s.tokens, s.session_date, "
-        f"s.embedding <=> CAST(:q AS vector) AS distance, h.hit AS neighbour_of FROM {hits} "
+        f"{distance('s', vectorless=vectorless)} AS distance, h.hit AS neighbour_of FROM {hits} "
         "CROSS JOIN LATERAL ("
         "(SELECT * FROM archived_segments AS a WHERE a.user_id = :user_id "
         "AND a.session_id = h.session_id AND a.last_seq BETWEEN h.first_seq - :span AND h.last_seq + :span) "
@@ -326,11 +342,11 @@ def neighbours_sql(hits: str, excluded: Excluded) -> str:
     )
 
 
-def neighbour_ctes(*, dated: bool, excluded: Excluded) -> list[CTE]:
+def neighbour_ctes(*, dated: bool, excluded: Excluded, vectorless: bool = False) -> list[CTE]:
     """The neighbour ranker in the ranked statement: the hits (``hits_ranked``), the best
     ``:expand`` of them (``expanded``), and their neighbours (``neighbour_rows``)."""
     return [
-        cte("hits_ranked", hits_sql(dated=dated), *HIT_COLUMNS, materialized=True),
+        cte("hits_ranked", hits_sql(dated=dated, vectorless=vectorless), *HIT_COLUMNS, materialized=True),
         cte(
             "expanded",
             "SELECT id AS hit, session_id, first_seq, last_seq FROM hits_ranked "
@@ -340,7 +356,12 @@ def neighbour_ctes(*, dated: bool, excluded: Excluded) -> list[CTE]:
             "first_seq",
             "last_seq",
         ),
-        cte("neighbour_rows", neighbours_sql("expanded AS h", excluded), *SEGMENT_COLUMNS, "neighbour_of"),
+        cte(
+            "neighbour_rows",
+            neighbours_sql("expanded AS h", excluded, vectorless=vectorless),
+            *SEGMENT_COLUMNS,
+            "neighbour_of",
+        ),
     ]
 
 
@@ -358,33 +379,42 @@ _HITS_AND_NEIGHBOURS = (
 
 @functools.cache
 def ranked_statement(
-    *, use_index: bool, excluding: bool, dated: bool, together: bool, dim: int, scoped: bool = False
+    *,
+    use_index: bool,
+    excluding: bool,
+    dated: bool,
+    together: bool,
+    dim: int,
+    scoped: bool = False,
+    vectorless: bool = False,
 ) -> TextualSelect:
     """The ranked ``SELECT``: the vector and full-text rankers, the date ranker when ``dated``,
     their fusion, and the hits; with ``together``, the neighbours of the best ``:expand`` hits as
     well, read by the same index ranges in the same statement (``part`` 0 rows are the hits in
     rank order, ``part`` 1 rows the neighbours by hit and ``first_seq``: one round trip, not two).
+    ``vectorless``: no query vector (the embedder was down): the full-text and date rankers only.
     Built once per shape (statements are immutable values)."""
     excluded = Excluded(active=excluding, scoped=scoped)
     ctes = [
-        *VectorRanker(use_index=use_index, dim=dim).ctes(excluded),
+        *VectorRanker(use_index=use_index, dim=dim, vectorless=vectorless).ctes(excluded),
         *TextRanker(use_index=use_index).ctes(excluded),
-        *(DateRanker().ctes(excluded) if dated else []),
+        *(DateRanker(vectorless).ctes(excluded) if dated else []),
         *fusion(dated=dated),
     ]
     if not together:
-        return _select(hits_sql(dated=dated), *HIT_COLUMNS).add_cte(*ctes)
-    ctes += neighbour_ctes(dated=dated, excluded=excluded)
+        return _select(hits_sql(dated=dated, vectorless=vectorless), *HIT_COLUMNS).add_cte(*ctes)
+    ctes += neighbour_ctes(dated=dated, excluded=excluded, vectorless=vectorless)
     return _select(_HITS_AND_NEIGHBOURS, "part", "pos", *HIT_COLUMNS, "neighbour_of").add_cte(*ctes)
 
 
 @functools.cache
-def neighbours_statement(*, excluding: bool, scoped: bool = False) -> TextualSelect:
+def neighbours_statement(*, excluding: bool, scoped: bool = False, vectorless: bool = False) -> TextualSelect:
     """The ``SELECT`` of the neighbours of hits given as arrays (``:hit_ids`` …), for a ranking a
     ``session_cap`` reordered."""
     given = (
         "unnest(CAST(:hit_ids AS bigint[]), CAST(:hit_sessions AS text[]), CAST(:hit_first AS int[]), "
         "CAST(:hit_last AS int[])) AS h(hit, session_id, first_seq, last_seq)"
     )
-    sql = neighbours_sql(given, Excluded(active=excluding, scoped=scoped)) + " ORDER BY h.hit, s.first_seq"
+    sql = neighbours_sql(given, Excluded(active=excluding, scoped=scoped), vectorless=vectorless)
+    sql += " ORDER BY h.hit, s.first_seq"
     return _select(sql, *SEGMENT_COLUMNS, "neighbour_of")

@@ -73,6 +73,7 @@ __all__ = [
     "index_pays",
     "recall",
     "turns_apart",
+    "within_budget",
 ]
 
 RRF_K = 10
@@ -121,8 +122,9 @@ class RecalledSegment:
     tokens: int
     """Estimated tokens of ``content``, as stored."""
     session_date: datetime
-    distance: float
-    """Cosine distance of the segment's key embedding to the query, 0 (same direction) to 2."""
+    distance: float | None
+    """Cosine distance of the segment's key embedding to the query, 0 (same direction) to 2;
+    ``None`` when recall ran without a query vector or the segment has no key yet."""
     vector_rank: int | None = None
     """1-based rank among the user's segments by ``distance``; ``None`` beyond the pool."""
     text_rank: int | None = None
@@ -165,7 +167,7 @@ class RecallPreset:
         *,
         user_id: str,
         character_id: str | None = None,
-        query_embedding: Sequence[float],
+        query_embedding: Sequence[float] | None,
         query_text: str | None = None,
         when: Sequence[TimeSpan] | None = None,
         speaker: str | None = None,
@@ -206,8 +208,9 @@ class RecallQuery:
     character_id: str | None = None
     """Which character's segments of the user's (memory per user and character); ``None``: all of
     the user's (the memory scope ``user``)."""
-    query_embedding: Sequence[float] = field(repr=False)
-    """The query's embedding (same model as the segment keys)."""
+    query_embedding: Sequence[float] | None = field(repr=False)
+    """The query's embedding (same model as the segment keys); ``None`` (the embedder was down)
+    runs the full-text and date rankers only, the date ranker's rows in archive order."""
     limit: int
     """At most this many hits (before neighbour expansion)."""
     query_text: str | None = None
@@ -273,7 +276,7 @@ class RecallQuery:
         params: dict[str, Any] = {
             "user_id": self.user_id,
             "character_id": self.character_id,
-            "q": list(self.query_embedding),
+            "q": list(self.query_embedding) if self.query_embedding is not None else None,
             "limit": int(self.limit),
             "k": int(self.rrf_k),
             "pool": pool,
@@ -334,8 +337,9 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
             excluding=excluding,
             dated=bool(query.when),
             together=together,
-            dim=len(params["q"]),
+            dim=len(params["q"] or ()),
             scoped=query.character_id is not None,
+            vectorless=params["q"] is None,
         )
         rows = conn.execute(statement, params).fetchall()
         hits = [_segment(r) for r in rows if not together or r.part == 0]
@@ -345,7 +349,9 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
         expanded = hits[: max(int(query.expand), 0)]
         if query.neighbours > 0 and expanded and not together:
             near = conn.execute(
-                sql.neighbours_statement(excluding=excluding, scoped=query.character_id is not None),
+                sql.neighbours_statement(
+                    excluding=excluding, scoped=query.character_id is not None, vectorless=params["q"] is None
+                ),
                 {
                     **params,
                     "span": int(query.neighbours),
@@ -359,10 +365,10 @@ def recall(engine: Engine, query: RecallQuery) -> list[RecalledSegment]:
     for r in near:
         by_hit.setdefault(r.neighbour_of, []).append(_segment(r, neighbour_of=r.neighbour_of))
     factor = _speaker_factor(query.speaker_label, query.speaker_weight)
-    return _within_budget(_interleave(hits, by_hit, query.neighbour_weight, factor), query.token_budget)
+    return within_budget(_interleave(hits, by_hit, query.neighbour_weight, factor), query.token_budget)
 
 
-def _within_budget(ranked: Sequence[RecalledSegment], budget: int | None) -> list[RecalledSegment]:
+def within_budget(ranked: Sequence[RecalledSegment], budget: int | None) -> list[RecalledSegment]:
     """``ranked`` without repeats, taken in order while each fits in what is left of ``budget``
     tokens (one that does not fit is skipped; ``None``: no budget)."""
     left = budget
@@ -475,7 +481,7 @@ def _segment(r: Row[Any], neighbour_of: int | None = None) -> RecalledSegment:
         content=r.content,
         tokens=r.tokens,
         session_date=r.session_date,
-        distance=float(r.distance),
+        distance=float(r.distance) if r.distance is not None else None,
         vector_rank=getattr(r, "vector_rank", None),
         text_rank=getattr(r, "text_rank", None),
         score=float(getattr(r, "score", 0.0) or 0.0),

@@ -37,7 +37,8 @@ class NewSegment:
     tokens: int
     """Estimated tokens of ``content``."""
     session_date: datetime
-    embedding: list[float]
+    embedding: list[float] | None
+    """The key vector; ``None`` when the embedder was down (the backfill composes it, :mod:`memory.backfill`)."""
 
 
 def add_segments(db: Session, *, session_id: str, user_id: str, segments: Sequence[NewSegment]) -> None:

@@ -19,6 +19,9 @@ attribute          room                                   tables it writes
                                                           user's last rows and queue jobs
 ``memories``       :class:`memory.memories.Memories`      forgetting: segments, turns, summaries and
                                                           learned facts, in one transaction
+``backfill``       :class:`memory.backfill.Backfill`      the ``turn_vectors`` rows and archive keys the
+                                                          embedder could not make in time, only while
+                                                          the database records its model
 =================  =====================================  ==========================================
 
 Files and their blobs are :class:`memory.files.FileStore`'s, made with a blob store
@@ -34,6 +37,7 @@ from errors import StorageError
 from memory import compaction, segments, turns
 from memory.apps import Directory
 from memory.assembly import AssemblyReads, SessionReads
+from memory.backfill import Backfill
 from memory.characters import Characters
 from memory.compaction import DEFAULT_LOCK_SLOTS, LOCK_SLOT_WAIT, Compactions, NewSummary, compaction_lock_key
 from memory.database import send_binary_vectors, storage_errors
@@ -88,6 +92,7 @@ class Store:
         self.characters = Characters(engine)
         self.erasure = Erasure(engine)
         self.memories = Memories(engine)
+        self.backfill = Backfill(engine)
         # a session's deletion: each room deletes its own rows, in this order, in one transaction
         self.sessions.session_rows.extend(
             [

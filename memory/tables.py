@@ -157,6 +157,9 @@ class Turn(SQLModel, table=True):
     """Prompt tokens the provider wrote to its prompt cache for that request, if it said."""
     usage_cost_usd: float | None = None
     """That request's price by litellm's cost map, US dollars; ``None`` when not priced."""
+    usage_retrieval_cost_usd: float | None = None
+    """What the turn's embedding and rerank calls cost by litellm's cost map, US dollars; ``None``
+    when none was made or none is priced (a local model) (migration 0025)."""
     request_estimate_tokens: int | None = None
     """Our raw (uncalibrated) estimate of the request that produced this turn, tokens."""
     request_messages: int | None = None
@@ -250,8 +253,10 @@ class ArchivedSegment(SQLModel, table=True):
     """Estimated tokens of ``content``."""
     session_date: datetime = Field(sa_type=DateTime(timezone=True))
     """When the segment's first turn was said."""
-    embedding: Any = Field(sa_column=Column(Vector(), nullable=False))
-    """``vector(N)``; N is fixed by the migration from the embedding model."""
+    embedding: Any = Field(sa_column=Column(Vector(), nullable=True))
+    """``vector(N)``; N is fixed by the migration from the embedding model. ``None`` (migration
+    0025) while the embedder was down when the segment was archived, until the embeddings
+    backfill composes it (:mod:`memory.backfill`)."""
     search: Any = Field(default=None, sa_column=Column(TSVECTOR, nullable=False))
     """Full-text lexemes of ``content``: written as :func:`memory.fulltext.search_vector` (English
     stems by PostgreSQL, CJK words by jieba), matched by recall."""

@@ -46,6 +46,8 @@ class RequestRecord:
     """Prompt tokens the provider wrote to its prompt cache."""
     cost_usd: float | None = None
     """The request's price, US dollars (litellm's cost map)."""
+    retrieval_cost_usd: float | None = None
+    """What the turn's embedding and rerank calls cost, US dollars (litellm's cost map)."""
     recall_block: str | None = None
     """The recall block the request's assembly built for the session's stable context (cache
     layout), stored on the session with the reply; ``None``: the session's kept one stayed."""
@@ -216,9 +218,9 @@ class Turns:
                 "INSERT INTO turns (session_id, seq, role, content, tokens, usage_prompt_tokens, "
                 "usage_completion_tokens, request_estimate_tokens, request_messages, request_fingerprint, "
                 "interrupted, state, created_at, utc_offset_minutes, character_revision, user_id, "
-                "usage_cached_tokens, usage_cache_write_tokens, usage_cost_usd) "
+                "usage_cached_tokens, usage_cache_write_tokens, usage_cost_usd, usage_retrieval_cost_usd) "
                 "SELECT :s, coalesce(max(seq), 0) + 1, :role, :content, :tokens, :upt, :uct, :ret, :rm, :rf, "
-                f":interrupted, :state, :at, :off, :rev, CAST(:tu AS varchar), :uca, :ucw, :ucost "
+                f":interrupted, :state, :at, :off, :rev, CAST(:tu AS varchar), :uca, :ucw, :ucost, :rcost "
                 f"FROM turns WHERE session_id = :s{mine} RETURNING *"
             )
             statement = (
@@ -249,6 +251,7 @@ class Turns:
                     uca=request.cached_tokens,
                     ucw=request.cache_write_tokens,
                     ucost=request.cost_usd,
+                    rcost=request.retrieval_cost_usd,
                     **bound,
                 )
             ).one()

@@ -24,6 +24,10 @@ class RecallSettings:
     per_character: bool = True
     """``COMPANION_MEMORY_SCOPE`` ``character``: recall and learned facts are the session's
     character's only; ``False`` (``user``): all of the user's characters'."""
+    rerank_candidates: int = 30
+    """``COMPANION_RERANK_CANDIDATES``: fused candidates the rerank stage orders (with a reranker)."""
+    rerank_seconds: float = 2.0
+    """``COMPANION_RERANK_SECONDS``: the rerank stage's time budget."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -295,6 +295,41 @@ class Settings(_EnvironmentSettings):
     known differences applies to (``memory.onnx_embedder.supported``; the bundled model is one),
     ``torch`` for anything else (a hub name, a ``Dense`` layer, a default prompt, lower-casing or
     tokenizer settings that disagree with ``tokenizer.json``)."""
+    embedding_api_base: str | None = None
+    """``COMPANION_EMBEDDING_API_BASE``: base URL of the embeddings API for a litellm embedding model
+    (``openai/<name>`` on any OpenAI-compatible server: vLLM, TEI, Xinference, Ollama's ``/v1``);
+    ``None``: the provider's own."""
+    embedding_api_key: SecretStr | None = None
+    """``COMPANION_EMBEDDING_API_KEY``: its key; ``None``: the provider's usual variable (``OPENAI_API_KEY``, ``DASHSCOPE_API_KEY``, ...)."""
+    embedding_dimensions: int | None = Field(None, ge=1, le=16_000)
+    """``COMPANION_EMBEDDING_DIMENSIONS``: for a litellm embedding model, the vectors' length, sent
+    as ``dimensions`` (OpenAI text-embedding-3, DashScope v3/v4 shorten their vectors to it);
+    ``None``: the model's own, learned by embedding one probe text at start-up (or, while the API
+    is down then, the dimension the database records for the same model)."""
+    embedding_batch: int | None = Field(None, ge=1, le=4096)
+    """``COMPANION_EMBEDDING_BATCH``: most texts per embeddings request; ``None``: the provider's
+    limit where known (``runtime.llm._embedder.PROVIDER_BATCH``: OpenAI 2,048, DashScope 10, ...), else 32."""
+    embedding_timeout: float = Field(10.0, gt=0.0, le=600.0)
+    """``COMPANION_EMBEDDING_TIMEOUT``: seconds one embeddings request may take."""
+    embedding_retry_seconds: float = Field(8.0, ge=0.0, le=600.0)
+    """``COMPANION_EMBEDDING_RETRY_SECONDS``: no retry of an embeddings request (after a rate
+    limit, a 5xx, a timeout or a lost connection) starts later than this after the first; past
+    it the turn recalls by full text and dates and the vectors are filled in later."""
+    rerank_model: str | None = None
+    """``COMPANION_RERANK_MODEL``: reranks recall's best fused candidates with the message; a
+    litellm rerank model (``cohere/rerank-v3.5``, ``jina_ai/jina-reranker-v2-base-multilingual``,
+    ``dashscope/gte-rerank``, ``infinity/<name>`` with ``COMPANION_RERANK_API_BASE``) or a local
+    sentence-transformers ``CrossEncoder`` folder; ``None``: no rerank stage."""
+    rerank_api_base: str | None = None
+    """``COMPANION_RERANK_API_BASE``: base URL of the rerank API; ``None``: the provider's own."""
+    rerank_api_key: SecretStr | None = None
+    """``COMPANION_RERANK_API_KEY``: its key; ``None``: the provider's usual variable (``COHERE_API_KEY``, ...)."""
+    rerank_candidates: int = Field(30, ge=1, le=1000)
+    """``COMPANION_RERANK_CANDIDATES``: the best fused candidates (hits and their neighbours, in
+    fused order) the reranker orders; the rest follow in fused order."""
+    rerank_seconds: float = Field(2.0, gt=0.0, le=60.0)
+    """``COMPANION_RERANK_SECONDS``: the rerank stage's time budget; past it the fused order stands
+    (logged as ``recall.rerank_skipped``)."""
     model_cache_dir: _UserPath = Field(
         default_factory=lambda: Path(platformdirs.user_cache_dir("companion-runtime")) / "models"
     )
@@ -465,6 +500,8 @@ class Settings(_EnvironmentSettings):
             lorebook_scan_depth=self.lorebook_scan_depth,
             knowledge_chunks=self.knowledge_chunks,
             per_character=self.memory_scope == "character",
+            rerank_candidates=self.rerank_candidates,
+            rerank_seconds=self.rerank_seconds,
         )
 
     @property

@@ -45,8 +45,8 @@ from typing import Any, Literal
 
 import structlog
 
-from errors import SummarizationError
-from memory.archive import build_segments, key_vectors
+from errors import EmbedderUnavailableError, SummarizationError
+from memory.archive import SegmentDraft, build_segments, key_vectors
 from memory.embeddings import Embedder
 from memory.store import NewSegment, NewSummary, Store
 from memory.tables import CompactionState, Turn, TurnState, utcnow
@@ -184,6 +184,8 @@ class Compactor:
     ) -> None:
         self.store = store
         self.embedder = embedder
+        self.on_unembedded: Callable[[], None] | None = None
+        """Called when segments were archived without keys (the embedder was down): the engine's backfill."""
         self.summarizer = summarizer
         self.counter = counter
         self.keep_exchanges = keep_exchanges
@@ -329,22 +331,29 @@ class Compactor:
         stored = self.store.turns.vectors((t.id for t in turns if t.id is not None), user_id=user_id)
         missing = [t for t in turns if t.id is None or t.id not in stored]
         texts = list(dict.fromkeys(t.content for t in missing))
-        fresh = dict(zip(texts, self.embedder.embed(texts), strict=True)) if texts else {}
+        try:
+            fresh = dict(zip(texts, self.embedder.embed(texts), strict=True)) if texts else {}
+        except EmbedderUnavailableError as exc:
+            # archived without keys: full text and dates find them, the backfill composes the keys
+            log.warning("embedder.unavailable", at="compaction", model=exc.model, status=exc.status, turns=len(texts))
+            if self.on_unembedded is not None:
+                self.on_unembedded()
+            return [self._segment(d, None) for d in drafts], {}
         vectors = [stored[t.id] if t.id is not None and t.id in stored else fresh[t.content] for t in turns]
         keys = key_vectors(groups, vectors, tokens=[self.counter.count_text(t.content) for t in turns])
         log.debug("compaction.key_vectors", turns=len(turns), stored=len(turns) - len(missing), embedded=len(texts))
-        segments = [
-            NewSegment(
-                first_seq=d.first_seq,
-                last_seq=d.last_seq,
-                content=d.content,
-                tokens=self.counter.count_text(d.content),
-                session_date=d.session_date,
-                embedding=vec,
-            )
-            for d, vec in zip(drafts, keys, strict=True)
-        ]
+        segments = [self._segment(d, vec) for d, vec in zip(drafts, keys, strict=True)]
         return segments, {t.id: fresh[t.content] for t in missing if t.id is not None}
+
+    def _segment(self, draft: SegmentDraft, key: list[float] | None) -> NewSegment:
+        return NewSegment(
+            first_seq=draft.first_seq,
+            last_seq=draft.last_seq,
+            content=draft.content,
+            tokens=self.counter.count_text(draft.content),
+            session_date=draft.session_date,
+            embedding=key,
+        )
 
     def _summarize(
         self,

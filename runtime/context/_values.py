@@ -51,8 +51,9 @@ class RecalledItem:
     """Estimated tokens of ``content``."""
     session_date: datetime
     """When the segment's turns were said."""
-    distance: float = 0.0
-    """Cosine distance of the segment's key embedding to the query, 0 to 2."""
+    distance: float | None = 0.0
+    """Cosine distance of the segment's key embedding to the query, 0 to 2; ``None`` when recall
+    ran without a query vector (the embedder was down) or the segment has no key yet."""
     vector_rank: int | None = None
     """1-based rank by ``distance``; ``None`` beyond the ranker's pool."""
     text_rank: int | None = None

@@ -3,19 +3,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import structlog
 
+from errors import ConfigurationError, EmbedderUnavailableError, StorageError
 from memory.database import check_dimension, current_revision, head_revision, require_schema, upgrade
-from memory.embeddings import Embedder, runtime_embedder
+from memory.embeddings import CachingEmbedder, Embedder, runtime_embedder
 from memory.store import Store
-from memory.vector_model import check_model
+from memory.vector_model import RecordedModel, canonical_name, check_model, recorded_model
 from persona import Persona, load_persona
 from runtime.compaction import Summarizer
 from runtime.config import Settings
 from runtime.files import open_file_services
-from runtime.llm import LiteLLMReplier, Replier, RetryPolicy, marks_cache, model_window
+from runtime.llm import (
+    LiteLLMEmbedder,
+    LiteLLMReplier,
+    Replier,
+    RetryPolicy,
+    is_api_model,
+    marks_cache,
+    model_window,
+)
 from runtime.logs import configure_logging
 from runtime.service._database import Database, connect
 from runtime.turn import Engine
@@ -23,19 +33,32 @@ from runtime.turn import Engine
 log = structlog.get_logger("companion.bootstrap")
 
 
-def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
-    """The runtime's embedder for ``settings``: ``COMPANION_EMBEDDING_MODEL`` run by
-    ``COMPANION_EMBED_BACKEND`` on ``COMPANION_EMBED_THREADS`` threads, behind a micro-batcher (concurrent turns share
-    one forward pass) and a cache of recent texts' vectors (:func:`memory.embeddings.runtime_embedder`).
-    The model loads on first use, or, with ``preload``, starts loading at once on a thread of its own.
+def open_embedder(
+    settings: Settings, *, preload: bool = False, recorded: Callable[[], RecordedModel | None] | None = None
+) -> Embedder:
+    """The runtime's embedder for ``settings``, behind a cache of recent texts' vectors.
+
+    - A litellm embedding model (``openai/text-embedding-3-small``, ``ollama/bge-m3``, ...;
+      :func:`runtime.llm.is_api_model`): :class:`runtime.llm.LiteLLMEmbedder` on
+      ``COMPANION_EMBEDDING_API_BASE``, ``COMPANION_EMBEDDING_BATCH`` texts a request, retried within
+      ``COMPANION_EMBEDDING_RETRY_SECONDS``. Its dimension is ``COMPANION_EMBEDDING_DIMENSIONS``, else
+      learned by embedding one probe text now; while the API is down, the dimension ``recorded()``
+      (the database's record) gives for the same model.
+    - Anything else: ``COMPANION_EMBEDDING_MODEL`` run by ``COMPANION_EMBED_BACKEND`` on
+      ``COMPANION_EMBED_THREADS`` threads behind a micro-batcher (concurrent turns share one
+      forward pass) (:func:`memory.embeddings.runtime_embedder`). The model loads on first use,
+      or, with ``preload``, starts loading at once on a thread of its own.
 
     Raises:
-        ConfigurationError: a model whose dimension cannot be read from its files and
-            that cannot be loaded either, or ``COMPANION_EMBED_BACKEND=onnx`` for a model that
-            backend does not run. Errors of loading the model (an export that fails, an
+        ConfigurationError: a local model whose dimension cannot be read from its files and
+            that cannot be loaded either, ``COMPANION_EMBED_BACKEND=onnx`` for a model that
+            backend does not run, or an API model whose dimension could be learned neither from
+            the API nor from the database. Errors of loading a local model (an export that fails, an
             unwritable ``COMPANION_MODEL_CACHE_DIR``, a damaged cached graph) are raised by the
             first embedding (:func:`memory.embeddings.runtime_embedder`).
     """
+    if is_api_model(settings.embedding_model):
+        return CachingEmbedder(api_embedder(settings, recorded=recorded))
     return runtime_embedder(
         settings.embedding_model,
         threads=settings.embed_threads,
@@ -43,6 +66,42 @@ def open_embedder(settings: Settings, *, preload: bool = False) -> Embedder:
         backend=settings.embed_backend,
         cache_dir=settings.model_cache_dir,
     )
+
+
+def api_embedder(settings: Settings, *, recorded: Callable[[], RecordedModel | None] | None = None) -> LiteLLMEmbedder:
+    """:class:`runtime.llm.LiteLLMEmbedder` for ``settings`` (see :func:`open_embedder`), uncached.
+
+    Raises:
+        ConfigurationError: the API is down and no dimension is configured or recorded for the model.
+    """
+    key = settings.embedding_api_key.get_secret_value() if settings.embedding_api_key else None
+
+    def made(dimension: int | None) -> LiteLLMEmbedder:
+        return LiteLLMEmbedder(
+            settings.embedding_model,
+            api_base=settings.embedding_api_base,
+            api_key=key,
+            dimension=dimension,
+            send_dimension=settings.embedding_dimensions is not None,
+            batch=settings.embedding_batch,
+            timeout=settings.embedding_timeout,
+            retry=RetryPolicy(retries=5, total_seconds=settings.embedding_retry_seconds),
+        )
+
+    try:
+        return made(settings.embedding_dimensions)
+    except EmbedderUnavailableError as exc:
+        try:
+            known = recorded() if recorded is not None else None
+        except StorageError:  # a database not migrated yet records nothing
+            known = None
+        if known is None or known.name != canonical_name(settings.embedding_model):
+            raise ConfigurationError(
+                f"{exc} Its dimension is not known: set COMPANION_EMBEDDING_DIMENSIONS, or start when the API answers.",
+                setting="COMPANION_EMBEDDING_MODEL",
+            ) from exc
+        log.warning("embedder.unavailable", model=settings.embedding_model, at="start", dimension=known.dimension)
+        return made(known.dimension)
 
 
 def settings_for_model(settings: Settings) -> Settings:
@@ -132,7 +191,7 @@ def open_engine(
     persona = persona or load_persona(settings.persona_file)  # a bad card or lorebook regex: refused here
     check_persona_fits(persona, settings)
     database = database or connect(settings)
-    embedder = embedder or open_embedder(settings)
+    embedder = embedder or open_embedder(settings, recorded=lambda: recorded_model(database.engine))
     if database.embedded and current_revision(database.engine) != head_revision():
         upgrade(database.engine, embedding_dim=embedder.dimension)
     require_schema(database.engine)
@@ -148,10 +207,13 @@ def open_engine(
     if resumed:
         log.info("file.parse.resumed", files=resumed)
     scheduler = None
+    backfill = None
     if (settings.compaction or compaction) == "queue":
+        from runtime.service._backfill_jobs import QueuedBackfill
         from runtime.service._queue import QueuedCompaction
 
         scheduler = QueuedCompaction(database.engine)
+        backfill = QueuedBackfill(scheduler.app)
     engine = Engine(
         compaction=scheduler,
         settings=settings,
@@ -161,6 +223,7 @@ def open_engine(
         replier=replier,
         summarizer=summarizer,
         file_services=services,
+        backfill=backfill,
     )
     default = engine.cast.default  # the persona stored as the deployment's default character (revised if changed)
     log.info("character.default", character_id=default.id, revision=default.revision)

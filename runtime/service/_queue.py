@@ -63,6 +63,7 @@ from sqlalchemy import Engine as SAEngine
 
 from errors import StorageError
 from runtime.compaction import CompactionOutcome
+from runtime.service._backfill_jobs import embeddings_blueprint
 from runtime.service._parse_jobs import parse_blueprint
 from runtime.turn import CompactionRequest, CompactNow, Due, Engine
 
@@ -226,7 +227,11 @@ def maintenance_blueprint() -> Blueprint:
     return blueprint
 
 
-BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {"compaction": compaction_blueprint, "parse": parse_blueprint}
+BLUEPRINTS: dict[str, Callable[[], Blueprint]] = {
+    "compaction": compaction_blueprint,
+    "parse": parse_blueprint,
+    "embeddings": embeddings_blueprint,
+}
 """Namespace → a function returning that namespace's fresh task group. Add a group here.
 Long-running workers (:class:`QueueWorker`) add ``maintenance`` (:func:`maintenance_blueprint`)."""
 

@@ -6,6 +6,7 @@ images) add to every turn at the same points.
 """
 
 from runtime.turn._attachments import AttachmentsExtension, check_attachments
+from runtime.turn._backfill import Backfiller, BackfillScheduler, InlineBackfill
 from runtime.turn._character_ops import AVATAR_TYPES, EXPORT_FORMATS, CharacterOps, Exported, scope_of
 from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim
@@ -21,6 +22,9 @@ from runtime.turn._validate import validate_message
 from runtime.turn._values import TurnResult
 
 __all__ = [
+    "BackfillScheduler",
+    "Backfiller",
+    "InlineBackfill",
     "AVATAR_TYPES",
     "EXPORT_FORMATS",
     "Erased",

@@ -21,13 +21,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import structlog
+
+from errors import EmbedderUnavailableError
 from memory.archive import USER_LABEL, compose, key_weights
 from memory.assembly import SessionReads
 from memory.dates import time_spans
 from memory.embeddings import Embedder
 from memory.knowledge import KnowledgeHit
 from memory.profiles import Profiles
-from memory.recall import SESSION_CAP, Exclusion, RecallPreset, index_pays
+from memory.recall import SESSION_CAP, Exclusion, RecalledSegment, RecallPreset, index_pays, within_budget
 from memory.store import Store
 from memory.tables import Summary, Turn, UserProfile, utcnow
 from persona import Persona
@@ -56,8 +59,11 @@ from runtime.context import (
     user_zone,
     without_names,
 )
+from runtime.llm import Reranker, rerank_within
 from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._extensions import Gathered, TurnExtension
+
+log = structlog.get_logger("companion.engine")
 
 
 def pinned(profile: UserProfile | None, learned: Sequence[str] = ()) -> PinnedProfile | None:
@@ -93,12 +99,14 @@ class RecallText:
 
     text: str
     """The newest user message (or the pending one)."""
-    vector: list[float] = field(repr=False)
-    """Its embedding, without the speakers' names; the knowledge base's query."""
+    vector: list[float] | None = field(repr=False)
+    """Its embedding, without the speakers' names; the knowledge base's query. ``None`` while the
+    embedder is down (recall then runs on full text and dates, and no knowledge is searched)."""
     recall_text: str
     """Recall's full-text query: the message, enriched for a short follow-up."""
-    recall_vector: list[float] = field(repr=False)
-    """Recall's vector: ``vector``, or a follow-up's composed with the turns it joins."""
+    recall_vector: list[float] | None = field(repr=False)
+    """Recall's vector: ``vector``, or a follow-up's composed with the turns it joins; ``None``
+    with ``vector``."""
     asked_at: datetime
     """When the message was said (aware), for relative dates."""
     speaker: str | None
@@ -145,6 +153,7 @@ class ContextGatherer:
         budgets: Budgets,
         window: int,
         extensions: Sequence[TurnExtension],
+        reranker: Reranker | None = None,
     ) -> None:
         self.recall_settings = recall
         self.turn_settings = turns
@@ -156,6 +165,8 @@ class ContextGatherer:
         self.budgets = budgets
         self.window = window
         self.extensions = list(extensions)
+        self.reranker = reranker
+        """Reorders recall's best fused candidates (``None``: the fused order stands)."""
         self.recall_preset = RecallPreset(
             limit=recall.candidates, pool=recall.pool, neighbours=recall.neighbours, session_cap=SESSION_CAP
         )
@@ -317,13 +328,24 @@ class ContextGatherer:
         before = turns if pending is not None else turns[:last_user]
         context_turns = [before[i] for i in enrichment(text, [t.content for t in before])]
         names = self.speaker_names(profile, persona)
-        vector, *context_vectors = self.vectors(
-            [(query_turn, text), *((t, t.content) for t in context_turns)],
-            stored={t.id: t.content for t in stored if t.id is not None},
-            known=known,
-            names=names,
-            user_id=user_id,
-        )
+        try:
+            vector, *context_vectors = self.vectors(
+                [(query_turn, text), *((t, t.content) for t in context_turns)],
+                stored={t.id: t.content for t in stored if t.id is not None},
+                known=known,
+                names=names,
+                user_id=user_id,
+            )
+        except EmbedderUnavailableError as exc:
+            log.warning("embedder.unavailable", at="recall", model=exc.model, status=exc.status)
+            return RecallText(
+                text=text,
+                vector=None,
+                recall_text=enrich_query(text, [t.content for t in before]),
+                recall_vector=None,
+                asked_at=asked_at,
+                speaker=named_speaker(text, names),
+            )
         recall_vector = (
             compose(
                 [*context_vectors, vector],
@@ -359,6 +381,8 @@ class ContextGatherer:
         still in view (``turns``) left out, within what ``memory`` may grow to (tokens); of
         ``character_id``'s sessions with the user only (``None``: of all the user's)."""
         first_recent = turns[0].seq if turns else None
+        # memory may also take what the persona, summary and retrieval leave idle
+        budget = budgets.memory + budgets.persona + budgets.summary + budgets.retrieval
         segments = self.store.archive.recall(
             self.recall_preset.query(
                 user_id=user_id,
@@ -367,13 +391,30 @@ class ContextGatherer:
                 query_text=query.recall_text,
                 when=time_spans(query.text, now=query.asked_at),
                 vector_index=index_pays(reads.archived_segments, reads.archive_rows, self.recall_settings.pool),
-                # memory may also take what the persona, summary and retrieval leave idle
-                token_budget=budgets.memory + budgets.persona + budgets.summary + budgets.retrieval,
+                token_budget=budget if self.reranker is None else None,
                 exclude=Exclusion(session_id=session_id, from_seq=first_recent) if first_recent is not None else None,
                 speaker=query.speaker,
             )
         )
+        if self.reranker is not None:
+            segments = within_budget(self.reranked(query.text, segments), budget)
         return [RecalledItem(**vars(s)) for s in segments]  # flat values: no deep copy as asdict makes
+
+    def reranked(self, query: str, ranked: Sequence[RecalledSegment]) -> list[RecalledSegment]:
+        """``ranked`` (recall's fused order, repeats dropped) with its best
+        ``COMPANION_RERANK_CANDIDATES`` in the reranker's order and the rest after them in fused
+        order; as it was when the reranker fails or passes ``COMPANION_RERANK_SECONDS``."""
+        assert self.reranker is not None
+        firsts = {s.id: i for i, s in reversed(list(enumerate(ranked)))}  # each segment at its first place
+        unique = [s for i, s in enumerate(ranked) if firsts[s.id] == i]
+        top = unique[: self.recall_settings.rerank_candidates]
+        scores = rerank_within(
+            self.reranker, query, [s.content for s in top], seconds=self.recall_settings.rerank_seconds
+        )
+        if scores is None:
+            return unique
+        order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
+        return [top[i] for i in order] + unique[len(top) :]
 
     def speaker_names(self, profile: UserProfile | None, persona: Persona) -> dict[str, str]:
         """Name → the label of that speaker's archived lines (:func:`memory.archive.turn_line`), for

@@ -23,7 +23,7 @@ from typing import Any
 
 import structlog
 
-from errors import ConflictError, NotFoundError, SessionClosedError
+from errors import ConflictError, EmbedderUnavailableError, NotFoundError, SessionClosedError
 from memory.embeddings import Embedder
 from memory.files import FileStore
 from memory.memories import Forgetting, SummaryRewrite
@@ -108,8 +108,13 @@ class MemoryOps:
         return [_memory(s) for s in rows]
 
     def search(self, user_id: str, query: str, *, character_id: str | None = None, limit: int = 20) -> list[Memory]:
-        """The user's memories that recall finds for ``query``, best first (the turn's recall)."""
-        vector = self.embedder.embed([query])[0]
+        """The user's memories that recall finds for ``query``, best first (the turn's recall; by
+        full text and dates alone while the embedder is down)."""
+        try:
+            vector: list[float] | None = self.embedder.embed([query])[0]
+        except EmbedderUnavailableError as exc:
+            log.warning("embedder.unavailable", at="memory_search", model=exc.model, status=exc.status)
+            vector = None
         found = self.store.archive.recall(
             self.preset.query(user_id=user_id, character_id=character_id, query_embedding=vector, query_text=query)
         )

@@ -33,7 +33,14 @@ from typing import Any
 
 import structlog
 
-from errors import CompanionError, ContextOverflowError, InvalidMessageError, NotFoundError, SessionOwnershipError
+from errors import (
+    CompanionError,
+    ContextOverflowError,
+    EmbedderUnavailableError,
+    InvalidMessageError,
+    NotFoundError,
+    SessionOwnershipError,
+)
 from memory.files import FileStore
 from memory.profiles import Profiles
 from memory.store import Store
@@ -44,9 +51,10 @@ from runtime.accounting import Budgets, TokenCounter
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import TurnSettings
 from runtime.context import summary_profile_facts, without_names
-from runtime.llm import Replier, Reply, Tools
+from runtime.llm import Replier, Reply, Tools, current_spend, metered
 from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
+from runtime.turn._backfill import BackfillScheduler
 from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim, check_claim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
@@ -81,8 +89,11 @@ class TurnRunner:
         replier: Replier | None,
         extensions: Sequence[TurnExtension],
         scheduler: CompactionScheduler | None = None,
+        backfill: BackfillScheduler | None = None,
     ) -> None:
         self.settings = settings
+        self.backfill = backfill
+        """Asked for a backfill when a turn is stored without its vector (``None``: nothing asks)."""
         self.scheduler: CompactionScheduler = scheduler or InlineCompaction()
         self.store = store
         self.files = files
@@ -109,6 +120,30 @@ class TurnRunner:
         claim: TurnClaim | None = None,
     ) -> TurnResult:
         """See :meth:`runtime.turn.Engine.turn`."""
+        with metered():  # the turn's embedding and rerank calls, priced on its reply
+            return self._run(
+                user_id=user_id,
+                session_id=session_id,
+                message=message,
+                at=at,
+                reply=reply,
+                on_delta=on_delta,
+                attachments=attachments,
+                claim=claim,
+            )
+
+    def _run(
+        self,
+        *,
+        user_id: str,
+        session_id: str,
+        message: str | bytes,
+        at: datetime | None,
+        reply: str | None,
+        on_delta: Callable[[str], None] | None,
+        attachments: Sequence[str],
+        claim: TurnClaim | None,
+    ) -> TurnResult:
         text = validate_message(message, max_chars=self.settings.max_message_chars)
         if reply is not None:
             reply = validate_message(reply, max_chars=self.settings.max_message_chars)
@@ -208,6 +243,8 @@ class TurnRunner:
             character_revision=turn.character.revision,
             user_id=turn.user_id,
         )
+        if turn.vector is None and turn.text:
+            self._ask_backfill()
         for extension in self.extensions:
             extension.stored(turn.attached)
         return user_turn
@@ -240,13 +277,15 @@ class TurnRunner:
         fingerprint (the calibration of the next assembly). Only the final text is stored: tool
         calls and their results (file text) never are."""
         answer = outcome.reply
+        spend = current_spend()
+        record = outcome.record(self.counter)
         return self.store.turns.add(
             session_id=turn.session_id,
             role="assistant",
             content=answer.content,
             tokens=self.tokens("assistant", answer.content),
             created_at=turn.at,
-            request=outcome.record(self.counter),
+            request=replace(record, retrieval_cost_usd=spend.usd) if spend is not None else record,
             character_revision=turn.character.revision,
             user_id=turn.user_id,
         )
@@ -283,6 +322,8 @@ class TurnRunner:
                 character_revision=character.revision,
                 user_id=session.user_id,
             )
+            if role == "user" and vector is None and text:
+                self._ask_backfill()
             self.schedule_compaction(session_id, user_id, character=character)
         return turn
 
@@ -291,9 +332,22 @@ class TurnRunner:
         it is the recall query's when the turn is the newest user message, and compaction composes
         the turn's archive key from it. The message is embedded without the speakers' names
         (:func:`runtime.context.without_names`; the user's from ``profile``). ``None`` for
-        an empty text. Embedded before the turn is stored, so an embedder failure stores nothing."""
+        an empty text, and when the embedder is down (:class:`~errors.EmbedderUnavailableError`,
+        logged as ``embedder.unavailable``): the turn is stored without it, and a backfill asked for
+        once it is (:meth:`_ask_backfill`)."""
+        if not text:
+            return None
         names = self.gatherer.speaker_names(profile, persona)
-        return self.gatherer.embedder.embed([without_names(text, names)])[0] if text else None
+        try:
+            return self.gatherer.embedder.embed([without_names(text, names)])[0]
+        except EmbedderUnavailableError as exc:
+            log.warning("embedder.unavailable", at="message", model=exc.model, status=exc.status)
+            return None
+
+    def _ask_backfill(self) -> None:
+        """Something was stored without its vector: ask the engine's backfill for it."""
+        if self.backfill is not None:
+            self.backfill.request()
 
     def edit(
         self,
@@ -322,7 +376,7 @@ class TurnRunner:
         check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
         # the truncation and the new turn run under one claim: no other turn comes between them
-        with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
+        with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held, metered():
             character = self._character(held)
             turn = TurnInput(
                 user_id=user_id,

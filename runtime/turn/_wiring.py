@@ -18,8 +18,9 @@ from runtime.accounting import Budgets, TokenCounter, counter_for
 from runtime.compaction import Compactor, Summarizer, summarizer_for
 from runtime.config import Settings
 from runtime.files import FileServices, ParseService
-from runtime.llm import Replier, Transcriber
+from runtime.llm import Replier, Reranker, Transcriber, open_reranker
 from runtime.turn._attachments import AttachmentsExtension, FileTool
+from runtime.turn._backfill import Backfiller, BackfillScheduler, InlineBackfill
 from runtime.turn._character_ops import CharacterOps
 from runtime.turn._characters import Cast
 from runtime.turn._compaction import CompactionScheduler
@@ -47,6 +48,10 @@ class EngineParts:
             ``COMPANION_VISION_*`` settings.
         compaction: when a session's compaction runs after the reply; by default at once
             (:class:`~runtime.turn.InlineCompaction`).
+        reranker: reorders recall's best fused candidates; by default the one
+            ``COMPANION_RERANK_MODEL`` names (:func:`runtime.llm.open_reranker`), or none.
+        backfill: where the vectors a down embedder could not make are made later; by default a
+            thread of this process (:class:`~runtime.turn.InlineBackfill`).
     """
 
     settings: Settings
@@ -71,6 +76,12 @@ class EngineParts:
     extensions: list[TurnExtension]
     """The turn extensions, called in this order (documents, then images)."""
     compactor: Compactor
+    backfiller: Backfiller
+    """Makes the vectors a down embedder could not make (:mod:`memory.backfill`)."""
+    backfill: BackfillScheduler
+    """Where :attr:`backfiller` runs when something was stored without its vector."""
+    reranker: Reranker | None
+    """Reorders recall's best fused candidates (``None``: no rerank stage)."""
     gatherer: ContextGatherer
     runner: TurnRunner
     sessions: SessionOps
@@ -95,6 +106,8 @@ class EngineParts:
         file_services: FileServices | None = None,
         transcriber: Transcriber | None = None,
         compaction: CompactionScheduler | None = None,
+        reranker: Reranker | None = None,
+        backfill: BackfillScheduler | None = None,
     ) -> None:
         self.settings, self.store, self.embedder, self.persona = settings, store, embedder, persona
         self.replier, self.file_services = replier, file_services
@@ -130,6 +143,16 @@ class EngineParts:
             breaker_threshold=settings.breaker_threshold,
             breaker_cooldown=settings.breaker_cooldown,
         )
+        self.backfiller = Backfiller(store=store, embedder=embedder, counter=counter)
+        self.backfill = backfill or InlineBackfill(self.backfiller)
+        self.compactor.on_unembedded = self.backfill.request
+        if reranker is None and settings.rerank_model:
+            reranker = open_reranker(
+                settings.rerank_model,
+                api_base=settings.rerank_api_base,
+                api_key=settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None,
+            )
+        self.reranker = reranker
         self.budgets, self.window = settings.scaled_budgets, settings.window
         self.cast = Cast(store.characters, persona)
         self.gatherer = ContextGatherer(
@@ -143,6 +166,7 @@ class EngineParts:
             budgets=self.budgets,
             window=self.window,
             extensions=extensions,
+            reranker=reranker,
         )
         self.runner = TurnRunner(
             settings=settings.turns,
@@ -153,6 +177,7 @@ class EngineParts:
             replier=replier,
             extensions=extensions,
             scheduler=compaction,
+            backfill=self.backfill,
         )
         self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles)
         self.users = UserOps(store=store, files=files, sessions=self.sessions)
@@ -188,4 +213,6 @@ class EngineParts:
             file_services=self.file_services,
             transcriber=self.images.transcriber,
             compaction=self.runner.scheduler,
+            reranker=self.reranker,
+            backfill=self.backfill,
         )

@@ -296,7 +296,10 @@ class RecalledOut(BaseModel):
     )
     vector_rank: int | None = Field(default=None, description="1-based rank by embedding similarity, if in the pool.")
     text_rank: int | None = Field(default=None, description="1-based rank by full-text score, if in the pool.")
-    distance: float = Field(description="Cosine distance of the segment's key to the query, 0 to 2.")
+    distance: float | None = Field(
+        description="Cosine distance of the segment's key to the query, 0 to 2; null when recall ran "
+        "without a query vector (the embedder was down) or the segment has no key yet."
+    )
     neighbour_of: int | None = Field(default=None, description="For a neighbour, the id of the hit it sits next to.")
 
 

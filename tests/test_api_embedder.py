@@ -1,0 +1,242 @@
+"""Embedders and rerankers behind an API, against a loopback server speaking OpenAI's embeddings
+and Cohere's/Jina's rerank wire formats (``tests/fake_embeddings.py``): the wiring, batching,
+retries, a dimension that changes, the fallback while the API is down and the backfill after.
+
+No figure of recall quality comes from here: the fake's vectors are word hashes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import structlog
+
+from errors import EmbedderUnavailableError, EmbeddingDimensionMismatch
+from memory.backfill import missing
+from memory.recall import RecallQuery
+from runtime.config import Settings
+from runtime.llm import LiteLLMEmbedder, LiteLLMReplier, LiteLLMReranker, RetryPolicy, is_api_model, rerank_within
+from runtime.turn import Engine, InlineBackfill
+from tests.conftest import PERSONA
+from tests.fake_embeddings import FakeEmbeddings, hash_vector
+
+FILLER = " ".join(f"word{i}" for i in range(80))
+"""About 100 tokens of padding, so that a few turns fill a small window's recent cap."""
+DIM = 384
+"""The fake's vector length: the tests' databases hold vector(384)."""
+
+
+@pytest.fixture(scope="module")
+def fake_api():
+    with FakeEmbeddings(dimension=DIM) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def _reset(fake_api):
+    fake_api.fail, fake_api.fail_next, fake_api.stall, fake_api.dimension = None, 0, 0.0, DIM
+    fake_api.requests.clear()
+    fake_api.rerank_requests.clear()
+    yield
+
+
+def api_embedder(fake, **kwargs) -> LiteLLMEmbedder:
+    options = {
+        "api_base": fake.api_base,
+        "api_key": "sk-test",
+        "timeout": 2.0,
+        "retry": RetryPolicy(retries=2, total_seconds=1.0, base_delay=0.05),
+        "down_seconds": 0.0,
+    }
+    return LiteLLMEmbedder("openai/text-embedding-3-small", **{**options, **kwargs})
+
+
+def engine_with(store, fake_llm, embedder, *, reranker=None, window: int = 2048, **overrides) -> Engine:
+    settings = Settings(context_window=window, database_url="unused", **overrides)
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    return Engine(
+        settings=settings,
+        store=store,
+        embedder=embedder,
+        persona=PERSONA,
+        replier=replier,
+        reranker=reranker,
+        backfill=None,
+    )
+
+
+# -- the embedder ---------------------------------------------------------------------------------
+
+
+def test_names_tell_api_models_from_local_ones(tmp_path):
+    assert is_api_model("openai/text-embedding-3-small")
+    assert is_api_model("dashscope/text-embedding-v4")
+    assert is_api_model("ollama/bge-m3")
+    assert not is_api_model("all-MiniLM-L6-v2")
+    assert not is_api_model("BAAI/bge-m3")  # a Hugging Face hub name
+    folder = tmp_path / "openai" / "mine"
+    folder.mkdir(parents=True)
+    assert not is_api_model(str(folder))
+
+
+def test_the_dimension_is_learned_and_vectors_are_the_servers_scaled_to_unit_length(fake_api):
+    embedder = api_embedder(fake_api)
+    assert embedder.dimension == DIM
+    [vector] = embedder.embed(["Hello, world"])
+    assert vector == pytest.approx(hash_vector("Hello, world", DIM))
+    assert sum(x * x for x in vector) == pytest.approx(1.0)
+
+
+def test_a_configured_dimension_is_sent_and_no_probe_is_made(fake_api):
+    embedder = api_embedder(fake_api, dimension=256, send_dimension=True)
+    assert fake_api.requests == []
+    [vector] = embedder.embed(["short"])
+    assert len(vector) == 256
+    assert fake_api.requests[-1]["dimensions"] == 256
+
+
+def test_texts_go_in_requests_of_at_most_batch_texts_in_order(fake_api):
+    embedder = api_embedder(fake_api, dimension=DIM, batch=3)
+    texts = [f"text number {i}" for i in range(7)]
+    vectors = embedder.embed(texts)
+    assert [len(r["input"]) for r in fake_api.requests] == [3, 3, 1]
+    assert [t for r in fake_api.requests for t in r["input"]] == texts
+    assert vectors == [pytest.approx(hash_vector(t, DIM)) for t in texts]
+
+
+def test_a_brief_outage_is_retried_within_the_budget(fake_api):
+    embedder = api_embedder(fake_api, dimension=DIM)
+    fake_api.fail_next = 2
+    assert embedder.embed(["after two failures"])[0] == pytest.approx(hash_vector("after two failures", DIM))
+    assert len(fake_api.requests) == 3
+
+
+def test_an_api_that_stays_down_raises_once_the_budget_is_spent_then_at_once(fake_api):
+    embedder = api_embedder(fake_api, dimension=DIM, down_seconds=60.0)
+    fake_api.fail = 503
+    with pytest.raises(EmbedderUnavailableError, match="HTTP 503"):
+        embedder.embed(["nobody answers"])
+    sent = len(fake_api.requests)
+    assert sent == 3  # the first and two retries
+    with pytest.raises(EmbedderUnavailableError, match="not asked again"):
+        embedder.embed(["still down"])
+    assert len(fake_api.requests) == sent
+
+
+def test_vectors_of_another_length_are_refused_with_both_lengths_named(fake_api):
+    embedder = api_embedder(fake_api, dimension=DIM)
+    fake_api.dimension = 128
+    with pytest.raises(EmbedderUnavailableError, match=r"128 dimensions where the stored ones have 384"):
+        embedder.embed(["a model swapped behind the same name"])
+
+
+def test_a_database_of_another_dimension_refuses_the_api_model_at_open(fake_api, tmp_path, monkeypatch, db_url):
+    from runtime.service import open_engine
+
+    fake_api.dimension = 256
+    settings = Settings(
+        database_url=db_url,
+        context_window=4096,
+        embedding_model="openai/text-embedding-3-small",
+        embedding_api_base=fake_api.api_base,
+        embedding_api_key="sk-test",
+        files_dir=tmp_path / "files",
+    )
+    with pytest.raises(EmbeddingDimensionMismatch, match="vector\\(384\\).*256 dimensions"):
+        open_engine(settings, with_model=False)
+
+
+# -- turns ----------------------------------------------------------------------------------------
+
+
+def test_a_turn_embeds_through_the_api_reranks_and_prices_both(store, fake_llm, fake_api):
+    embedder = api_embedder(fake_api)
+    reranker = LiteLLMReranker("cohere/rerank-english-v3.0", api_base=fake_api.api_base, api_key="sk-test")
+    engine = engine_with(store, fake_llm, embedder, reranker=reranker, window=1024)
+    for i in range(12):
+        engine.turn(user_id="u", session_id="s", message=f"My sister Ada plays the cello, story {i}. " + FILLER)
+    fake_api.requests.clear()
+    result = engine.turn(user_id="u", session_id="s", message="Who plays the cello?")
+    assert result.assistant_turn.content == "I hear you."
+    assert fake_api.requests  # the message was embedded by the API
+    assert fake_api.rerank_requests, "recall's candidates were reranked"
+    asked = fake_api.rerank_requests[-1]
+    assert asked["query"] == "Who plays the cello?"
+    assert len(asked["documents"]) <= engine.settings.rerank_candidates
+    assert result.context.recalled
+    stored = store.turns.window("s", usage_limit=1)[1][0]
+    assert stored.usage_retrieval_cost_usd is not None and stored.usage_retrieval_cost_usd > 0
+
+
+def test_the_rerank_order_is_the_rerankers_within_its_candidates(store, fake_llm, fake_api):
+    embedder = api_embedder(fake_api)
+    reranker = LiteLLMReranker(
+        "jina_ai/jina-reranker-v2-base-multilingual", api_base=fake_api.api_base, api_key="sk-test"
+    )
+    engine = engine_with(store, fake_llm, embedder, reranker=reranker, window=1024)
+    for topic in ("the garden", "a red kite", "the cello", "my old bicycle", "the bakery", "the harbour") * 2:
+        engine.turn(user_id="u", session_id="s", message=f"Yesterday I talked about {topic} for a while.")
+    query = engine.gatherer.query(
+        [],
+        "red kite garden",
+        stored=[],
+        known=None,
+        profile=None,
+        asked_at=__import__("datetime").datetime.now(__import__("datetime").UTC),
+        persona=PERSONA,
+    )
+    assert query is not None
+    fused = store.archive.recall(
+        engine.gatherer.recall_preset.query(
+            user_id="u", query_embedding=query.recall_vector, query_text=query.recall_text
+        )
+    )
+    reordered = engine.gatherer.reranked(query.text, fused)
+    n = engine.settings.rerank_candidates
+    top = reordered[: min(n, len(reordered))]
+    scores = [len({"red", "kite", "garden"} & set(s.content.lower().replace(".", "").split())) / 3 for s in top]
+    assert scores == sorted(scores, reverse=True)
+    assert {s.id for s in reordered} == {s.id for s in fused}
+
+
+def test_a_reranker_past_its_budget_leaves_the_fused_order_and_says_so(fake_api):
+    reranker = LiteLLMReranker("cohere/rerank-english-v3.0", api_base=fake_api.api_base, api_key="sk-test", timeout=5)
+    fake_api.stall = 1.0
+    with structlog.testing.capture_logs() as logs:
+        started = time.monotonic()
+        assert rerank_within(reranker, "query", ["a", "b"], seconds=0.2) is None
+        waited = time.monotonic() - started
+    assert waited < 0.9  # it did not wait for the stalled answer
+    assert any(e["event"] == "recall.rerank_skipped" and e["reason"] == "budget" for e in logs)
+
+
+def test_a_failing_reranker_leaves_the_fused_order(fake_api):
+    reranker = LiteLLMReranker("cohere/rerank-english-v3.0", api_base=fake_api.api_base, api_key="sk-test")
+    fake_api.fail = 500
+    with structlog.testing.capture_logs() as logs:
+        assert rerank_within(reranker, "query", ["a", "b"], seconds=5) is None
+    assert any(e["event"] == "recall.rerank_skipped" and e["reason"] == "error" for e in logs)
+
+
+def test_a_turn_answers_while_the_api_is_down_and_its_vector_arrives_later(store, fake_llm, fake_api):
+    embedder = api_embedder(fake_api)
+    engine = engine_with(store, fake_llm, embedder, window=1024)
+    engine.backfill = engine.runner.backfill = backfill = InlineBackfill(engine.backfiller, waits=(0.05,))
+    engine.compactor.on_unembedded = backfill.request
+    engine.turn(user_id="u", session_id="s", message="I keep bees on the roof of the old mill.")
+    fake_api.fail = 503
+    with structlog.testing.capture_logs() as logs:
+        for i in range(12):
+            result = engine.turn(user_id="u", session_id="s", message=f"The bees made honey in week {i}. " + FILLER)
+            assert result.assistant_turn.content == "I hear you."
+    assert any(e["event"] == "embedder.unavailable" for e in logs)
+    down = missing(store.engine)
+    assert down.turn_vectors == 12
+    assert down.archive_keys > 0  # a compaction archived turns while the API was down
+    # while down, recall still finds the archive by its words
+    found = store.archive.recall(RecallQuery(user_id="u", query_embedding=None, query_text="bees mill roof", limit=5))
+    assert any("mill" in s.content for s in found)
+    fake_api.fail = None
+    backfill.request()
+    assert backfill.join(timeout=20)
+    assert missing(store.engine).total == 0
