@@ -31,7 +31,6 @@ follows the branch, :mod:`runtime.cli`).
     │   ├── SessionClosedError      the session was closed; it takes no new turns
     │   ├── TurnInProgressError     another turn (or an edit, a close) of the session is running
     │   ├── TurnsChangedError       turns arrived after the last one the client saw; nothing was deleted
-    │   ├── DatabaseInUseError      other runtime processes are connected; stop them first (`db reembed`)
     │   ├── UserErasingError        the user is being erased; nothing new of theirs is stored
     │   ├── CharacterInUseError     the character has sessions; delete them with it, or keep it
     │   └── CharacterReadOnlyError  the deployment's characters are changed by its operator, not by an app
@@ -47,6 +46,7 @@ follows the branch, :mod:`runtime.cli`).
         │   ├── ModelRequestError   the provider refused the request (400, 404, 422, policy); not retryable
         │   ├── ModelUnavailableError  429, 5xx, timeout or lost connection, still failing after bounded retries
         │   └── ContextOverflowError   the provider said the prompt is too long, again after one harder compaction
+        ├── EmbedderUnavailableError  the embeddings API failed; turns go on, recalling by full text and dates
         ├── SummarizationError      a summarizer raised or produced an invalid summary
         └── StorageError            the database refused or lost a request
 
@@ -223,22 +223,6 @@ class TurnsChangedError(ConflictError):
         self.session_id = session_id
         self.expected_last_seq = expected_last_seq
         self.last_seq = last_seq
-
-
-class DatabaseInUseError(ConflictError):
-    """An operation that needs the database to itself (``companion db reembed``) found other
-    processes of the runtime connected to it (``companion serve``, ``companion jobs run``).
-    Nothing was changed.
-
-    Attributes:
-        processes: how many other runtime processes hold connections.
-    """
-
-    code = "database_in_use"
-
-    def __init__(self, message: str, *, processes: int) -> None:
-        super().__init__(message)
-        self.processes = processes
 
 
 class UserErasingError(ConflictError):

@@ -81,24 +81,8 @@ opened before the failure (its handling of a disconnect found in use)."""
 
 APPLICATION_NAME = "companion:{pid}"
 """``application_name`` of the runtime's connections (``pg_stat_activity``), with the connecting
-process's id: how ``companion db reembed`` finds other runtime processes on its database. A
+process's id, so an operator can tell the runtime's processes in ``pg_stat_activity``. A
 ``DATABASE_URL`` that sets ``application_name`` itself keeps its own."""
-
-
-def runtime_processes(conn: Connection) -> list[int]:
-    """Ids of the other processes of the runtime (by :data:`APPLICATION_NAME`) with connections to
-    ``conn``'s database, this process excluded; sorted."""
-    prefix = APPLICATION_NAME.format(pid="")
-    names = conn.execute(
-        text(
-            "SELECT DISTINCT application_name FROM pg_stat_activity "
-            "WHERE datname = current_database() AND starts_with(application_name, :prefix)"
-        ),
-        {"prefix": prefix},
-    ).scalars()
-    pids = {int(pid) for pid in (name.removeprefix(prefix) for name in names) if pid.isdigit()}
-    pids.discard(os.getpid())
-    return sorted(pids)
 
 
 def _name_connections(engine: Engine) -> None:

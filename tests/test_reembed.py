@@ -1,6 +1,7 @@
 """`companion db reembed`: every stored vector (turn vectors, archive keys, knowledge chunks)
-rewritten with the configured model, in one transaction, and the model recorded, after which
-the guard accepts the new model and refuses the old one."""
+re-embedded with the configured model beside the old ones, then switched to in one short
+transaction and the model recorded, after which the guard accepts the new model and refuses the
+old one. An interrupted run leaves the old vectors in use and resumes where it stopped."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import pytest
 from sqlalchemy import text
 
-from errors import DatabaseInUseError, EmbeddingModelMismatch
+from errors import EmbeddingModelMismatch
 from memory.database import vector_dimension
 from memory.knowledge import NewChunk, replace_sources
 from memory.profiles import Profiles
@@ -101,17 +102,25 @@ def test_reembed_rewrites_every_vector_and_records_the_model(store, embedder):
 
     after = snapshot(store)
     for kind in ("turns", "keys", "chunks"):
-        assert after[kind].keys() == before[kind].keys()
+        assert after[kind].keys() >= before[kind].keys()
         for key, old in before[kind].items():  # negating every turn vector negates every composed key
             assert after[kind][key] == pytest.approx(negate(old), abs=1e-6), (kind, key)
+    # the user turns stored without a vector got one; nothing else was added
+    with store.engine.connect() as conn:
+        roles = dict(conn.execute(text("SELECT id, role FROM turns")).all())
+    added = after["turns"].keys() - before["turns"].keys()
+    assert added == set(result.added_turn_vectors) and all(roles[t] == "user" for t in added)
     # every key was recomposed over its own compaction's window (the boundary between the two included)
     assert result.keys_matched == result.archive_keys == len(before["keys"])
     assert result.keys_full_window == result.keys_from_content == 0
-    assert result.turn_vectors == len(before["turns"]) and result.knowledge_chunks == 3
+    assert result.turn_vectors == len(after["turns"]) and result.knowledge_chunks == 3
     assert result.previous == RecordedModel("all-MiniLM-L6-v2", 384)
     assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
-    assert ("turn vectors", len(before["turns"]), len(before["turns"])) in progress
+    assert ("turn vectors", len(after["turns"]), len(after["turns"])) in progress
     assert [p for p in progress if p[0] == "knowledge chunks"] == [("knowledge chunks", 3, 3)]
+    with store.engine.connect() as conn:  # the stage is empty again
+        assert conn.execute(text("SELECT count(*) FROM reembed_turn_vectors")).scalar_one() == 0
+        assert conn.execute(text("SELECT count(*) FROM reembed_target")).scalar_one() == 0
 
     check_model(store.engine, model_name="negated-minilm", model_dim=384)  # the guard accepts the new model
     with pytest.raises(EmbeddingModelMismatch, match="negated-minilm"):
@@ -136,15 +145,14 @@ def test_reembed_embeds_a_users_message_without_the_speakers_names(store, embedd
     assert snapshot(store)["turns"][turn.id] == pytest.approx(embedder.embed([unnamed])[0], abs=1e-6)
 
 
-def test_an_interrupted_reembed_changes_nothing(store, embedder):
+def test_an_interrupted_reembed_keeps_the_old_vectors_and_resumes_where_it_stopped(store, embedder):
     fill(store, embedder)
     before = snapshot(store)
-
     calls = {"n": 0}
 
-    def fail_late(vector):  # Ctrl-C in the last stage, the turn vectors and archive keys rewritten
+    def fail_late(vector):  # Ctrl-C after the turn vectors and one knowledge chunk were staged
         calls["n"] += 1
-        if calls["n"] > len(before["turns"]) + 1:
+        if calls["n"] > len(before["turns"]) + 3:
             raise KeyboardInterrupt
         return negate(vector)
 
@@ -156,49 +164,62 @@ def test_an_interrupted_reembed_changes_nothing(store, embedder):
             user_text=without_names,
             batch=4,
         )
-    assert snapshot(store) == before
+    assert snapshot(store) == before  # recall goes on with the old vectors
     assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
 
+    again = Transformed(embedder, "negated-minilm", negate)
+    result = reembed(store.engine, again, count_tokens=COUNTER.count_text, user_text=without_names, batch=4)
 
-HOLDER = """
-import sys
-from memory.database import make_engine
-engine = make_engine(sys.argv[1])
-with engine.connect() as conn:  # a pooled connection, as a running service keeps
-    pass
-print("connected", flush=True)
-sys.stdin.read()
-"""
+    assert result.resumed > 0
+    assert len(again.texts) < calls["n"]  # what the first run staged was not embedded again
+    after = snapshot(store)
+    for kind in ("turns", "keys", "chunks"):
+        for key, old in before[kind].items():
+            assert after[kind][key] == pytest.approx(negate(old), abs=1e-6), (kind, key)
+    assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
 
 
-def test_reembed_refuses_while_another_runtime_process_is_connected(store, db_url, embedder):
+def test_a_run_for_another_model_starts_over(store, embedder):
     fill(store, embedder)
-    before = snapshot(store)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, db_url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "connected"
-        with pytest.raises(DatabaseInUseError, match=rf"pid {holder.pid}\b") as refused:
-            reembed(
-                store.engine,
-                Transformed(embedder, "negated-minilm", negate),
-                count_tokens=COUNTER.count_text,
-                user_text=without_names,
-            )
-        assert refused.value.processes == 1
-        assert snapshot(store) == before
-        assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
-    finally:
-        holder.communicate("", timeout=60)  # its engine's connections close as it exits
 
-    reembed(
+    def stop_at_once(vector):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        reembed(
+            store.engine,
+            Transformed(embedder, "other", stop_at_once),
+            count_tokens=COUNTER.count_text,
+            user_text=without_names,
+            batch=2,
+        )
+    result = reembed(
         store.engine,
         Transformed(embedder, "negated-minilm", negate),
         count_tokens=COUNTER.count_text,
         user_text=without_names,
     )
+    assert result.resumed == 0
     assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
+
+
+def test_turns_stored_while_it_runs_get_the_new_vectors_too(store, embedder):
+    """The runtime is not stopped: a turn (and a compaction) in the middle of the run are re-embedded."""
+    fill(store, embedder)
+    negated = Transformed(embedder, "negated-minilm", negate)
+    added: list = []
+
+    def meanwhile(stage, done, total):
+        if stage == "knowledge chunks" and not added:  # after the turn vectors were staged
+            body = "Meanwhile I bought a lemon tree."
+            added.append(
+                store.turns.add(session_id="s1", role="user", content=body, tokens=8, vector=embedder.embed([body])[0])
+            )
+
+    reembed(store.engine, negated, count_tokens=COUNTER.count_text, user_text=without_names, progress=meanwhile)
+
+    after = snapshot(store)
+    assert after["turns"][added[0].id] == pytest.approx(negate(embedder.embed([added[0].content])[0]), abs=1e-6)
 
 
 def test_reembed_to_another_dimension_changes_the_columns_and_rebuilds_the_index(store, embedder):
@@ -224,28 +245,20 @@ def test_reembed_to_another_dimension_changes_the_columns_and_rebuilds_the_index
     assert recorded_model(store.engine) == RecordedModel("minilm-first-8", 8)
 
 
-def test_the_cli_reembeds_with_the_configured_model(store, db_url, embedder):
+def test_the_cli_reembeds_with_the_configured_model_while_the_runtime_is_connected(store, db_url, embedder):
     """A database whose vectors came from another model: `companion db reembed` with the
-    configured (bundled) model fixes it, printing its progress."""
+    configured (bundled) model fixes it, printing its progress, while this test process (a
+    runtime) keeps its connections."""
     fill(store, Transformed(embedder, "negated-minilm", negate))
     env = {**os.environ, "DATABASE_URL": db_url, "COMPANION_EMBEDDING_MODEL": "all-MiniLM-L6-v2"}
     command = [sys.executable, "-m", "runtime.cli", "db", "reembed", "--batch", "5"]
-
-    # this test process's pooled connections are a runtime still running on the database
-    refused = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert refused.returncode == 2
-    assert refused.stderr.strip().splitlines() == [
-        f"error: 1 other process(es) of the runtime are connected to this database (pid {os.getpid()}): "
-        "stop companion serve and companion jobs run, then run companion db reembed again. Nothing was changed."
-    ]
-    assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
-    store.engine.dispose()  # the "service" stops
 
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
     assert result.returncode == 0, result.stderr
     assert "recorded: 'negated-minilm' (384)" in result.stdout
     assert "turn vectors: 5/" in result.stdout and "knowledge chunks: 3/3" in result.stdout
+    assert "Restart every process" in result.stdout
     assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
     after = snapshot(store)
     with store.engine.connect() as conn:
@@ -254,13 +267,14 @@ def test_the_cli_reembeds_with_the_configured_model(store, db_url, embedder):
         assert vector == pytest.approx(embedder.embed([chunks[chunk_id]])[0], abs=1e-6)
 
 
-def test_ctrl_c_during_the_cli_reembed_is_one_line_and_changes_nothing(store, db_url, embedder, monkeypatch, capsys):
+def test_ctrl_c_during_the_cli_reembed_is_one_line_and_keeps_the_old_vectors(
+    store, db_url, embedder, monkeypatch, capsys
+):
     import memory.reembed
     from runtime.cli import main
 
     fill(store, Transformed(embedder, "negated-minilm", negate))
     before = snapshot(store)
-    store.engine.dispose()
     real = memory.reembed.reembed
 
     def interrupted(engine, embedder, **kwargs):  # Ctrl-C after the first batch's progress
@@ -278,7 +292,65 @@ def test_ctrl_c_during_the_cli_reembed_is_one_line_and_changes_nothing(store, db
 
     assert status == 130
     assert capsys.readouterr().err.strip().splitlines() == [
-        "interrupted: nothing was changed (one transaction); run it again to re-embed"
+        "interrupted: the old vectors are still in use; run it again to go on from where it stopped"
     ]
     assert snapshot(store) == before
     assert recorded_model(store.engine) == RecordedModel("negated-minilm", 384)
+
+
+def _staged(store) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM reembed_turn_vectors")).scalar_one()
+
+
+def test_reembed_to_an_api_model_resumes_after_sigkill_and_loses_no_segment(store, db_url, embedder):
+    """From the bundled model to an embeddings API of another dimension: the run is killed
+    (SIGKILL) halfway, the old vectors stay in use, and the next run finishes from where it stopped."""
+    import signal
+    import time
+
+    from tests.fake_embeddings import FakeEmbeddings, hash_vector
+
+    fill(store, embedder)
+    before = snapshot(store)
+    with store.engine.connect() as conn:
+        segments = dict(conn.execute(text("SELECT id, content FROM archived_segments")).all())
+    with FakeEmbeddings(dimension=64) as fake:
+        env = {
+            **os.environ,
+            "DATABASE_URL": db_url,
+            "COMPANION_EMBEDDING_MODEL": "openai/fake-embedding",
+            "COMPANION_EMBEDDING_API_BASE": fake.api_base,
+            "COMPANION_EMBEDDING_API_KEY": "sk-test",
+        }
+        command = [sys.executable, "-m", "runtime.cli", "db", "reembed", "--batch", "2"]
+        fake.stall = 0.3
+        run = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while _staged(store) < 4 and time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.05)
+        os.kill(run.pid, signal.SIGKILL)
+        run.communicate(timeout=60)
+        staged = _staged(store)
+        assert 4 <= staged < len(before["turns"])
+        assert snapshot(store) == before  # recall answers from the old vectors
+        assert recorded_model(store.engine) == RecordedModel("all-MiniLM-L6-v2", 384)
+
+        fake.stall = 0.0
+        sent = fake.texts_embedded
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        assert "staged by an earlier run" in result.stdout
+        resumed_texts = fake.texts_embedded - sent
+
+    assert recorded_model(store.engine) == RecordedModel("openai/fake-embedding", 64)
+    after = snapshot(store)
+    with store.engine.connect() as conn:
+        now = dict(conn.execute(text("SELECT id, content FROM archived_segments")).all())
+        contents = dict(conn.execute(text("SELECT id, content FROM turns")).all())
+    assert now == segments  # no segment lost, none changed
+    assert after["keys"].keys() == before["keys"].keys()
+    assert all(len(v) == 64 for kind in after.values() for v in kind.values())
+    assert resumed_texts < len(after["turns"]) + len(after["chunks"])  # the staged rows were not sent again
+    for turn_id, vector in after["turns"].items():
+        assert vector == pytest.approx(hash_vector(without_names(contents[turn_id], []), 64), abs=1e-6)

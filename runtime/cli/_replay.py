@@ -32,12 +32,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     settings = _settings(database=True)
     # the model loads (its runtime, the weights) while the runtime's own modules import and the
     # database opens; open_engine's open_embedder, without the import wait
-    embedder = runtime_embedder(
-        settings.embedding_model,
-        threads=settings.embed_threads,
-        preload=True,
-        backend=settings.embed_backend,
-        cache_dir=settings.model_cache_dir,
+    api = "/" in settings.embedding_model and not Path(settings.embedding_model).expanduser().exists()
+    embedder = (
+        None  # perhaps an embeddings API: open_engine decides, once litellm is imported
+        if api
+        else runtime_embedder(
+            settings.embedding_model,
+            threads=settings.embed_threads,
+            preload=True,
+            backend=settings.embed_backend,
+            cache_dir=settings.model_cache_dir,
+        )
     )
     from runtime.service import load_conversations, open_engine, replay_conversation
 
