@@ -45,6 +45,9 @@ class SessionReads:
     """The archive segments that block quotes."""
     recall_anchor: int | None = None
     """The ``seq`` of the user turn the block sits under."""
+    vector_model: str | None = None
+    """The embedding model the database records for its vectors (``None``: none recorded yet);
+    another than the reader's means the database was switched to it (``companion db reembed``)."""
 
 
 class AssemblyReads:
@@ -74,6 +77,7 @@ class AssemblyReads:
                     "WHERE t.session_id = :s AND t.user_id = :u AND tf.user_id = :u) AS has_files, "
                     "EXISTS (SELECT 1 FROM knowledge_chunks AS k WHERE k.character_id = ss.character_id) AS has_knowledge, "
                     "ss.character_id, coalesce(h.revision, 0) AS revision, ss.recall_block, ss.recall_segments, ss.recall_anchor, "
+                    "(SELECT m.name FROM embedding_model AS m WHERE m.id = 1) AS vector_model, "
                     "(SELECT coalesce(jsonb_agg(e.f ORDER BY lf.updated_at, lf.character_id, e.n), '[]') "
                     "FROM learned_facts AS lf CROSS JOIN LATERAL jsonb_array_elements_text(lf.facts) "
                     "WITH ORDINALITY AS e(f, n) WHERE lf.user_id = :u "
@@ -111,4 +115,5 @@ class AssemblyReads:
             recall_block=row.recall_block,
             recall_segments=tuple(row.recall_segments or ()),
             recall_anchor=row.recall_anchor,
+            vector_model=row.vector_model,
         )

@@ -85,6 +85,26 @@ process's id, so an operator can tell the runtime's processes in ``pg_stat_activ
 ``DATABASE_URL`` that sets ``application_name`` itself keeps its own."""
 
 
+MODEL_SETTING = "companion.embedding_model"
+"""The connection setting that names the embedding model of the process that opened it. The
+vector tables' trigger (migration 0025, ``companion_vector_model_guard``) compares it with the
+recorded model: while they differ (``companion db reembed`` switched the database to another
+model and this process still runs the old one), a ``turn_vectors`` row is not written, an archive
+key is stored as ``NULL`` (the backfill of a process on the new model makes both), and a knowledge
+chunk is refused. A connection that does not set it is not checked."""
+
+
+def _say_model(engine: Engine, model: str) -> None:
+    """Open each connection of ``engine`` with :data:`MODEL_SETTING` = ``model`` (libpq's
+    ``options``, so no round trip)."""
+    escaped = model.replace("\\", "\\\\").replace(" ", "\\ ")
+
+    @event.listens_for(engine, "do_connect")
+    def _with_model(dialect, conn_rec, cargs, cparams) -> None:  # noqa: ARG001 - the event's signature
+        option = f"-c {MODEL_SETTING}={escaped}"
+        cparams["options"] = f"{cparams['options']} {option}" if cparams.get("options") else option
+
+
 def _name_connections(engine: Engine) -> None:
     """Give each new connection of ``engine`` :data:`APPLICATION_NAME` (a connect parameter, so no
     round trip; the process id is read at connect time, so a forked worker names its own)."""
@@ -140,7 +160,11 @@ def _ping_if_idle(engine: Engine, idle_seconds: float) -> None:
 
 
 def make_engine(
-    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, idle_ping_seconds: float = IDLE_PING_SECONDS
+    url: str,
+    *,
+    pool_size: int = DEFAULT_POOL_SIZE,
+    idle_ping_seconds: float = IDLE_PING_SECONDS,
+    embedding_model: str | None = None,
 ) -> Engine:
     """A SQLAlchemy engine on psycopg 3 for a ``postgresql://`` (or ``postgresql+psycopg://``) URL.
 
@@ -149,6 +173,9 @@ def make_engine(
             one more waits up to 30 s for a free one, then fails as :class:`StorageError`.
         idle_ping_seconds: a pooled connection idle in the pool longer than this is pinged on
             checkout, and replaced if the ping fails (:data:`IDLE_PING_SECONDS`).
+        embedding_model: the model this process embeds with (its recorded, canonical name), set as
+            each connection's :data:`MODEL_SETTING`: the database then keeps this process's vectors
+            out once it records another model (:func:`_say_model`). ``None``: not set.
 
     Its connections send vector parameters in binary (:mod:`memory.vectors`).
     """
@@ -162,6 +189,8 @@ def make_engine(
         raise SchemaError(f"The connection pool needs at least 1 connection, got pool_size={pool_size}.")
     engine = create_engine(url, pool_size=pool_size, max_overflow=0)
     _name_connections(engine)
+    if embedding_model is not None:
+        _say_model(engine, embedding_model)
     send_binary_vectors(engine)
     _ping_if_idle(engine, idle_ping_seconds)
     return engine

@@ -415,6 +415,8 @@ def _switch(conn: Connection, work: _Work, done: Reembedded, old_dim: int) -> No
             )
         ).scalars()
     )
+    # recorded first: the vector tables' trigger lets in only the recorded model's writes
+    record_model(conn, name=work.embedder.name, dimension=new_dim)
     # what could not be staged must not keep an old-model vector: the backfill makes it
     conn.execute(
         text(
@@ -445,6 +447,5 @@ def _switch(conn: Connection, work: _Work, done: Reembedded, old_dim: int) -> No
         )
     ).rowcount
     conn.execute(text(archive_hnsw_index_ddl(new_dim)))
-    record_model(conn, name=work.embedder.name, dimension=new_dim)
     conn.execute(text("TRUNCATE reembed_turn_vectors, reembed_chunk_vectors, reembed_segment_keys"))
     conn.execute(text("DELETE FROM reembed_target"))

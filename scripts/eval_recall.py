@@ -8,6 +8,7 @@ Usage::
         [--unit turn|exchange] [--key content|user|context|window] [--mode hybrid|vector]
         [--neighbours N] [--expand N] [--neighbour-weight W|after] [--rrf-k K] [--pool N] [--vector auto|exact|index] [--json out.json] [--dump out.jsonl]
         [--compose window,sum,centre2,tokens,tokens-centre2] [--turn-text content|line] [--enrich]
+        [--embedder MODEL] [--reranker MODEL] [--rerank-candidates N]
 
 ``FILE`` is a LoCoMo-layout JSON file: LoCoMo itself (``locomo_dev7.json``, Maharana et
 al. 2024) or the MemoryBank Chinese questions in that layout
@@ -71,6 +72,17 @@ The LoCoMo paper's figures for comparison (Table 3, DRAGON over dialog turns, ev
 recall at top-k turns 5/10/25/50: 56.7 / 66.2 / 76.7 / 82.7 %); a LoCoMo turn is ~30
 tokens, so top-25 turns is roughly 750 tokens and top-50 roughly 1,500.
 
+**Any embedder, any reranker.** ``--embedder`` also takes any model the runtime takes as
+``COMPANION_EMBEDDING_MODEL``: a litellm embedding model (``openai/text-embedding-3-small``,
+``dashscope/text-embedding-v4``, ``ollama/bge-m3``, ``openai/<name>`` on an OpenAI-compatible
+server), with ``COMPANION_EMBEDDING_API_BASE``, ``COMPANION_EMBEDDING_API_KEY`` and
+``COMPANION_EMBEDDING_DIMENSIONS`` read from the environment, or a sentence-transformers name or
+folder. ``--reranker`` adds the runtime's rerank stage (:func:`runtime.llm.rerank_ranked`) after
+fusion: a litellm rerank model (``cohere/rerank-v3.5``, ``jina_ai/...``, with
+``COMPANION_RERANK_API_BASE``/``COMPANION_RERANK_API_KEY``) or a local ``CrossEncoder`` folder,
+over the best ``--rerank-candidates`` (the runtime's ``COMPANION_RERANK_CANDIDATES``). Without
+``--reranker`` the figures are the runtime's fused order, as before.
+
 Data are read from ``--data`` and never copied into the repository. The database is
 ``DATABASE_URL`` or an embedded server in a temporary directory, deleted at the end.
 """
@@ -109,6 +121,7 @@ from runtime.compaction import exchanges  # noqa: E402
 from runtime.config import Settings  # noqa: E402
 from runtime.context import enrich_query, named_speaker, without_names  # noqa: E402
 from runtime.context._query_text import ENRICH_TURNS  # noqa: E402
+from runtime.llm import open_reranker, rerank_ranked  # noqa: E402
 from runtime.logs import configure_logging  # noqa: E402
 from runtime.service._replay import Conversation, SourceTurn, load_conversations  # noqa: E402
 
@@ -236,6 +249,19 @@ def _embedders(name: str, cache: Path | None, e5_keys: str = "query"):
     def cached(inner, file: str):
         return CachedEmbedder(inner, cache / f"{file}.pkl") if cache else inner
 
+    if name not in ("minilm", "use", "e5"):
+        from runtime.llm import is_api_model
+
+        if is_api_model(name):
+            from runtime.service._bootstrap import api_embedder
+
+            settings = Settings.from_env().model_copy(update={"embedding_model": name})
+            embedder = cached(api_embedder(settings), _file_name(name))
+            return embedder, embedder
+        from memory.embeddings import SentenceTransformerEmbedder
+
+        embedder = cached(SentenceTransformerEmbedder(name), _file_name(name))
+        return embedder, embedder
     if name == "e5":
         from eval_embedders import E5Embedder
 
@@ -253,6 +279,11 @@ def _embedders(name: str, cache: Path | None, e5_keys: str = "query"):
         inner = SentenceTransformerEmbedder("all-MiniLM-L6-v2")
     embedder = cached(inner, name)
     return embedder, embedder
+
+
+def _file_name(model: str) -> str:
+    """A cache file name for ``model``: its characters outside ``[A-Za-z0-9._-]`` as ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", model)
 
 
 def retrieval_only(
@@ -392,6 +423,9 @@ def _pack(found, budget: int):
     return out
 
 
+RERANK_SECONDS = 120.0
+"""The rerank stage's budget here: long, so that a figure measures the reranker, not the budget."""
+
 RECALL_MS: list[float] = []
 """Wall milliseconds of each recall call (query parsing and the SQL), for the closing line."""
 
@@ -402,6 +436,16 @@ def _recall(store: Store, user_id: str, question: str, qvec, asked_at, args):
         found = _recall_once(store, user_id, question, qvec, asked_at, args)
         if args.feedback > 0 and found:
             found = _recall_once(store, user_id, question, _feedback(store, qvec, found, args), asked_at, args)
+        if args.rerank is not None:
+            found = rerank_ranked(
+                args.rerank,
+                question,
+                found,
+                candidates=args.rerank_candidates,
+                seconds=RERANK_SECONDS,
+                key=lambda s: s.id,
+                text=lambda s: s.content,
+            )
         return found
     finally:
         RECALL_MS.append(1000 * (time.perf_counter() - started))
@@ -504,7 +548,21 @@ def main(argv: list[str] | None = None) -> int:
         default="dates,speakers,unnamed",
         help=f"components on, comma-separated, of: {', '.join(COMPONENTS)}; or none",
     )
-    parser.add_argument("--embedder", choices=["minilm", "use", "e5"], default="minilm")
+    parser.add_argument(
+        "--embedder",
+        default="minilm",
+        help="minilm (the bundled all-MiniLM-L6-v2), use, e5, or any COMPANION_EMBEDDING_MODEL "
+        "(a litellm embedding model or a sentence-transformers name or folder)",
+    )
+    parser.add_argument(
+        "--reranker", help="the rerank stage's model: a litellm rerank model or a CrossEncoder folder; default none"
+    )
+    parser.add_argument(
+        "--rerank-candidates",
+        type=int,
+        default=Settings().rerank_candidates,
+        help="fused candidates the reranker orders (COMPANION_RERANK_CANDIDATES)",
+    )
     parser.add_argument(
         "--e5-keys",
         choices=["query", "passage"],
@@ -589,6 +647,14 @@ def main(argv: list[str] | None = None) -> int:
     wanted = args.conversation or (splits[args.split] if args.split != "all" else [c.id for c in every])
     convs = [c for c in every if c.id in wanted]
     embedder, questions_by = _embedders(args.embedder, args.cache, args.e5_keys)
+    args.rerank = None
+    if args.reranker:
+        settings = Settings.from_env()
+        args.rerank = open_reranker(
+            args.reranker,
+            api_base=settings.rerank_api_base,
+            api_key=settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None,
+        )
     server, db = _database(os.environ.get("DATABASE_URL"), embedder.dimension)
     try:
         store = Store(db)
@@ -599,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
             f"compose {','.join(args.compositions)} from turn {args.turn_text}; "
             f"{args.mode}, pool {args.pool}, RRF k {args.rrf_k}, neighbours {args.neighbours} around the best {args.expand} "
             f"(weight {'after' if args.neighbour_weight is None else args.neighbour_weight}), "
-            f"session cap {args.session_cap}",
+            f"session cap {args.session_cap}; reranker {args.reranker or 'none'}"
+            f"{f' over the best {args.rerank_candidates}' if args.reranker else ''}",
             flush=True,
         )
         results: dict = {

@@ -54,15 +54,8 @@ def api_embedder(fake, **kwargs) -> LiteLLMEmbedder:
 def engine_with(store, fake_llm, embedder, *, reranker=None, window: int = 2048, **overrides) -> Engine:
     settings = Settings(context_window=window, database_url="unused", **overrides)
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
-    return Engine(
-        settings=settings,
-        store=store,
-        embedder=embedder,
-        persona=PERSONA,
-        replier=replier,
-        reranker=reranker,
-        backfill=None,
-    )
+    engine = Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
+    return engine.use(reranker=reranker, backfill=engine.backfill)
 
 
 # -- the embedder ---------------------------------------------------------------------------------
@@ -221,8 +214,8 @@ def test_a_failing_reranker_leaves_the_fused_order(fake_api):
 def test_a_turn_answers_while_the_api_is_down_and_its_vector_arrives_later(store, fake_llm, fake_api):
     embedder = api_embedder(fake_api)
     engine = engine_with(store, fake_llm, embedder, window=1024)
-    engine.backfill = engine.runner.backfill = backfill = InlineBackfill(engine.backfiller, waits=(0.05,))
-    engine.compactor.on_unembedded = backfill.request
+    backfill = InlineBackfill(engine.backfiller, waits=(0.05,))
+    engine.use(reranker=None, backfill=backfill)
     engine.turn(user_id="u", session_id="s", message="I keep bees on the roof of the old mill.")
     fake_api.fail = 503
     with structlog.testing.capture_logs() as logs:
@@ -240,3 +233,107 @@ def test_a_turn_answers_while_the_api_is_down_and_its_vector_arrives_later(store
     backfill.request()
     assert backfill.join(timeout=20)
     assert missing(store.engine).total == 0
+
+
+# -- measuring a pairing --------------------------------------------------------------------------
+
+
+def tiny_locomo() -> list[dict]:
+    """A LoCoMo-layout conversation of one session and two questions (made up here)."""
+    lines = [
+        ("Ann", "I adopted a grey cat named Pebble last spring."),
+        ("Bob", "Pebble is a lovely name for a cat!"),
+        ("Ann", "My brother Carl builds wooden boats in his garage."),
+        ("Bob", "Boats take patience to build."),
+        ("Ann", "We are flying to Lisbon in June for a wedding."),
+        ("Bob", "Enjoy Lisbon and the wedding!"),
+    ]
+    session = [{"speaker": who, "dia_id": f"D1:{i + 1}", "text": said} for i, (who, said) in enumerate(lines)]
+    return [
+        {
+            "sample_id": "tiny-1",
+            "conversation": {
+                "speaker_a": "Ann",
+                "speaker_b": "Bob",
+                "session_1_date_time": "1:56 pm on 8 May, 2023",
+                "session_1": session,
+            },
+            "qa": [
+                {"question": "What is the name of Ann's cat?", "answer": "Pebble", "evidence": ["D1:1"], "category": 4},
+                {"question": "Who builds wooden boats?", "answer": "Carl", "evidence": ["D1:3"], "category": 4},
+            ],
+        }
+    ]
+
+
+def test_eval_recall_measures_an_api_embedder_with_an_api_reranker(fake_api, admin_url, tmp_path, monkeypatch, capsys):
+    """The script's wiring only: the fake's word-hash vectors say nothing of any model's quality."""
+    import json
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "scripts"))
+    import eval_recall
+
+    data = tmp_path / "tiny.json"
+    data.write_text(json.dumps(tiny_locomo()), encoding="utf-8")
+    monkeypatch.setenv("DATABASE_URL", admin_url)
+    monkeypatch.setenv("COMPANION_EMBEDDING_API_BASE", fake_api.api_base)
+    monkeypatch.setenv("COMPANION_EMBEDDING_API_KEY", "sk-test")
+    monkeypatch.setenv("COMPANION_RERANK_API_BASE", fake_api.api_base)
+    monkeypatch.setenv("COMPANION_RERANK_API_KEY", "sk-test")
+    out = tmp_path / "out.json"
+
+    status = eval_recall.main(
+        [
+            "--data", str(data), "--split", "all", "--budgets", "100",
+            "--embedder", "openai/text-embedding-3-small", "--reranker", "cohere/rerank-english-v3.0",
+            "--json", str(out),
+        ]
+    )  # fmt: skip
+
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert "embedder openai/text-embedding-3-small" in printed and "reranker cohere/rerank-english-v3.0" in printed
+    assert len(fake_api.rerank_requests) == 2  # one per question
+    assert {r["query"] for r in fake_api.rerank_requests} == {q["question"] for q in tiny_locomo()[0]["qa"]}
+    assert json.loads(out.read_text())["retrieval_only"]
+
+
+# -- a local CrossEncoder -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cross_encoder_folder(tmp_path_factory):
+    """A CrossEncoder folder made here from the bundled MiniLM's encoder with a new, untrained
+    scoring head: the architecture of ms-marco-MiniLM-L-6-v2, none of its training (its scores
+    mean nothing; only the wiring is tested)."""
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    from memory.embeddings import model_path
+
+    torch.manual_seed(0)
+    source = model_path("all-MiniLM-L6-v2")
+    folder = tmp_path_factory.mktemp("cross-encoder")
+    BertForSequenceClassification.from_pretrained(source, num_labels=1).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(source).save_pretrained(folder)
+    return folder
+
+
+def test_a_local_cross_encoder_folder_is_a_reranker(cross_encoder_folder):
+    from runtime.llm import CrossEncoderReranker, open_reranker
+
+    reranker = open_reranker(str(cross_encoder_folder))
+    assert isinstance(reranker, CrossEncoderReranker)
+    scores = reranker.scores("Who plays the cello?", ["Ada plays the cello.", "The bakery opens at nine."])
+    assert len(scores) == 2 and all(isinstance(s, float) for s in scores)
+    again = reranker.scores("Who plays the cello?", ["Ada plays the cello.", "The bakery opens at nine."])
+    assert again == pytest.approx(scores)
+
+
+def test_a_name_that_is_neither_a_folder_nor_a_rerank_model_is_refused():
+    from errors import ConfigurationError
+    from runtime.llm import open_reranker
+
+    with pytest.raises(ConfigurationError, match="COMPANION_RERANK_MODEL|neither a litellm rerank model"):
+        open_reranker("no-such-folder-or-provider")

@@ -354,3 +354,35 @@ def test_reembed_to_an_api_model_resumes_after_sigkill_and_loses_no_segment(stor
     assert resumed_texts < len(after["turns"]) + len(after["chunks"])  # the staged rows were not sent again
     for turn_id, vector in after["turns"].items():
         assert vector == pytest.approx(hash_vector(without_names(contents[turn_id], []), 64), abs=1e-6)
+
+
+def test_after_a_switch_a_process_on_the_old_model_writes_no_vector_and_recalls_by_text(db_url, embedder):
+    """A service still running the old model once the switch is recorded: its turns answer, the
+    database keeps its vectors out (the trigger reads the model its connections name), and its
+    recall stops using vectors, until it restarts with the new model."""
+    import structlog
+
+    from memory.database import make_engine
+    from memory.store import Store
+    from memory.vector_model import record_model
+    from runtime.config import Settings
+    from runtime.turn import Engine
+    from tests.conftest import PERSONA
+
+    engine = make_engine(db_url, embedding_model="all-MiniLM-L6-v2")
+    store = Store(engine)
+    check_model(engine, model_name="all-MiniLM-L6-v2", model_dim=384)
+    runtime = Engine(
+        settings=Settings(context_window=1024, database_url="unused"), store=store, embedder=embedder, persona=PERSONA
+    )
+    first = runtime.turn(user_id="u", session_id="s", message="I keep bees.", reply="Lovely.")
+    with engine.begin() as conn:
+        record_model(conn, name="negated-minilm", dimension=384)  # what `companion db reembed` commits last
+
+    with structlog.testing.capture_logs() as logs:
+        after = runtime.turn(user_id="u", session_id="s", message="The bees swarmed today.", reply="Oh!")
+
+    vectors = store.turns.vectors([first.user_turn.id, after.user_turn.id])
+    assert first.user_turn.id in vectors and after.user_turn.id not in vectors
+    assert any(e["event"] == "embedder.model_switched" and e["recorded"] == "negated-minilm" for e in logs)
+    engine.dispose()

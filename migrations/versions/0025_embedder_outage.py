@@ -15,6 +15,12 @@ recall keeps using until the switch completes. Each row goes with the row it emb
 (``ON DELETE CASCADE``). Their columns are ``vector`` without a dimension: the new model's may
 differ.
 
+``companion_vector_model_guard``: a trigger on the three vector tables that compares the writing
+connection's ``companion.embedding_model`` setting (the runtime sets it to its model) with the
+recorded model; while they differ (the database switched to another model and the writing process
+runs the old one), a ``turn_vectors`` row is skipped, an archive key is stored as ``NULL`` and a
+knowledge chunk is refused. A connection without the setting is not checked.
+
 Revision ID: 0025
 Revises: 0024
 Create Date: 2026-12-04
@@ -29,8 +35,37 @@ branch_labels = None
 depends_on = None
 
 
+GUARD = """
+CREATE FUNCTION companion_vector_model_guard() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    mine text := nullif(current_setting('companion.embedding_model', true), '');
+    recorded text := (SELECT name FROM embedding_model WHERE id = 1);
+BEGIN
+    IF mine IS NULL OR recorded IS NULL OR mine = recorded THEN
+        RETURN NEW;
+    END IF;
+    IF TG_TABLE_NAME = 'archived_segments' THEN
+        NEW.embedding := NULL;
+        RETURN NEW;
+    END IF;
+    IF TG_TABLE_NAME = 'turn_vectors' THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'the database records the embedding model %, not %: restart with it', recorded, mine
+        USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$
+"""
+
+
 def upgrade() -> None:
     op.alter_column("archived_segments", "embedding", nullable=True)
+    op.execute(GUARD)
+    for table in ("turn_vectors", "archived_segments", "knowledge_chunks"):
+        op.execute(
+            f"CREATE TRIGGER {table}_model_guard BEFORE INSERT OR UPDATE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION companion_vector_model_guard()"
+        )
     op.add_column("turns", sa.Column("usage_retrieval_cost_usd", sa.Float, nullable=True))
     op.execute(
         "CREATE TABLE reembed_target (id integer PRIMARY KEY CHECK (id = 1), name text NOT NULL, "
@@ -51,6 +86,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    for table in ("turn_vectors", "archived_segments", "knowledge_chunks"):
+        op.execute(f"DROP TRIGGER {table}_model_guard ON {table}")
+    op.execute("DROP FUNCTION companion_vector_model_guard()")
     op.execute("DROP TABLE reembed_segment_keys")
     op.execute("DROP TABLE reembed_chunk_vectors")
     op.execute("DROP TABLE reembed_turn_vectors")

@@ -48,6 +48,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if usage:
         last = usage[0]
         cost = f", ${last.usage_cost_usd:.6f}" if last.usage_cost_usd is not None else ""
+        if last.usage_retrieval_cost_usd is not None:
+            cost += f", embeddings and rerank ${last.usage_retrieval_cost_usd:.6f}"
         print(
             f"last reply (turn {last.seq}): prompt {last.usage_prompt_tokens} tokens, "
             f"cached {last.usage_cached_tokens if last.usage_cached_tokens is not None else '-'}, "

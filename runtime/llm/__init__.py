@@ -13,7 +13,14 @@ from runtime.llm._embedder import (
 from runtime.llm._errors import error_class_for, map_model_error, retry_after
 from runtime.llm._image_encode import EDGES, QUALITIES, EncodedImage, fit_image
 from runtime.llm._replier import LiteLLMReplier, Replier, Reply, RetryPolicy, Tools, model_window
-from runtime.llm._rerank import CrossEncoderReranker, LiteLLMReranker, Reranker, open_reranker, rerank_within
+from runtime.llm._rerank import (
+    CrossEncoderReranker,
+    LiteLLMReranker,
+    Reranker,
+    open_reranker,
+    rerank_ranked,
+    rerank_within,
+)
 from runtime.llm._transcribe import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
 from runtime.llm._usage import cache_points, marks_cache
 from runtime.llm._vision import catalog_says, family, heuristic_says, image_tokens, sees_images
@@ -29,6 +36,7 @@ __all__ = [
     "metered",
     "open_reranker",
     "provider_batch",
+    "rerank_ranked",
     "rerank_within",
     "EDGES",
     "EncodedImage",

@@ -16,9 +16,9 @@ import concurrent.futures
 import contextvars
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -27,6 +27,8 @@ from runtime._offline import load_litellm
 from runtime.llm._embedder import charge, response_cost
 
 log = structlog.get_logger("companion.rerank")
+
+T = TypeVar("T")
 
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="companion-rerank")
 """Where reranks run, so that the caller can stop waiting at its budget (a late answer is dropped)."""
@@ -171,3 +173,31 @@ def rerank_within(reranker: Reranker, query: str, documents: Sequence[str], *, s
         seconds=round(time.monotonic() - started, 3),
     )
     return found
+
+
+def rerank_ranked(
+    reranker: Reranker,
+    query: str,
+    ranked: Sequence[T],
+    *,
+    candidates: int,
+    seconds: float,
+    key: Callable[[T], object],
+    text: Callable[[T], str],
+) -> list[T]:
+    """The rerank stage: ``ranked`` (best first; repeats by ``key`` dropped, each kept at its first
+    place) with its first ``candidates`` in ``reranker``'s order for ``query`` (ties in their
+    ranked order) and the rest after them as they were; ``ranked`` without repeats when the
+    reranker fails or takes more than ``seconds`` (:func:`rerank_within`)."""
+    seen: set[object] = set()
+    unique = []
+    for item in ranked:
+        if key(item) not in seen:
+            seen.add(key(item))
+            unique.append(item)
+    top = unique[:candidates]
+    scores = rerank_within(reranker, query, [text(item) for item in top], seconds=seconds)
+    if scores is None:
+        return unique
+    order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
+    return [top[i] for i in order] + unique[len(top) :]

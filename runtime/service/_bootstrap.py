@@ -223,8 +223,9 @@ def open_engine(
         replier=replier,
         summarizer=summarizer,
         file_services=services,
-        backfill=backfill,
     )
+    if backfill is not None:  # queued compaction: the backfill is a queued job too
+        engine.use(reranker=engine.reranker, backfill=backfill)
     default = engine.cast.default  # the persona stored as the deployment's default character (revised if changed)
     log.info("character.default", character_id=default.id, revision=default.revision)
     return engine

@@ -14,6 +14,7 @@ from sqlalchemy import Engine as SAEngine
 from errors import ConfigurationError, SchemaError
 from memory.database import check_connection, make_engine
 from memory.embedded import EmbeddedSupervisor, start_embedded
+from memory.vector_model import canonical_name
 from runtime.config import Settings
 
 
@@ -34,16 +35,22 @@ def connect(settings: Settings) -> Database:
         ConfigurationError: ``DATABASE_URL`` is not a PostgreSQL URL (the message names the
             variable and the URL's scheme only: a URL may hold a password).
         StorageError: the server cannot be reached.
+
+    Its connections name ``COMPANION_EMBEDDING_MODEL`` to the database, which keeps this process's
+    vectors out once another model is recorded (:data:`memory.database.MODEL_SETTING`).
     """
+    model = canonical_name(settings.embedding_model)
     if settings.database_url:
         try:
-            engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+            engine = make_engine(settings.database_url, pool_size=settings.db_pool_size, embedding_model=model)
         except SchemaError as exc:
             raise ConfigurationError(f"DATABASE_URL: {exc}", setting="DATABASE_URL") from exc
         database = Database(settings.database_url, engine, embedded=False)
     else:
         url = start_embedded(settings.data_dir)
-        database = Database(url, make_engine(url, pool_size=settings.db_pool_size), embedded=True)
+        database = Database(
+            url, make_engine(url, pool_size=settings.db_pool_size, embedding_model=model), embedded=True
+        )
     check_connection(database.engine)
     return database
 

@@ -15,6 +15,7 @@ from datetime import datetime
 from memory.tables import Turn, UserProfile
 from runtime.accounting import Budgets
 from runtime.context import AssembledContext
+from runtime.llm import metered
 from runtime.turn._claims import TurnClaim
 from runtime.turn._values import TurnResult
 from runtime.turn._wiring import EngineParts
@@ -73,16 +74,17 @@ class Engine(EngineParts):
                 ModelUnavailableError (after bounded retries).
             StorageError: the database failed.
         """
-        return self.runner.run(
-            user_id=user_id,
-            session_id=session_id,
-            message=message,
-            at=at,
-            reply=reply,
-            on_delta=on_delta,
-            attachments=attachments,
-            claim=claim,
-        )
+        with metered():  # the turn's embedding and rerank calls, priced on its reply
+            return self.runner.run(
+                user_id=user_id,
+                session_id=session_id,
+                message=message,
+                at=at,
+                reply=reply,
+                on_delta=on_delta,
+                attachments=attachments,
+                claim=claim,
+            )
 
     def claim(self, session_id: str) -> TurnClaim:
         """Claim an existing session for one turn or edit; release it when done.
@@ -197,18 +199,19 @@ class Engine(EngineParts):
                 changed.
             ModelCallError: as in :meth:`turn`; the edited user turn stays stored.
         """
-        return self.runner.edit(
-            user_id=user_id,
-            session_id=session_id,
-            seq=seq,
-            message=message,
-            attachments=attachments,
-            at=at,
-            reply=reply,
-            on_delta=on_delta,
-            claim=claim,
-            expected_last_seq=expected_last_seq,
-        )
+        with metered():
+            return self.runner.edit(
+                user_id=user_id,
+                session_id=session_id,
+                seq=seq,
+                message=message,
+                attachments=attachments,
+                at=at,
+                reply=reply,
+                on_delta=on_delta,
+                claim=claim,
+                expected_last_seq=expected_last_seq,
+            )
 
     def delete_file(self, *, user_id: str, file_id: str) -> bool:
         """Delete a file and every reference to it in every session. False if the user has no such file."""

@@ -18,7 +18,7 @@ calibration baseline, then calls :func:`runtime.context.assemble_context` and ea
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 import structlog
@@ -33,6 +33,7 @@ from memory.profiles import Profiles
 from memory.recall import SESSION_CAP, Exclusion, RecalledSegment, RecallPreset, index_pays, within_budget
 from memory.store import Store
 from memory.tables import Summary, Turn, UserProfile, utcnow
+from memory.vector_model import canonical_name
 from persona import Persona
 from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, CalibratedCounter, TokenCounter, correction
 from runtime.compaction import plan_rollout
@@ -59,7 +60,7 @@ from runtime.context import (
     user_zone,
     without_names,
 )
-from runtime.llm import Reranker, rerank_within
+from runtime.llm import Reranker, rerank_ranked
 from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._extensions import Gathered, TurnExtension
 
@@ -153,7 +154,6 @@ class ContextGatherer:
         budgets: Budgets,
         window: int,
         extensions: Sequence[TurnExtension],
-        reranker: Reranker | None = None,
     ) -> None:
         self.recall_settings = recall
         self.turn_settings = turns
@@ -165,8 +165,8 @@ class ContextGatherer:
         self.budgets = budgets
         self.window = window
         self.extensions = list(extensions)
-        self.reranker = reranker
-        """Reorders recall's best fused candidates (``None``: the fused order stands)."""
+        self.reranker: Reranker | None = None
+        """Reorders recall's best fused candidates (``None``: the fused order stands); set by the engine."""
         self.recall_preset = RecallPreset(
             limit=recall.candidates, pool=recall.pool, neighbours=recall.neighbours, session_cap=SESSION_CAP
         )
@@ -229,6 +229,9 @@ class ContextGatherer:
         # clock macros count from it; a pending message (not stored) is taken as said right after the newest turn
         said = next((t.created_at for t in reversed(turns) if pending is not None or t.role == "user"), None)
         now = _aware(said or (turns[-1].created_at if turns else utcnow())).astimezone(zone)
+        switched = reads.vector_model is not None and reads.vector_model != canonical_name(self.embedder.name)
+        if switched:  # the stored vectors are another model's now: this process's would rank at random
+            log.warning("embedder.model_switched", recorded=reads.vector_model, model=self.embedder.name)
         query = self.query(
             turns,
             pending,
@@ -239,6 +242,8 @@ class ContextGatherer:
             persona=character.persona,
             user_id=user_id,
         )
+        if query is not None and switched:
+            query = replace(query, vector=None, recall_vector=None)
         recalled = (
             self.recall(
                 query,
@@ -403,18 +408,18 @@ class ContextGatherer:
     def reranked(self, query: str, ranked: Sequence[RecalledSegment]) -> list[RecalledSegment]:
         """``ranked`` (recall's fused order, repeats dropped) with its best
         ``COMPANION_RERANK_CANDIDATES`` in the reranker's order and the rest after them in fused
-        order; as it was when the reranker fails or passes ``COMPANION_RERANK_SECONDS``."""
+        order; as it was when the reranker fails or passes ``COMPANION_RERANK_SECONDS``
+        (:func:`runtime.llm.rerank_ranked`)."""
         assert self.reranker is not None
-        firsts = {s.id: i for i, s in reversed(list(enumerate(ranked)))}  # each segment at its first place
-        unique = [s for i, s in enumerate(ranked) if firsts[s.id] == i]
-        top = unique[: self.recall_settings.rerank_candidates]
-        scores = rerank_within(
-            self.reranker, query, [s.content for s in top], seconds=self.recall_settings.rerank_seconds
+        return rerank_ranked(
+            self.reranker,
+            query,
+            ranked,
+            candidates=self.recall_settings.rerank_candidates,
+            seconds=self.recall_settings.rerank_seconds,
+            key=lambda s: s.id,
+            text=lambda s: s.content,
         )
-        if scores is None:
-            return unique
-        order = sorted(range(len(top)), key=lambda i: (-scores[i], i))
-        return [top[i] for i in order] + unique[len(top) :]
 
     def speaker_names(self, profile: UserProfile | None, persona: Persona) -> dict[str, str]:
         """Name → the label of that speaker's archived lines (:func:`memory.archive.turn_line`), for

@@ -51,7 +51,7 @@ from runtime.accounting import Budgets, TokenCounter
 from runtime.compaction import CompactionOutcome, Compactor
 from runtime.config import TurnSettings
 from runtime.context import summary_profile_facts, without_names
-from runtime.llm import Replier, Reply, Tools, current_spend, metered
+from runtime.llm import Replier, Reply, Tools, current_spend
 from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
 from runtime.turn._backfill import BackfillScheduler
@@ -119,31 +119,7 @@ class TurnRunner:
         attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
     ) -> TurnResult:
-        """See :meth:`runtime.turn.Engine.turn`."""
-        with metered():  # the turn's embedding and rerank calls, priced on its reply
-            return self._run(
-                user_id=user_id,
-                session_id=session_id,
-                message=message,
-                at=at,
-                reply=reply,
-                on_delta=on_delta,
-                attachments=attachments,
-                claim=claim,
-            )
-
-    def _run(
-        self,
-        *,
-        user_id: str,
-        session_id: str,
-        message: str | bytes,
-        at: datetime | None,
-        reply: str | None,
-        on_delta: Callable[[str], None] | None,
-        attachments: Sequence[str],
-        claim: TurnClaim | None,
-    ) -> TurnResult:
+        """See :meth:`runtime.turn.Engine.turn` (which meters it: :func:`runtime.llm.metered`)."""
         text = validate_message(message, max_chars=self.settings.max_message_chars)
         if reply is not None:
             reply = validate_message(reply, max_chars=self.settings.max_message_chars)
@@ -221,7 +197,7 @@ class TurnRunner:
             compactions.append(after)
         # after this turn's compaction, else as the claim found it
         breaker_open = compactions[-1].breaker_open if compactions else claim.session.breaker_open
-        _log_completed(turn.session_id, user_turn, outcome, breaker_open=breaker_open, compactions=len(compactions))
+        outcome.log_completed(turn.session_id, user_turn, breaker_open=breaker_open, compactions=len(compactions))
         return TurnResult(
             session_id=turn.session_id,
             user_turn=user_turn,
@@ -376,7 +352,7 @@ class TurnRunner:
         check_claim(claim, session_id)
         profile = self.profiles.get(user_id)
         # the truncation and the new turn run under one claim: no other turn comes between them
-        with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held, metered():
+        with self.claim(session_id) if claim is None else contextlib.nullcontext(claim) as held:
             character = self._character(held)
             turn = TurnInput(
                 user_id=user_id,
@@ -620,27 +596,3 @@ class TurnRunner:
     def _character_of(self, session_id: str) -> str | None:
         session = self.store.sessions.get(session_id)
         return session.character_id if session is not None else None
-
-
-def _log_completed(
-    session_id: str, user_turn: Turn, outcome: ReplyOutcome, *, breaker_open: bool, compactions: int
-) -> None:
-    """The ``turn.completed`` event: tokens and cap of every source, calibration, usage."""
-    context = outcome.context
-    log.info(
-        "turn.completed",
-        session_id=session_id,
-        user_seq=user_turn.seq,
-        total_tokens=context.total_tokens,
-        window=context.window,
-        reply_reserve=context.reply_reserve,
-        **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
-        **{f"cap_{s}": r.cap for s, r in context.sources.items()},
-        cut={s: r.cut for s, r in context.sources.items() if r.cut},
-        calibration=round(context.calibration, 4),
-        overhead_tokens=context.overhead_tokens,
-        baseline_tokens=context.baseline_tokens,
-        usage_prompt_tokens=outcome.reply.prompt_tokens,
-        breaker_state="open" if breaker_open else "closed",
-        compactions=compactions,
-    )

@@ -6,6 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import structlog
+
 from memory.files import StoredFile
 from memory.store import RequestRecord
 from memory.tables import Turn, UserProfile
@@ -14,6 +16,8 @@ from runtime.compaction import CompactionOutcome
 from runtime.context import AssembledContext
 from runtime.llm import Reply, Tools
 from runtime.turn._characters import SessionCharacter
+
+log = structlog.get_logger("companion.engine")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +79,27 @@ class ReplyOutcome:
     compaction: CompactionOutcome | None = None
     """The harder compaction an overflow ran, if one did."""
     window: list[Turn]
+
+    def log_completed(self, session_id: str, user_turn: Turn, *, breaker_open: bool, compactions: int) -> None:
+        """The ``turn.completed`` event: tokens and cap of every source, calibration, usage."""
+        context = self.context
+        log.info(
+            "turn.completed",
+            session_id=session_id,
+            user_seq=user_turn.seq,
+            total_tokens=context.total_tokens,
+            window=context.window,
+            reply_reserve=context.reply_reserve,
+            **{f"tokens_{s}": r.tokens for s, r in context.sources.items()},
+            **{f"cap_{s}": r.cap for s, r in context.sources.items()},
+            cut={s: r.cut for s, r in context.sources.items() if r.cut},
+            calibration=round(context.calibration, 4),
+            overhead_tokens=context.overhead_tokens,
+            baseline_tokens=context.baseline_tokens,
+            usage_prompt_tokens=self.reply.prompt_tokens,
+            breaker_state="open" if breaker_open else "closed",
+            compactions=compactions,
+        )
 
     def record(self, counter: TokenCounter) -> RequestRecord:
         """What the stored reply keeps of its request: the provider's usage, our raw estimate

@@ -48,10 +48,10 @@ class EngineParts:
             ``COMPANION_VISION_*`` settings.
         compaction: when a session's compaction runs after the reply; by default at once
             (:class:`~runtime.turn.InlineCompaction`).
-        reranker: reorders recall's best fused candidates; by default the one
-            ``COMPANION_RERANK_MODEL`` names (:func:`runtime.llm.open_reranker`), or none.
-        backfill: where the vectors a down embedder could not make are made later; by default a
-            thread of this process (:class:`~runtime.turn.InlineBackfill`).
+
+    Its reranker is the one ``COMPANION_RERANK_MODEL`` names (:func:`runtime.llm.open_reranker`), or
+    none; its backfill (where the vectors a down embedder could not make are made later) a thread
+    of this process (:class:`~runtime.turn.InlineBackfill`). :meth:`use` sets others.
     """
 
     settings: Settings
@@ -106,8 +106,6 @@ class EngineParts:
         file_services: FileServices | None = None,
         transcriber: Transcriber | None = None,
         compaction: CompactionScheduler | None = None,
-        reranker: Reranker | None = None,
-        backfill: BackfillScheduler | None = None,
     ) -> None:
         self.settings, self.store, self.embedder, self.persona = settings, store, embedder, persona
         self.replier, self.file_services = replier, file_services
@@ -144,15 +142,6 @@ class EngineParts:
             breaker_cooldown=settings.breaker_cooldown,
         )
         self.backfiller = Backfiller(store=store, embedder=embedder, counter=counter)
-        self.backfill = backfill or InlineBackfill(self.backfiller)
-        self.compactor.on_unembedded = self.backfill.request
-        if reranker is None and settings.rerank_model:
-            reranker = open_reranker(
-                settings.rerank_model,
-                api_base=settings.rerank_api_base,
-                api_key=settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None,
-            )
-        self.reranker = reranker
         self.budgets, self.window = settings.scaled_budgets, settings.window
         self.cast = Cast(store.characters, persona)
         self.gatherer = ContextGatherer(
@@ -166,7 +155,6 @@ class EngineParts:
             budgets=self.budgets,
             window=self.window,
             extensions=extensions,
-            reranker=reranker,
         )
         self.runner = TurnRunner(
             settings=settings.turns,
@@ -177,7 +165,6 @@ class EngineParts:
             replier=replier,
             extensions=extensions,
             scheduler=compaction,
-            backfill=self.backfill,
         )
         self.sessions = SessionOps(runner=self.runner, store=store, files=files, profiles=profiles)
         self.users = UserOps(store=store, files=files, sessions=self.sessions)
@@ -188,6 +175,19 @@ class EngineParts:
             embedder=embedder,
             counter=counter,
             preset=self.gatherer.recall_preset,
+        )
+        rerank = settings.rerank_model
+        self.use(
+            reranker=(
+                open_reranker(
+                    rerank,
+                    api_base=settings.rerank_api_base,
+                    api_key=settings.rerank_api_key.get_secret_value() if settings.rerank_api_key else None,
+                )
+                if rerank
+                else None
+            ),
+            backfill=InlineBackfill(self.backfiller),
         )
         self.characters = CharacterOps(
             characters=store.characters,
@@ -213,6 +213,13 @@ class EngineParts:
             file_services=self.file_services,
             transcriber=self.images.transcriber,
             compaction=self.runner.scheduler,
-            reranker=self.reranker,
-            backfill=self.backfill,
-        )
+        ).use(reranker=self.reranker, backfill=self.backfill)
+
+    def use(self, *, reranker: Reranker | None, backfill: BackfillScheduler) -> Self:
+        """This engine with ``reranker`` as its rerank stage (``None``: none) and ``backfill`` as
+        where the vectors a down embedder could not make are made later (the service's queued
+        one, a test's); returns it."""
+        self.reranker = self.gatherer.reranker = reranker
+        self.backfill = self.runner.backfill = backfill
+        self.compactor.on_unembedded = backfill.request
+        return self

@@ -45,6 +45,7 @@ def turn_out(turn: Turn, attachments: list[str] | None = None) -> TurnOut:
         usage_cached_tokens=turn.usage_cached_tokens,
         usage_cache_write_tokens=turn.usage_cache_write_tokens,
         usage_cost_usd=turn.usage_cost_usd,
+        usage_retrieval_cost_usd=turn.usage_retrieval_cost_usd,
     )
 
 
@@ -65,6 +66,7 @@ def turn_done(result: TurnResult) -> TurnDone:
             cached_tokens=reply.usage_cached_tokens,
             cache_write_tokens=reply.usage_cache_write_tokens,
             cost_usd=reply.usage_cost_usd,
+            retrieval_cost_usd=reply.usage_retrieval_cost_usd,
             window=result.context.window,
         ),
         compactions=len(result.compactions),

@@ -213,6 +213,11 @@ class TokenReport(BaseModel):
     cost_usd: float | None = Field(
         default=None, description="The request's price by litellm's cost map, US dollars; null when not priced."
     )
+    retrieval_cost_usd: float | None = Field(
+        default=None,
+        description="What the turn's embedding and rerank API calls cost by litellm's cost map, US dollars; "
+        "null when none was made or priced (a local model).",
+    )
     window: int = Field(description="The model's context window, tokens.")
 
 
@@ -249,6 +254,9 @@ class TurnOut(BaseModel):
     )
     usage_cost_usd: float | None = Field(
         default=None, description="For a reply: its request's price by litellm's cost map, US dollars."
+    )
+    usage_retrieval_cost_usd: float | None = Field(
+        default=None, description="For a reply: its turn's embedding and rerank API calls' price, US dollars."
     )
 
 

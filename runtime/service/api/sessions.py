@@ -370,6 +370,7 @@ def get_context(session_id: str, app: App = Depends(current_app), svc: Services 
             cached_tokens=last.usage_cached_tokens,
             cache_write_tokens=last.usage_cache_write_tokens,
             cost_usd=last.usage_cost_usd,
+            retrieval_cost_usd=last.usage_retrieval_cost_usd,
             window=context.window,
         )
     return out
