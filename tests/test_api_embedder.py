@@ -337,3 +337,53 @@ def test_a_name_that_is_neither_a_folder_nor_a_rerank_model_is_refused():
 
     with pytest.raises(ConfigurationError, match="COMPANION_RERANK_MODEL|neither a litellm rerank model"):
         open_reranker("no-such-folder-or-provider")
+
+
+# -- the service: the backfill as a queued job ----------------------------------------------------
+
+
+def test_a_queued_backfill_job_makes_the_missing_vectors_once_the_api_is_back(store, fake_llm, fake_api):
+    from sqlalchemy import text
+
+    from runtime.service import QueuedCompaction, drain
+    from runtime.service._backfill_jobs import QueuedBackfill
+
+    scheduler = QueuedCompaction(store.engine)
+    try:
+        settings = Settings(context_window=1024, database_url="unused")
+        replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+        engine = Engine(
+            settings=settings,
+            store=store,
+            embedder=api_embedder(fake_api),
+            persona=PERSONA,
+            replier=replier,
+            compaction=scheduler,
+        )
+        engine.use(reranker=None, backfill=QueuedBackfill(scheduler.app))
+        fake_api.fail = 503
+        for i in range(3):
+            engine.turn(user_id="u", session_id="s", message=f"Rain on day {i}. " + FILLER)
+        with store.engine.connect() as conn:
+            waiting = conn.execute(
+                text(
+                    "SELECT count(*) FROM procrastinate_jobs WHERE task_name = 'embeddings:backfill' AND status = 'todo'"
+                )
+            ).scalar_one()
+        assert waiting == 1  # one job covers every turn stored without its vector
+        assert missing(store.engine).turn_vectors == 3
+
+        fake_api.fail = None
+        drain(engine)
+
+        assert missing(store.engine).total == 0
+    finally:
+        scheduler.close()
+
+
+def test_a_long_text_is_cut_and_an_empty_one_is_sent_as_a_space(fake_api):
+    from runtime.llm._embedder import MAX_CHARS
+
+    embedder = api_embedder(fake_api, dimension=DIM)
+    embedder.embed(["x" * (MAX_CHARS + 500), ""])
+    assert [len(t) for t in fake_api.requests[-1]["input"]] == [MAX_CHARS, 1]

@@ -55,6 +55,10 @@ DEFAULT_BATCH = 32
 DOWN_SECONDS = 30.0
 """After a failure, seconds during which every call fails at once (a down API is not asked again
 by every turn)."""
+MAX_CHARS = 2048
+"""Characters of a text sent to an embeddings API; the rest is cut. Providers refuse an input over
+their model's limit (OpenAI's: 8,191 tokens), and 2,048 characters stay under it even at 3 tokens
+a character (emoji, rare CJK); a key needs no more (the bundled model reads 256 tokens of a text)."""
 PROBE_TEXT = "dimension probe"
 """The text embedded once at start-up to learn a model's dimension when it is not configured."""
 
@@ -268,7 +272,7 @@ class LiteLLMEmbedder:
         self.requests += 1
         return litellm.embedding(
             model=self.name,
-            input=[t if t.strip() else " " for t in texts],  # providers refuse an empty input
+            input=[t[:MAX_CHARS] if t.strip() else " " for t in texts],  # providers refuse an empty input
             api_base=self.api_base,
             api_key=self.api_key,
             timeout=self.timeout,
