@@ -253,7 +253,7 @@ def _embedders(name: str, cache: Path | None, e5_keys: str = "query"):
         from runtime.llm import is_api_model
 
         if is_api_model(name):
-            from runtime.service._bootstrap import api_embedder
+            from runtime.service import api_embedder
 
             settings = Settings.from_env().model_copy(update={"embedding_model": name})
             embedder = cached(api_embedder(settings), _file_name(name))

@@ -387,3 +387,14 @@ def test_a_long_text_is_cut_and_an_empty_one_is_sent_as_a_space(fake_api):
     embedder = api_embedder(fake_api, dimension=DIM)
     embedder.embed(["x" * (MAX_CHARS + 500), ""])
     assert [len(t) for t in fake_api.requests[-1]["input"]] == [MAX_CHARS, 1]
+
+
+def test_a_stalled_api_fails_at_the_request_timeout_not_at_its_answer(fake_api):
+    embedder = api_embedder(
+        fake_api, dimension=DIM, timeout=0.3, retry=RetryPolicy(retries=1, total_seconds=0.2, base_delay=0.05)
+    )
+    fake_api.stall = 2.0
+    started = time.monotonic()
+    with pytest.raises(EmbedderUnavailableError, match="Timeout"):
+        embedder.embed(["anyone there?"])
+    assert time.monotonic() - started < 1.5

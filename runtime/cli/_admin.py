@@ -28,11 +28,16 @@ def cmd_session_delete(args: argparse.Namespace) -> int:
 def cmd_db_upgrade(args: argparse.Namespace) -> int:
     from memory.database import upgrade
     from memory.embeddings import SentenceTransformerEmbedder
-    from runtime.service import connect
+    from runtime.llm import is_api_model
+    from runtime.service import api_embedder, connect
 
     settings = _settings()
     database = connect(settings)
-    dim = args.embedding_dim or SentenceTransformerEmbedder(settings.embedding_model).dimension
+    dim = args.embedding_dim or (
+        api_embedder(settings).dimension
+        if is_api_model(settings.embedding_model)
+        else SentenceTransformerEmbedder(settings.embedding_model).dimension
+    )
     revision = upgrade(database.engine, embedding_dim=dim)
     print(f"database at revision {revision} ({'embedded' if database.embedded else 'DATABASE_URL'})")
     return 0
@@ -51,8 +56,7 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
     from runtime.accounting import counter_for
     from runtime.context import without_names
     from runtime.llm import is_api_model
-    from runtime.service import connect
-    from runtime.service._bootstrap import api_embedder
+    from runtime.service import api_embedder, connect
 
     if args.batch < 1:
         print(f"error: --batch must be at least 1, got {args.batch}", file=sys.stderr)

@@ -336,14 +336,17 @@ class Compactor:
         except EmbedderUnavailableError as exc:
             # archived without keys: full text and dates find them, the backfill composes the keys
             log.warning("embedder.unavailable", at="compaction", model=exc.model, status=exc.status, turns=len(texts))
-            if self.on_unembedded is not None:
-                self.on_unembedded()
             return [self._segment(d, None) for d in drafts], {}
         vectors = [stored[t.id] if t.id is not None and t.id in stored else fresh[t.content] for t in turns]
         keys = key_vectors(groups, vectors, tokens=[self.counter.count_text(t.content) for t in turns])
         log.debug("compaction.key_vectors", turns=len(turns), stored=len(turns) - len(missing), embedded=len(texts))
         segments = [self._segment(d, vec) for d, vec in zip(drafts, keys, strict=True)]
         return segments, {t.id: fresh[t.content] for t in missing if t.id is not None}
+
+    def _keyless(self, segments: Sequence[NewSegment]) -> None:
+        """After a commit that archived segments without keys (the embedder was down): ask for the backfill."""
+        if self.on_unembedded is not None and any(s.embedding is None for s in segments):
+            self.on_unembedded()
 
     def _segment(self, draft: SegmentDraft, key: list[float] | None) -> NewSegment:
         return NewSegment(
@@ -426,6 +429,7 @@ class Compactor:
             ),
             turn_vectors=turn_vectors,
         )
+        self._keyless(segments)
         if draft.dropped_quote_seqs:
             log.info(
                 "summary.quotes_dropped",
@@ -481,6 +485,7 @@ class Compactor:
             segments=segments,
             turn_vectors=turn_vectors,
         )
+        self._keyless(segments)
         log.info(
             "compaction.archived_only",
             session_id=session_id,

@@ -19,6 +19,7 @@ Costs: each request's price by litellm's cost map is added to the :class:`Spend`
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import contextvars
 import math
@@ -37,6 +38,9 @@ from runtime.llm._errors import map_model_error
 from runtime.llm._replier import RetryPolicy
 
 log = structlog.get_logger("companion.embedder")
+
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="companion-embeddings")
+"""Where embeddings requests run, so that a caller stops waiting at the request's timeout."""
 
 PROVIDER_BATCH = {
     "openai": 2048,
@@ -235,7 +239,7 @@ class LiteLLMEmbedder:
                 error = map_model_error(exc, model=self.name, session_id=None)
                 elapsed = time.monotonic() - started
                 delay = self.retry.delay(attempt, getattr(error, "retry_after", None))
-                transient = isinstance(error, ModelUnavailableError)
+                transient = isinstance(error, ModelUnavailableError) or isinstance(exc, TimeoutError)
                 if transient and attempt <= self.retry.retries and elapsed + delay <= self.retry.total_seconds:
                     log.warning(
                         "embedder.retry",
@@ -267,9 +271,19 @@ class LiteLLMEmbedder:
         return [_unit(v) for v in vectors]
 
     def _once(self, texts: Sequence[str]) -> Any:
+        """One request, given up after ``timeout`` seconds whatever the client does (litellm's own
+        timeout was seen to wait for a stalled server's answer); a late answer is dropped."""
+        self.requests += 1
+        future = _POOL.submit(contextvars.copy_context().run, self._post, texts)
+        try:
+            return future.result(timeout=self.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer in {self.timeout:g} s") from None
+
+    def _post(self, texts: Sequence[str]) -> Any:
         litellm = load_litellm()
         extra: dict[str, Any] = {"dimensions": self.dimension} if self.send_dimension else {}
-        self.requests += 1
         return litellm.embedding(
             model=self.name,
             input=[t[:MAX_CHARS] if t.strip() else " " for t in texts],  # providers refuse an empty input

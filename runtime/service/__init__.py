@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runtime.service._bootstrap import open_embedder, open_engine, settings_for_model
+    from runtime.service._bootstrap import api_embedder, open_embedder, open_engine, settings_for_model
     from runtime.service._database import Database, connect, supervise
     from runtime.service._jobs import close_idle_sessions, run_scheduler
     from runtime.service._parse_jobs import QueuedParses
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     )
 
 _HOMES = {
-    "_bootstrap": ("open_embedder", "open_engine", "settings_for_model"),
+    "_bootstrap": ("api_embedder", "open_embedder", "open_engine", "settings_for_model"),
     "_database": ("Database", "connect", "supervise"),
     "_jobs": ("close_idle_sessions", "run_scheduler"),
     "_parse_jobs": ("QueuedParses",),
@@ -60,6 +60,7 @@ __all__ = [
     "supervise",
     "drain",
     "load_conversations",
+    "api_embedder",
     "open_embedder",
     "open_engine",
     "replay_conversation",
