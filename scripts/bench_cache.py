@@ -4,7 +4,8 @@
         [--windows 8192,32768] [--layouts classic,cache,cache:coverage] [--json FILE]
 
 Each LoCoMo conversation of the split is replayed (known replies, as ``companion replay``) once
-per window and layout (``cache:coverage`` is the cache layout with ``COMPANION_RECALL_KEEP=coverage``), into one database (the embedded server, or ``DATABASE_URL``). Every
+per window and layout (``LAYOUT[:KEEP[:TAIL_SHARE]]``: ``cache:coverage`` is the cache layout with
+``COMPANION_RECALL_KEEP=coverage``, ``cache:all:0.5`` with ``COMPANION_RECALL_TAIL_SHARE=0.5``), into one database (the embedded server, or ``DATABASE_URL``). Every
 request the model would get is rendered as a token stream (each message: a separator token, its
 role, its text; ``cl100k_base``) and compared with the request before it in the session.
 Reported per window and layout, in one run:
@@ -122,6 +123,18 @@ def billed(provider: str, total: int, shared: int, ends: list[int], price: tuple
     return cached * read + rest * (write if provider == "anthropic" else 1.0)
 
 
+def _variant(settings, layout: str):
+    """``settings`` for a layout spec ``LAYOUT[:KEEP[:TAIL_SHARE]]``: ``cache:coverage`` is the cache
+    layout with ``COMPANION_RECALL_KEEP=coverage``, ``cache:all:0.5`` with ``COMPANION_RECALL_TAIL_SHARE=0.5``."""
+    name, keep, tail = (layout.split(":") + ["", ""])[:3]
+    update: dict = {"layout": name}
+    if keep:
+        update["recall_keep"] = keep
+    if tail:
+        update["recall_tail_share"] = float(tail)
+    return settings.model_copy(update=update)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "locomo_dev7.json")
@@ -156,18 +169,8 @@ def main() -> int:
     price = ratios()
     print(f"{args.data.name}: {', '.join(c.id for c in conversations)}; windows {windows}; layouts {layouts}")
     print("price ratios (read, write) from litellm's cost map: " + ", ".join(f"{p} {r}" for p, r in price.items()))
-    engines = {  # "cache:coverage": the cache layout with COMPANION_RECALL_KEEP=coverage
-        layout: open_engine(
-            settings.model_copy(
-                update={
-                    "layout": layout.split(":")[0],
-                    **({"recall_keep": layout.split(":")[1]} if ":" in layout else {}),
-                }
-            ),
-            with_model=False,
-            embedder=embedder,
-        )
-        for layout in layouts
+    engines = {
+        layout: open_engine(_variant(settings, layout), with_model=False, embedder=embedder) for layout in layouts
     }
     tallies: dict[tuple[int, str], Tally] = {}
     started = time.perf_counter()
