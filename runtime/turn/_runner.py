@@ -6,7 +6,9 @@ attempt, then the overflow attempt), store the reply, schedule the compaction.
 
 1. validates the message and its attachment ids, embeds the message once, then stores the
    user turn with its vector (:class:`~memory.tables.TurnVector`, the recall query's) in one
-   ``INSERT``: an embedder failure stores nothing;
+   ``INSERT``: a local model that fails stores nothing; an embeddings API that is down stores
+   the turn without its vector (recall then runs on full text and dates, and a backfill makes
+   the vector later, :mod:`runtime.turn._backfill`);
 2. assembles the context within per-source budgets (a read, :mod:`runtime.turn._gather`);
    turns over the ``recent`` cap that no compaction has rolled out yet stay out of view, and
    the prompt says their summary is pending;
@@ -138,7 +140,7 @@ class TurnRunner:
                 reply=reply,
                 on_delta=on_delta,
                 attached=attached,
-                # embedded before anything is stored: an embedder failure stores nothing
+                # embedded before anything is stored: a failing local model stores nothing
                 vector=self._embed(text, profile, character.persona),
                 profile=profile,
                 character=character,
@@ -155,7 +157,7 @@ class TurnRunner:
             own = self.claim(session_id, user_id=user_id)
         except NotFoundError:
             # a new session talks as the default character: its message is embedded before the
-            # session is made, so that an embedder failure leaves no empty session behind
+            # session is made, so that a failing local model leaves no empty session behind
             early = checked(self.cast.default)
             self.store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=self.cast.default.id)
             own = self.claim(session_id, user_id=user_id)
@@ -362,7 +364,7 @@ class TurnRunner:
                 reply=reply,
                 on_delta=on_delta,
                 attached=attached,
-                vector=self._embed(text, profile, character.persona),  # an embedder failure changes nothing
+                vector=self._embed(text, profile, character.persona),  # a failing local model changes nothing
                 profile=profile,
                 character=character,
             )
