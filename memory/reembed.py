@@ -40,6 +40,7 @@ one (``COMPANION_EMBEDDING_MODEL``): their next start checks the record (:func:`
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import product
@@ -103,6 +104,8 @@ class Reembedded:
     dimension_changed: bool = False
     resumed: int = 0
     """Rows an earlier, interrupted run had staged for the same model (not embedded again)."""
+    switch_seconds: float = 0.0
+    """How long the switch held the vector tables locked against writes, seconds."""
     added_turn_vectors: list[int] = field(default_factory=list)
     """Turns that had no stored vector and got one."""
 
@@ -175,8 +178,10 @@ def reembed(
         while _pass(engine, work, done):  # until a pass finds nothing new (rows added meanwhile)
             pass
         old_dim = vector_dimension(engine)
+        started = time.monotonic()
         with engine.begin() as conn:
             _switch(conn, work, done, old_dim)
+        done.switch_seconds = time.monotonic() - started
     log.info(
         "reembed.completed",
         previous=previous.name if previous else None,
@@ -190,6 +195,7 @@ def reembed(
         keys_from_content=done.keys_from_content,
         knowledge_chunks=done.knowledge_chunks,
         resumed=done.resumed,
+        switch_seconds=round(done.switch_seconds, 3),
     )
     return done
 

@@ -124,7 +124,8 @@ def cmd_db_reembed(args: argparse.Namespace) -> int:
         f"({result.keys_matched} in their compaction's window, {result.keys_full_window} in the full window, "
         f"{result.keys_from_content} from their content), {result.knowledge_chunks} knowledge chunks"
         f"{f' ({result.resumed} rows staged by an earlier run)' if result.resumed else ''}; "
-        f"model {result.model.name!r} ({result.model.dimension}) recorded. "
+        f"model {result.model.name!r} ({result.model.dimension}) recorded; writes waited "
+        f"{result.switch_seconds:.2f} s for the switch. "
         "Restart every process of the runtime with this COMPANION_EMBEDDING_MODEL."
     )
     return 0
