@@ -7,6 +7,8 @@ No figure of recall quality comes from here: the fake's vectors are word hashes.
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 import structlog
@@ -168,14 +170,14 @@ def test_the_rerank_order_is_the_rerankers_within_its_candidates(store, fake_llm
     )
     engine = engine_with(store, fake_llm, embedder, reranker=reranker, window=1024)
     for topic in ("the garden", "a red kite", "the cello", "my old bicycle", "the bakery", "the harbour") * 2:
-        engine.turn(user_id="u", session_id="s", message=f"Yesterday I talked about {topic} for a while.")
+        engine.turn(user_id="u", session_id="s", message=f"Yesterday I talked about {topic}. " + FILLER)
     query = engine.gatherer.query(
         [],
         "red kite garden",
         stored=[],
         known=None,
         profile=None,
-        asked_at=__import__("datetime").datetime.now(__import__("datetime").UTC),
+        asked_at=datetime.now(UTC),
         persona=PERSONA,
     )
     assert query is not None
@@ -187,8 +189,10 @@ def test_the_rerank_order_is_the_rerankers_within_its_candidates(store, fake_llm
     reordered = engine.gatherer.reranked(query.text, fused)
     n = engine.settings.rerank_candidates
     top = reordered[: min(n, len(reordered))]
+    assert len(top) >= 3, "the archive holds the rolled-out turns"
     scores = [len({"red", "kite", "garden"} & set(s.content.lower().replace(".", "").split())) / 3 for s in top]
     assert scores == sorted(scores, reverse=True)
+    assert "kite" in top[0].content
     assert {s.id for s in reordered} == {s.id for s in fused}
 
 
@@ -271,7 +275,7 @@ def test_eval_recall_measures_an_api_embedder_with_an_api_reranker(fake_api, adm
     import json
     import sys
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent.parent / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import eval_recall
 
     data = tmp_path / "tiny.json"
