@@ -163,10 +163,10 @@ def _embed_turns(
 ) -> int:
     """Embed turns ``ids`` (each as the runtime embeds it) and store the vectors they lack."""
     with engine.connect() as conn:
-        rows = _turn_rows(conn, ids)
+        rows = turn_rows(conn, ids)
     if not rows:
         return 0
-    vectors = embedder.embed([_as_embedded(r, user_text) for r in rows])
+    vectors = embedder.embed([embedded_text(r, user_text) for r in rows])
     with engine.begin() as conn:
         written = conn.execute(
             text(
@@ -178,7 +178,9 @@ def _embed_turns(
     return max(int(written.rowcount or 0), 0)
 
 
-def _turn_rows(conn: Connection, ids: Sequence[int]) -> list:
+def turn_rows(conn: Connection, ids: Sequence[int]) -> list:
+    """Turns ``ids`` (id order) with what embedding one needs: ``role``, ``content``, the session's
+    character's name (``persona``) and the user's profile ``name`` (:func:`embedded_text`)."""
     return list(
         conn.execute(
             text(
@@ -191,7 +193,7 @@ def _turn_rows(conn: Connection, ids: Sequence[int]) -> list:
     )
 
 
-def _as_embedded(row, user_text: Callable[[str, Sequence[str]], str]) -> str:
+def embedded_text(row, user_text: Callable[[str, Sequence[str]], str]) -> str:
     """A turn's text as the runtime embeds it: a user's without the speakers' names."""
     return user_text(row.content, [row.persona, row.name or ""]) if row.role == "user" else row.content
 
@@ -238,12 +240,13 @@ def _compose_keys(
                 {"ids": wanted or [-1]},
             )
         }
-        rows = {r.id: r for r in _turn_rows(conn, wanted)} if wanted else {}
+        rows = {r.id: r for r in turn_rows(conn, wanted)} if wanted else {}
     lacking = [rows[t] for t in wanted if t not in stored and t in rows]
     by_content = [s for s in segments if s.id not in windows]
-    fresh = embedder.embed([_as_embedded(r, user_text) for r in lacking] + [s.content for s in by_content])
+    fresh = embedder.embed([embedded_text(r, user_text) for r in lacking] + [s.content for s in by_content])
     stored.update((r.id, v) for r, v in zip(lacking, fresh, strict=False))
     keys = {s.id: v for s, v in zip(by_content, fresh[len(lacking) :], strict=True)}
+    seq_of = {s.id: s.first_seq for s in segments}
     for segment_id, window in windows.items():
         turns = [rows[t] for t in window]
         keys[segment_id] = key_vectors(
@@ -255,7 +258,7 @@ def _compose_keys(
             ],
             [stored[t] for t in window],
             tokens=[count_tokens(r.content) for r in turns],
-        )[next(i for i, t in enumerate(window) if rows[t].seq == _seq_of(segments, segment_id))]
+        )[next(i for i, t in enumerate(window) if rows[t].seq == seq_of[segment_id])]
     with engine.begin() as conn:
         if lacking:
             conn.execute(
@@ -273,10 +276,6 @@ def _compose_keys(
             [{"i": segment_id, "e": key, **model} for segment_id, key in keys.items()],
         )
     return max(int(written.rowcount or 0), 0)
-
-
-def _seq_of(segments: Sequence, segment_id: int) -> int:
-    return next(s.first_seq for s in segments if s.id == segment_id)
 
 
 class Backfill:

@@ -49,6 +49,7 @@ import structlog
 from sqlalchemy import Connection, Engine, bindparam, text
 
 from memory.archive import key_vectors
+from memory.backfill import embedded_text, turn_rows
 from memory.database import ARCHIVE_TABLE, storage_errors, vector_dimension
 from memory.embeddings import Embedder
 from memory.recall import ARCHIVE_HNSW_INDEX, archive_hnsw_index_ddl
@@ -123,7 +124,7 @@ class _Plan:
     """``window`` reproduced the old key from the old vectors."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Work:
     """What every stage needs."""
 
@@ -132,6 +133,13 @@ class _Work:
     user_text: Callable[[str, Sequence[str]], str]
     batch: int
     progress: Progress
+    staged: dict[str, int] = field(default_factory=dict)
+    """Rows staged so far by stage (an earlier run's included): what :meth:`advance` reports."""
+
+    def advance(self, stage: str, rows: int, total: int) -> None:
+        """``rows`` more of ``stage`` were staged (of about ``total``): report the progress."""
+        self.staged[stage] = self.staged.get(stage, 0) + rows
+        self.progress(stage, self.staged[stage], max(total, self.staged[stage]))
 
 
 def reembed(
@@ -174,7 +182,7 @@ def reembed(
     new_dim = int(embedder.dimension)
     done = Reembedded(previous=previous, model=RecordedModel(canonical_name(embedder.name), new_dim))
     with storage_errors():
-        done.resumed = _start(engine, done.model)
+        done.resumed = _start(engine, done.model, work)
         while _pass(engine, work, done):  # until a pass finds nothing new (rows added meanwhile)
             pass
         old_dim = vector_dimension(engine)
@@ -214,26 +222,29 @@ def _pass(engine: Engine, work: _Work, done: Reembedded) -> int:
             staged += n
     with engine.connect() as conn:
         sessions = _unstaged_sessions(conn)
+        keys = int(conn.execute(text(f"SELECT count(*) FROM {ARCHIVE_TABLE}")).scalar_one())
     for session_id in sessions:
         with engine.begin() as conn:
-            staged += _stage_keys(conn, work, session_id, done)
+            staged += _stage_keys(conn, work, session_id, done, keys)
     return staged
 
 
-def _start(engine: Engine, model: RecordedModel) -> int:
+def _start(engine: Engine, model: RecordedModel, work: _Work) -> int:
     """Record ``model`` as the switch's target; a run for another target starts over (its staged
     rows are deleted). Returns the rows already staged for this one."""
     with engine.begin() as conn:
         row = conn.execute(text("SELECT name, dimension FROM reembed_target WHERE id = 1 FOR UPDATE")).fetchone()
         if row is not None and (row.name, int(row.dimension)) == (model.name, model.dimension):
-            return int(
-                conn.execute(
-                    text(
-                        "SELECT (SELECT count(*) FROM reembed_turn_vectors) + (SELECT count(*) FROM "
-                        "reembed_chunk_vectors) + (SELECT count(*) FROM reembed_segment_keys)"
-                    )
-                ).scalar_one()
+            counts = conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM reembed_turn_vectors) AS turns, (SELECT count(*) FROM "
+                    "reembed_chunk_vectors) AS chunks, (SELECT count(*) FROM reembed_segment_keys) AS keys"
+                )
+            ).one()
+            work.staged.update(
+                {"turn vectors": counts.turns, "knowledge chunks": counts.chunks, "archive keys": counts.keys}
             )
+            return int(counts.turns + counts.chunks + counts.keys)
         conn.execute(text("TRUNCATE reembed_turn_vectors, reembed_chunk_vectors, reembed_segment_keys"))
         conn.execute(
             text(
@@ -254,26 +265,24 @@ def _count(conn: Connection, stage: str) -> int:
 
 def _stage_turns(conn: Connection, work: _Work, total: int) -> int:
     """Stage the new vectors of up to ``batch`` turns that have none staged; how many."""
-    rows = conn.execute(
-        text(
-            "SELECT t.id, t.role, t.content, c.name AS persona, p.name FROM turns t "
-            "JOIN sessions s ON s.id = t.session_id JOIN characters c ON c.id = s.character_id "
-            "LEFT JOIN user_profiles p ON p.user_id = s.user_id "
-            f"WHERE t.id IN ({_TURNS}) AND NOT EXISTS (SELECT 1 FROM reembed_turn_vectors r WHERE r.turn_id = t.id) "
-            "ORDER BY t.id LIMIT :n"
-        ),
-        {"n": work.batch},
-    ).fetchall()
-    if not rows:
+    ids = list(
+        conn.execute(
+            text(
+                f"{_TURNS} AND NOT EXISTS (SELECT 1 FROM reembed_turn_vectors r WHERE r.turn_id = t.id) "
+                "ORDER BY t.id LIMIT :n"
+            ),
+            {"n": work.batch},
+        ).scalars()
+    )
+    if not ids:
         return 0
-    texts = [work.user_text(r.content, [r.persona, r.name or ""]) if r.role == "user" else r.content for r in rows]
-    vectors = work.embedder.embed(texts)
+    rows = turn_rows(conn, ids)
+    vectors = work.embedder.embed([embedded_text(r, work.user_text) for r in rows])
     conn.execute(
         text("INSERT INTO reembed_turn_vectors (turn_id, embedding) VALUES (:t, CAST(:e AS vector))").bindparams(_VEC),
         [{"t": r.id, "e": v} for r, v in zip(rows, vectors, strict=True)],
     )
-    staged = int(conn.execute(text("SELECT count(*) FROM reembed_turn_vectors")).scalar_one())
-    work.progress("turn vectors", staged, max(total, staged))
+    work.advance("turn vectors", len(rows), total)
     return len(rows)
 
 
@@ -295,8 +304,7 @@ def _stage_chunks(conn: Connection, work: _Work, total: int) -> int:
         ),
         [{"c": r.id, "e": v} for r, v in zip(rows, vectors, strict=True)],
     )
-    staged = int(conn.execute(text("SELECT count(*) FROM reembed_chunk_vectors")).scalar_one())
-    work.progress("knowledge chunks", staged, max(total, staged))
+    work.advance("knowledge chunks", len(rows), total)
     return len(rows)
 
 
@@ -325,7 +333,7 @@ def _turn(row) -> Turn:
     return Turn(id=row.id, session_id=row.session_id, seq=row.seq, role=row.role, content=row.content, tokens=0)
 
 
-def _stage_keys(conn: Connection, work: _Work, session_id: str, done: Reembedded) -> int:
+def _stage_keys(conn: Connection, work: _Work, session_id: str, done: Reembedded, total: int = 0) -> int:
     """Stage the new keys of the session's segments that have none staged, composed from the
     staged turn vectors in the window read back from the old ones (module docstring). A segment
     whose window has a turn without a staged vector waits for the next pass."""
@@ -387,9 +395,7 @@ def _stage_keys(conn: Connection, work: _Work, session_id: str, done: Reembedded
     done.keys_from_content += len(by_content)
     done.keys_matched += sum(p.matched for p in plans)
     done.keys_full_window += sum(bool(p.window) and not p.matched for p in plans)
-    total = int(conn.execute(text(f"SELECT count(*) FROM {ARCHIVE_TABLE}")).scalar_one())
-    staged = int(conn.execute(text("SELECT count(*) FROM reembed_segment_keys")).scalar_one())
-    work.progress("archive keys", staged, max(total, staged))
+    work.advance("archive keys", len(keys), total)
     return len(keys)
 
 

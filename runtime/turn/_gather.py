@@ -241,9 +241,8 @@ class ContextGatherer:
             asked_at=now,
             persona=character.persona,
             user_id=user_id,
+            embed=not switched,
         )
-        if query is not None and switched:
-            query = replace(query, vector=None, recall_vector=None)
         recalled = (
             self.recall(
                 query,
@@ -320,11 +319,13 @@ class ContextGatherer:
         asked_at: datetime,
         persona: Persona,
         user_id: str | None = None,
+        embed: bool = True,
     ) -> RecallText | None:
         """What recall and the knowledge base search with: the newest user message (or
         ``pending``), its vector, and a follow-up's enriched text and composed vector
         (:func:`runtime.context.enrichment`). ``None`` when there is no message yet. ``asked_at``:
-        when the message was said, on the user's clock (aware); ``persona``: who the session talks as."""
+        when the message was said, on the user's clock (aware); ``persona``: who the session talks as;
+        ``embed`` ``False``: no vectors (the database records another embedding model)."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
@@ -333,6 +334,16 @@ class ContextGatherer:
         before = turns if pending is not None else turns[:last_user]
         context_turns = [before[i] for i in enrichment(text, [t.content for t in before])]
         names = self.speaker_names(profile, persona)
+        vectorless = RecallText(
+            text=text,
+            vector=None,
+            recall_text=enrich_query(text, [t.content for t in before]),
+            recall_vector=None,
+            asked_at=asked_at,
+            speaker=named_speaker(text, names),
+        )
+        if not embed:
+            return vectorless
         try:
             vector, *context_vectors = self.vectors(
                 [(query_turn, text), *((t, t.content) for t in context_turns)],
@@ -343,14 +354,7 @@ class ContextGatherer:
             )
         except EmbedderUnavailableError as exc:
             log.warning("embedder.unavailable", at="recall", model=exc.model, status=exc.status)
-            return RecallText(
-                text=text,
-                vector=None,
-                recall_text=enrich_query(text, [t.content for t in before]),
-                recall_vector=None,
-                asked_at=asked_at,
-                speaker=named_speaker(text, names),
-            )
+            return vectorless
         recall_vector = (
             compose(
                 [*context_vectors, vector],
@@ -362,14 +366,7 @@ class ContextGatherer:
             if context_turns
             else vector
         )
-        return RecallText(
-            text=text,
-            vector=vector,
-            recall_text=enrich_query(text, [t.content for t in before]),
-            recall_vector=recall_vector,
-            asked_at=asked_at,
-            speaker=named_speaker(text, names),
-        )
+        return replace(vectorless, vector=vector, recall_vector=recall_vector)
 
     def recall(
         self,
