@@ -129,6 +129,13 @@ def segment_exchanges(
     return drafts
 
 
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """Cosine similarity of two vectors of one dimension, -1 to 1 (0 when either is zero)."""
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    return dot / norm if norm > 0 else 0.0
+
+
 def compose(vectors: Sequence[Sequence[float]], weights: Sequence[float]) -> list[float]:
     """The L2-normalised weighted sum of ``vectors`` (unit vectors of one dimension, one weight
     each): the vector of a text joined from several embedded texts, without embedding it.

@@ -39,7 +39,6 @@ one (``COMPANION_EMBEDDING_MODEL``): their next start checks the record (:func:`
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from itertools import product
 import structlog
 from sqlalchemy import Connection, Engine, bindparam, text
 
-from memory.archive import key_vectors
+from memory.archive import cosine, key_vectors
 from memory.backfill import embedded_text, turn_rows
 from memory.database import ARCHIVE_TABLE, storage_errors, vector_dimension
 from memory.embeddings import Embedder
@@ -323,12 +322,6 @@ def _vector(value) -> list[float]:
     return [float(x) for x in value]
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    dot = sum(x * y for x, y in zip(a, b, strict=True))
-    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-    return dot / norm if norm > 0 else 0.0
-
-
 def _turn(row) -> Turn:
     return Turn(id=row.id, session_id=row.session_id, seq=row.seq, role=row.role, content=row.content, tokens=0)
 
@@ -367,7 +360,7 @@ def _stage_keys(conn: Connection, work: _Work, session_id: str, done: Reembedded
                 key = key_vectors(
                     [turns[lo : hi + 1]], [v for v in old[lo : hi + 1] if v is not None], tokens=tokens[lo : hi + 1]
                 )[i - lo]
-                if _cosine(key, old_key) >= SAME_KEY:
+                if cosine(key, old_key) >= SAME_KEY:
                     window = tuple(x.id for x in singles[lo : hi + 1])
                     plan = _Plan(r.segment_id, window=window, centre=i - lo, matched=True)
                     break

@@ -46,10 +46,12 @@ class TurnSettings:
     """``COMPANION_COMPACTION_TARGET``: share of the ``recent`` cap a compaction leaves."""
     layout: Literal["cache", "classic"] = "cache"
     """``COMPANION_LAYOUT``: the prompt's order (``runtime.context.ContextInputs.layout``)."""
-    recall_tail_share: float = 0.15
+    recall_tail_share: float = 0.05
     """``COMPANION_RECALL_TAIL_SHARE``: the cache layout's recall tail, a share of the memory budget."""
     recall_keep: Literal["all", "coverage"] = "all"
     """``COMPANION_RECALL_KEEP``: when the cache layout's kept recall block stays."""
+    recall_same_topic: float = 0.25
+    """``COMPANION_RECALL_SAME_TOPIC``: the similarity to the user's message before at which the cache layout's kept block stays."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,6 +71,8 @@ class Tally:
     evidence: int = 0
     evidence_found: int = 0
     billed: dict[str, float] = field(default_factory=dict)
+    lost: dict[str, int] = field(default_factory=dict)
+    """Request tokens not shared with the request before, by cause (:func:`cause`)."""
     per_conversation: list[dict] = field(default_factory=list)
 
 
@@ -108,6 +110,17 @@ def common(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
+
+
+def cause(context, summary_before: str | None) -> str:
+    """Why a request differs from the one before: ``compaction`` (the summary changed),
+    ``rebuild`` (the cache layout rebuilt its kept recall block), else ``turn`` (the newest
+    exchange, the tail, the classic layout's per-turn blocks)."""
+    if summary_before is not None and context.source_text.get("summary", "") != summary_before:
+        return "compaction"
+    if getattr(context, "rebuilt_recall", None) is not None:
+        return "rebuild"
+    return "turn"
 
 
 def billed(provider: str, total: int, shared: int, ends: list[int], price: tuple[float, float]) -> float:
@@ -179,12 +192,16 @@ def main() -> int:
             for layout in layouts:
                 tally = tallies.setdefault((window, layout), Tally())
                 previous: list[int] = []
+                summary: str | None = None
                 one = Tally()
 
                 def seen(context, one=one) -> None:
-                    nonlocal previous
+                    nonlocal previous, summary
                     tokens, ends = stream(context.messages, encoding)
                     shared = common(previous, tokens)
+                    why = cause(context, summary) if previous else "turn"
+                    one.lost[why] = one.lost.get(why, 0) + len(tokens) - shared
+                    summary = context.source_text.get("summary", "")
                     one.requests += 1
                     one.tokens += len(tokens)
                     one.shared += shared
@@ -205,6 +222,8 @@ def main() -> int:
                 tally.evidence_found += found
                 for provider, value in one.billed.items():
                     tally.billed[provider] = tally.billed.get(provider, 0.0) + value
+                for why, value in one.lost.items():
+                    tally.lost[why] = tally.lost.get(why, 0) + value
                 tally.per_conversation.append(
                     {
                         "conversation": conv.id,
@@ -226,6 +245,7 @@ def main() -> int:
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     out = []
+    losses: list[str] = []
     for (window, layout), t in tallies.items():
         base = tallies.get((window, "classic"))
         cells = []
@@ -239,6 +259,8 @@ def main() -> int:
             f"| {window:,} | {layout} | {t.tokens / max(t.requests, 1):,.0f} | {share:.1%} | {t.compactions} | "
             f"{t.overflows} | {evidence:.1%} | " + " | ".join(cells) + " |"
         )
+        lost = ", ".join(f"{why} {n / max(t.tokens, 1):.1%}" for why, n in sorted(t.lost.items()))
+        losses.append(f"{window:,} {layout}: not shared, by cause, of all request tokens: {lost}")
         out.append(
             {
                 "window": window,
@@ -249,9 +271,11 @@ def main() -> int:
                 "overflows": t.overflows,
                 "evidence_in_context": evidence,
                 "billed_tokens": t.billed,
+                "not_shared_by_cause": t.lost,
                 "conversations": t.per_conversation,
             }
         )
+    print("\n" + "\n".join(losses))
     print(f"\nwall time {time.perf_counter() - started:.0f} s")
     if args.json:
         args.json.write_text(json.dumps({"price_ratios": price, "results": out}, indent=2), encoding="utf-8")

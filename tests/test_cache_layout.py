@@ -248,3 +248,52 @@ def test_the_kept_block_stays_while_the_rule_holds_and_is_rebuilt_when_recall_mo
     coverage = split_recall(half, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="coverage")
     assert all_rule.rebuilt and {s.id for s in all_rule.recalled} == {0, 7, 8, 9, 10}
     assert not coverage.rebuilt and 7 in coverage.tail_ids  # the best it lacks, in the tail
+
+
+def test_a_message_on_the_same_subject_keeps_the_block_whatever_recall_finds():
+    counter = counter_for("gpt-4o-mini")
+    segments = [_segment(i) for i in range(12)]
+    kept = split_recall(segments[:6], None, cap=600, tail_cap=150, counter=counter, zone=UTC).stable
+    moved_on = [*segments[6:12]]
+    for keep in ("all", "coverage"):
+        split = split_recall(
+            moved_on, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep=keep, same_topic=True
+        )
+        assert not split.rebuilt and split.stable == kept
+        # the tail shows the best-ranked segments the block lacks, within its cap
+        assert split.tail_ids and split.tail_ids[0] == 6
+        assert counter.count_text(split.tail) <= 150
+        assert set(split.tail_ids) <= {s.id for s in split.recalled} <= set(kept.segment_ids) | set(split.tail_ids)
+    # a kept block that leaves the tail no room is rebuilt even on the same subject
+    assert split_recall(moved_on, kept, cap=600, tail_cap=600, counter=counter, zone=UTC, same_topic=True).rebuilt
+
+
+def _rebuilds(store, embedder, fake_llm, user: str, same_topic: float) -> tuple[int, int]:
+    """(turns that rebuilt the kept block while the one before was still in view, turns) of a
+    session that changes subject every turn, at ``COMPANION_RECALL_SAME_TOPIC=same_topic``."""
+    fake_llm.prompt_tokens = estimate_prompt_tokens
+    settings = Settings(
+        context_window=8192, database_url="unused", layout="cache", compaction="inline", recall_same_topic=same_topic
+    )
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    engine = Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
+    rebuilt = 0
+    results = _talk(engine, user, 30)
+    kept_anchor: int | None = None
+    for result in results:
+        seqs = set(result.context.recent_seqs)
+        if result.context.rebuilt_recall is not None and kept_anchor in seqs:
+            rebuilt += 1
+        if result.context.rebuilt_recall is not None:
+            kept_anchor = max(seqs)  # built under this turn's own message, the newest in view
+    return rebuilt, len(results)
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_the_gatherer_keeps_the_block_while_the_message_stays_on_its_subject(store, embedder, fake_llm):
+    # every message stays "on the subject" at -1: a block in view is never replaced
+    on_topic, turns = _rebuilds(store, embedder, fake_llm, "dee", -1.0)
+    assert turns == 30 and on_topic == 0
+    # at 1, only a repeated message stays on it: recall moving on rebuilds the block
+    moved_on, _ = _rebuilds(store, embedder, fake_llm, "eve", 1.0)
+    assert moved_on >= 3

@@ -174,11 +174,15 @@ class ContextInputs:
     (:mod:`runtime.context._stable_recall`)."""
     kept_recall: StableRecall | None = None
     """The session's stored recall block (cache layout; ``None``: none kept yet)."""
-    tail_share: float = 0.15
+    tail_share: float = 0.05
     """Cache layout: the share of the memory budget the per-turn recall tail may take before the
     kept block is rebuilt (0 to 1)."""
     keep: Keep = "all"
     """Cache layout: the rule that keeps the recall block (:data:`runtime.context._stable_recall.Keep`)."""
+    same_topic: bool = False
+    """Cache layout: the message has not moved on from the user's message before it (its embedding
+    is at least ``COMPANION_RECALL_SAME_TOPIC`` similar), so the kept recall block stays while it
+    fits (:func:`runtime.context._stable_recall.split_recall`)."""
 
 
 CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
@@ -404,6 +408,7 @@ def _memory_section(
             counter=counter,
             zone=inputs.zone,
             keep=inputs.keep,
+            same_topic=inputs.same_topic,
         )
         head = pinned.text
         # the kept block sits under its anchor turn's text, the tail under the newest message's

@@ -11,20 +11,24 @@ The rule, per turn (``cap``: the memory budget for recalled segments; ``tail_cap
 share of it; tokens):
 
 1. Recall selects what the classic layout would show within ``cap`` (:func:`memory_block`).
-2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and, by the ``all`` rule (the
-   default), every selected segment it lacks fits ``tail_cap``; by the ``coverage`` rule, when it
-   holds at least :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap``
-   tokens of the selection, by their stored counts). The selected segments it lacks then form the tail,
-   best first, within ``tail_cap``.
+2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and either the message has
+   not moved on from the user's message before it (``same_topic``: the recall built for the
+   subject still serves it), or, by the ``all`` rule (the default), every
+   selected segment it lacks fits ``tail_cap``; by the ``coverage`` rule, when it holds at least
+   :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap`` tokens of the
+   selection, by their stored counts). The selected segments it lacks then form the tail, best
+   first, within ``tail_cap``.
 3. Otherwise recall has moved on: the block is rebuilt from the best-ranked selected segments
    within ``cap - tail_cap`` and anchored under the current message; the rest of the selection
    forms the tail. The prompt then shows every segment the classic layout would.
 
 A rebuild changes the prompt from the old anchor on (the turns since it and the block), never
 the persona, the summary or the turns before it. A block whose anchor turn is no longer in the
-recent window (rolled out, deleted) is rebuilt. The tail size and
-:data:`KEEP_COVERAGE` trade the prefix a provider can reuse against recall shown per turn:
-``scripts/bench_cache.py`` measures both.
+recent window (rolled out, deleted) is rebuilt. The tail size, the
+``same_topic`` threshold and :data:`KEEP_COVERAGE` trade the prefix a provider can reuse against
+recall shown per turn: ``scripts/bench_cache.py`` measures both. A message that moves on (a new
+subject, a question about something long past) gets a block rebuilt for it, so it sees all the
+classic layout would show; one that stays on the subject keeps the block built for the subject.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ from runtime.context._blocks import memory_block
 from runtime.context._values import RecalledItem
 
 Keep = Literal["all", "coverage"]
-"""When the kept block stays: ``all``, while every selected segment it lacks fits the tail (the
-prompt always shows all the classic layout would); ``coverage``, while it holds
-:data:`KEEP_COVERAGE` of the turn's best-ranked segments (selected segments it lacks beyond the
-tail are not shown)."""
+"""When the kept block stays, besides while the message stays on its subject: ``all``, while
+every selected segment it lacks fits the tail (the prompt shows all the classic layout would);
+``coverage``, while it holds :data:`KEEP_COVERAGE` of the turn's best-ranked segments (selected
+segments it lacks beyond the tail are not shown)."""
 
 KEEP_COVERAGE = 0.25
 """Share of the turn's best-ranked segments (``tail_cap`` tokens of them) the kept block must hold
@@ -88,12 +92,14 @@ def split_recall(
     counter: TokenCounter,
     zone: tzinfo,
     keep: Keep = "all",
+    same_topic: bool = False,
 ) -> RecallSplit:
     """Split the recall of one turn between the kept block and the tail (rule in the module doc).
 
     ``candidates``: recall's segments, best first; ``kept``: the session's stored block (``None``:
     none yet); ``cap`` and ``tail_cap`` in tokens; ``keep``: the rule that keeps the block
-    (:data:`Keep`). Pure.
+    (:data:`Keep`); ``same_topic``: the message has not moved on (the block stays while it leaves
+    ``tail_cap`` free, the tail showing the best of what it lacks). Pure.
     """
     _, selected, report = memory_block(candidates, cap, counter, zone)
     chosen = {s.id for s in selected}
@@ -108,7 +114,7 @@ def split_recall(
         else:
             core = _best(ranked, tail_cap)
             ok = sum(c.tokens for c in core if c.id in held) >= KEEP_COVERAGE * sum(c.tokens for c in core)
-        if kept_tokens + tail_cap <= cap and ok:
+        if kept_tokens + tail_cap <= cap and (ok or same_topic):
             in_view_ids = held | {s.id for s in shown}
             in_view = [c for c in selected if c.id in in_view_ids]
             return RecallSplit(

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 import structlog
 
 from errors import EmbedderUnavailableError
-from memory.archive import USER_LABEL, compose, key_weights
+from memory.archive import USER_LABEL, compose, cosine, key_weights
 from memory.assembly import SessionReads
 from memory.dates import time_spans
 from memory.embeddings import Embedder
@@ -112,6 +112,9 @@ class RecallText:
     """When the message was said (aware), for relative dates."""
     speaker: str | None
     """The label of the speaker the message names, or ``None``."""
+    continuity: float | None = None
+    """Cosine similarity of ``vector`` to the stored vector of the user's message before it in the
+    recent window (-1 to 1); ``None``: no such message, or no vectors."""
 
 
 def stored_cap(cap: int, factor: float) -> int:
@@ -299,6 +302,9 @@ class ContextGatherer:
                 ),
                 tail_share=self.turn_settings.recall_tail_share,
                 keep=self.turn_settings.recall_keep,
+                same_topic=query is not None
+                and query.continuity is not None
+                and query.continuity >= self.turn_settings.recall_same_topic,
             ),
             budgets=budgets,
             window=window or self.window,
@@ -325,7 +331,9 @@ class ContextGatherer:
         ``pending``), its vector, and a follow-up's enriched text and composed vector
         (:func:`runtime.context.enrichment`). ``None`` when there is no message yet. ``asked_at``:
         when the message was said, on the user's clock (aware); ``persona``: who the session talks as;
-        ``embed`` ``False``: no vectors (the database records another embedding model)."""
+        ``embed`` ``False``: no vectors (the database records another embedding model). The
+        message's similarity to the user's message before it (``continuity``) uses that
+        message's stored vector (embedded only when it has none)."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
@@ -344,9 +352,11 @@ class ContextGatherer:
         )
         if not embed:
             return vectorless
+        # the user's message before this one: has the conversation moved on from it?
+        previous = [t for t in reversed(before) if t.role == "user"][:1]
         try:
             vector, *context_vectors = self.vectors(
-                [(query_turn, text), *((t, t.content) for t in context_turns)],
+                [(query_turn, text), *((t, t.content) for t in [*context_turns, *previous])],
                 stored={t.id: t.content for t in stored if t.id is not None},
                 known=known,
                 names=names,
@@ -355,6 +365,7 @@ class ContextGatherer:
         except EmbedderUnavailableError as exc:
             log.warning("embedder.unavailable", at="recall", model=exc.model, status=exc.status)
             return vectorless
+        continuity = cosine(vector, context_vectors.pop()) if previous else None
         recall_vector = (
             compose(
                 [*context_vectors, vector],
@@ -366,7 +377,7 @@ class ContextGatherer:
             if context_turns
             else vector
         )
-        return replace(vectorless, vector=vector, recall_vector=recall_vector)
+        return replace(vectorless, vector=vector, recall_vector=recall_vector, continuity=continuity)
 
     def recall(
         self,
