@@ -253,7 +253,7 @@ class Settings(_EnvironmentSettings):
     knowledge hits) under the newest user message, so a provider's prompt cache reuses the rest;
     ``classic``: summary, memory and retrieval in the system context after the persona, as before
     (docs/sessions.md#prompt-layout)."""
-    recall_tail_share: float = Field(0.05, ge=0.0, le=1.0)
+    recall_tail_share: float = Field(0.15, ge=0.0, le=1.0)
     """``COMPANION_RECALL_TAIL_SHARE``: in the ``cache`` layout, the share of the memory budget the
     per-turn recall tail may take before the kept recall block is rebuilt (0: rebuilt whenever
     recall finds a segment it lacks; 1: never rebuilt while it fits)."""
@@ -268,7 +268,7 @@ class Settings(_EnvironmentSettings):
     """``COMPANION_RECALL_SAME_TOPIC``: in the ``cache`` layout, the cosine similarity between the
     embeddings of the user's message and of the user's message before it at or above which the
     message has not moved on, and the kept recall block stays (the tail adding the best of what it
-    lacks). The scale is the embedding model's: 0.25 was set for the bundled model on LoCoMo's
+    lacks within a third of ``recall_tail_share``). The scale is the embedding model's: 0.25 was set for the bundled model on LoCoMo's
     tuning split (docs/evaluation.md#prompt-cache); 1 keeps the block only for a repeated message."""
     breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""

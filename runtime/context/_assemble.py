@@ -174,7 +174,7 @@ class ContextInputs:
     (:mod:`runtime.context._stable_recall`)."""
     kept_recall: StableRecall | None = None
     """The session's stored recall block (cache layout; ``None``: none kept yet)."""
-    tail_share: float = 0.05
+    tail_share: float = 0.15
     """Cache layout: the share of the memory budget the per-turn recall tail may take before the
     kept block is rebuilt (0 to 1)."""
     keep: Keep = "all"

@@ -11,13 +11,14 @@ The rule, per turn (``cap``: the memory budget for recalled segments; ``tail_cap
 share of it; tokens):
 
 1. Recall selects what the classic layout would show within ``cap`` (:func:`memory_block`).
-2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and either the message has
-   not moved on from the user's message before it (``same_topic``: the recall built for the
-   subject still serves it), or, by the ``all`` rule (the default), every
-   selected segment it lacks fits ``tail_cap``; by the ``coverage`` rule, when it holds at least
-   :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap`` tokens of the
-   selection, by their stored counts). The selected segments it lacks then form the tail, best
-   first, within ``tail_cap``.
+2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and, by the ``all`` rule (the
+   default), every selected segment it lacks fits ``tail_cap``; by the ``coverage`` rule, when it
+   holds at least :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap``
+   tokens of the selection, by their stored counts). The selected segments it lacks then form the
+   tail, best first, within ``tail_cap``. It also stays when the message has not moved on from the
+   user's message before it (``same_topic``: the recall built for the subject still serves it):
+   the tail then holds the best of what it lacks within :data:`SAME_TOPIC_TAIL` of ``tail_cap``,
+   while the block and the tail show at least :data:`SAME_TOPIC_FILL` of the selection.
 3. Otherwise recall has moved on: the block is rebuilt from the best-ranked selected segments
    within ``cap - tail_cap`` and anchored under the current message; the rest of the selection
    forms the tail. The prompt then shows every segment the classic layout would.
@@ -47,6 +48,16 @@ Keep = Literal["all", "coverage"]
 every selected segment it lacks fits the tail (the prompt shows all the classic layout would);
 ``coverage``, while it holds :data:`KEEP_COVERAGE` of the turn's best-ranked segments (selected
 segments it lacks beyond the tail are not shown)."""
+
+SAME_TOPIC_TAIL = 1 / 3
+"""On the same subject, the tail's share of ``tail_cap``: the block already serves the subject, so
+the tail adds only the best few segments it lacks (our choice, set on the tuning split:
+``scripts/bench_cache.py``)."""
+
+SAME_TOPIC_FILL = 0.75
+"""On the same subject, the share of the turn's selection (tokens) the block and the tail must show
+for the block to stay: a block built when the room or the archive was smaller is rebuilt to fill it
+(our choice)."""
 
 KEEP_COVERAGE = 0.25
 """Share of the turn's best-ranked segments (``tail_cap`` tokens of them) the kept block must hold
@@ -98,10 +109,10 @@ def split_recall(
 
     ``candidates``: recall's segments, best first; ``kept``: the session's stored block (``None``:
     none yet); ``cap`` and ``tail_cap`` in tokens; ``keep``: the rule that keeps the block
-    (:data:`Keep`); ``same_topic``: the message has not moved on (the block stays while it leaves
-    ``tail_cap`` free, the tail showing the best of what it lacks). Pure.
+    (:data:`Keep`); ``same_topic``: the message has not moved on (the block stays on the terms of
+    the module doc's step 2). Pure.
     """
-    _, selected, report = memory_block(candidates, cap, counter, zone)
+    full, selected, report = memory_block(candidates, cap, counter, zone)
     chosen = {s.id for s in selected}
     ranked = [c for c in candidates if c.id in chosen]
     if kept is not None:
@@ -114,7 +125,13 @@ def split_recall(
         else:
             core = _best(ranked, tail_cap)
             ok = sum(c.tokens for c in core if c.id in held) >= KEEP_COVERAGE * sum(c.tokens for c in core)
-        if kept_tokens + tail_cap <= cap and (ok or same_topic):
+        if same_topic and not ok:
+            # the block serves the subject: the tail adds the best few it lacks, and the block
+            # stays while the two show most of what the turn selects
+            tail, shown, _ = memory_block(missing, int(tail_cap * SAME_TOPIC_TAIL), counter, zone)
+            shown_tokens = kept_tokens + (counter.count_text(tail) if tail else 0)
+            ok = shown_tokens >= SAME_TOPIC_FILL * (counter.count_text(full) if full else 0)
+        if kept_tokens + tail_cap <= cap and ok:
             in_view_ids = held | {s.id for s in shown}
             in_view = [c for c in selected if c.id in in_view_ids]
             return RecallSplit(
