@@ -51,7 +51,8 @@ class TurnSettings:
     recall_keep: Literal["all", "coverage"] = "all"
     """``COMPANION_RECALL_KEEP``: when the cache layout's kept recall block stays."""
     recall_same_topic: float = 0.25
-    """``COMPANION_RECALL_SAME_TOPIC``: the similarity to the user's message before at which the cache layout's kept block stays."""
+    """``COMPANION_RECALL_SAME_TOPIC``: the cosine similarity to the user's message before it at
+    which the cache layout's kept block stays."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -181,8 +181,8 @@ class ContextInputs:
     """Cache layout: the rule that keeps the recall block (:data:`runtime.context._stable_recall.Keep`)."""
     same_topic: bool = False
     """Cache layout: the message has not moved on from the user's message before it (its embedding
-    is at least ``COMPANION_RECALL_SAME_TOPIC`` similar), so the kept recall block stays while it
-    fits (:func:`runtime.context._stable_recall.split_recall`)."""
+    is at least ``COMPANION_RECALL_SAME_TOPIC`` similar): the kept recall block stays on the terms
+    of :func:`runtime.context._stable_recall.split_recall`."""
 
 
 CONTEXT_LAYOUT: tuple[str, ...] = ("summary", "memory", "retrieval")
