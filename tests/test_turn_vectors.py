@@ -45,12 +45,15 @@ class Recording:
 
 
 @contextlib.contextmanager
-def recorded_sql(engine) -> Iterator[list[str]]:
-    """The SQL statements ``engine`` sends inside the ``with`` block, in order."""
+def recorded_sql(engine, parameters: list | None = None) -> Iterator[list[str]]:
+    """The SQL statements ``engine`` sends inside the ``with`` block, in order (their parameters,
+    in the same order, appended to ``parameters`` when given)."""
     sent: list[str] = []
 
-    def seen(conn, cursor, statement, *args) -> None:
+    def seen(conn, cursor, statement, params, *args) -> None:
         sent.append(statement)
+        if parameters is not None:
+            parameters.append(params)
 
     event.listen(engine, "before_cursor_execute", seen)
     try:
@@ -167,13 +170,18 @@ def test_a_user_turn_added_without_a_reply_stores_its_vector_too(make_engine_for
 def test_a_turn_hands_its_messages_vector_to_assembling_and_a_later_assemble_reads_it(make_engine_for, store):
     engine = make_engine_for(window=4096)
     engine.turn(user_id="u1", session_id="s1", message="My sister Ana moved to Lisbon.", reply="Oh, nice!")
-    with recorded_sql(store.engine) as turn_sql:
+    turn_params: list = []
+    with recorded_sql(store.engine, turn_params) as turn_sql:
         result = engine.turn(user_id="u1", session_id="s1", message="She rides the yellow trams.", reply="Fun!")
     with recorded_sql(store.engine) as sent:
         engine.assemble(user_id="u1", session_id="s1")
     stored = [s for s in turn_sql if "INSERT INTO turn_vectors" in s]
     assert len(stored) == 1 and "INSERT INTO turns" in stored[0], "the vector is stored by the turn's own INSERT"
-    assert not any("FROM turn_vectors" in s for s in turn_sql), "the turn does not read back the vector it stored"
+    own = next(t.id for t in engine.store.turns.of_session("s1") if t.content == "She rides the yellow trams.")
+    earlier = next(t.id for t in engine.store.turns.of_session("s1") if t.content == "My sister Ana moved to Lisbon.")
+    reads = [p for s, p in zip(turn_sql, turn_params, strict=True) if "FROM turn_vectors" in s]
+    # the turn reads the vector of the user's message before it (has the talk moved on?), never its own
+    assert reads and all(own not in p.values() and earlier in p.values() for p in reads), reads
     assert "She rides the yellow trams." in result.context.source_text["recent"]
     assert any("FROM turn_vectors" in s for s in sent), "an assemble of its own reads the stored vector"
 
