@@ -118,7 +118,7 @@ def cause(context, summary_before: str | None) -> str:
     exchange, the tail, the classic layout's per-turn blocks)."""
     if summary_before is not None and context.source_text.get("summary", "") != summary_before:
         return "compaction"
-    if getattr(context, "rebuilt_recall", None) is not None:
+    if context.rebuilt_recall is not None:
         return "rebuild"
     return "turn"
 

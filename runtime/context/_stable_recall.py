@@ -112,7 +112,7 @@ def split_recall(
     (:data:`Keep`); ``same_topic``: the message has not moved on (the block stays on the terms of
     the module doc's step 2). Pure.
     """
-    full, selected, report = memory_block(candidates, cap, counter, zone)
+    _, selected, report = memory_block(candidates, cap, counter, zone)
     chosen = {s.id for s in selected}
     ranked = [c for c in candidates if c.id in chosen]
     if kept is not None:
@@ -128,9 +128,8 @@ def split_recall(
         if same_topic and not ok:
             # the block serves the subject: the tail adds the best few it lacks, and the block
             # stays while the two show most of what the turn selects
-            tail, shown, _ = memory_block(missing, int(tail_cap * SAME_TOPIC_TAIL), counter, zone)
-            shown_tokens = kept_tokens + (counter.count_text(tail) if tail else 0)
-            ok = shown_tokens >= SAME_TOPIC_FILL * (counter.count_text(full) if full else 0)
+            tail, shown, tail_report = memory_block(missing, int(tail_cap * SAME_TOPIC_TAIL), counter, zone)
+            ok = kept_tokens + tail_report.tokens >= SAME_TOPIC_FILL * report.tokens
         if kept_tokens + tail_cap <= cap and ok:
             in_view_ids = held | {s.id for s in shown}
             in_view = [c for c in selected if c.id in in_view_ids]

@@ -114,7 +114,7 @@ class RecallText:
     """The label of the speaker the message names, or ``None``."""
     continuity: float | None = None
     """Cosine similarity of ``vector`` to the stored vector of the user's message before it in the
-    recent window (-1 to 1); ``None``: no such message, or no vectors."""
+    recent window (-1 to 1); ``None``: no such message, no vectors, or the classic layout."""
 
 
 def stored_cap(cap: int, factor: float) -> int:
@@ -332,8 +332,8 @@ class ContextGatherer:
         (:func:`runtime.context.enrichment`). ``None`` when there is no message yet. ``asked_at``:
         when the message was said, on the user's clock (aware); ``persona``: who the session talks as;
         ``embed`` ``False``: no vectors (the database records another embedding model). The
-        message's similarity to the user's message before it (``continuity``) uses that
-        message's stored vector (embedded only when it has none)."""
+        message's similarity to the user's message before it (``continuity``, cache layout only)
+        uses that message's stored vector (embedded only when it has none)."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
@@ -352,8 +352,9 @@ class ContextGatherer:
         )
         if not embed:
             return vectorless
-        # the user's message before this one: has the conversation moved on from it?
-        previous = [t for t in reversed(before) if t.role == "user"][:1]
+        # the user's message before this one: has the conversation moved on from it? (the cache
+        # layout's kept recall block stays while it has not; the classic layout does not ask)
+        previous = [t for t in reversed(before) if t.role == "user"][:1] if self.turn_settings.layout == "cache" else []
         try:
             vector, *context_vectors = self.vectors(
                 [(query_turn, text), *((t, t.content) for t in [*context_turns, *previous])],
