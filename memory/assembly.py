@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 from memory.database import autocommit_engine, storage_errors
 from memory.profiles import dedupe_facts
 from memory.tables import Summary
+from memory.turns import RecallTail
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,9 +43,13 @@ class SessionReads:
     recall_block: str | None = None
     """The recall block the session keeps in its stable context (cache layout; ``None``: none kept)."""
     recall_segments: tuple[int, ...] = ()
-    """The archive segments that block quotes."""
+    """The archive segments that block quotes (not those of ``recall_tails``)."""
     recall_anchor: int | None = None
     """The ``seq`` of the user turn the block sits under."""
+    recall_tails: tuple[RecallTail, ...] = ()
+    """The recall tails the session keeps under the turns since that one, oldest first."""
+    recall_prefix: str | None = None
+    """A fingerprint of the prompt before the block when it was built (``None``: not known)."""
     vector_model: str | None = None
     """The embedding model the database records for its vectors (``None``: none recorded yet);
     another than the reader's means the database was switched to it (``companion db reembed``)."""
@@ -76,7 +81,7 @@ class AssemblyReads:
                     "EXISTS (SELECT 1 FROM turn_files tf JOIN turns t ON t.id = tf.turn_id "
                     "WHERE t.session_id = :s AND t.user_id = :u AND tf.user_id = :u) AS has_files, "
                     "EXISTS (SELECT 1 FROM knowledge_chunks AS k WHERE k.character_id = ss.character_id) AS has_knowledge, "
-                    "ss.character_id, coalesce(h.revision, 0) AS revision, ss.recall_block, ss.recall_segments, ss.recall_anchor, "
+                    "ss.character_id, coalesce(h.revision, 0) AS revision, ss.recall_block, ss.recall_segments, ss.recall_anchor, ss.recall_tails, ss.recall_prefix, "
                     "(SELECT m.name FROM embedding_model AS m WHERE m.id = 1) AS vector_model, "
                     "(SELECT coalesce(jsonb_agg(e.f ORDER BY lf.updated_at, lf.character_id, e.n), '[]') "
                     "FROM learned_facts AS lf CROSS JOIN LATERAL jsonb_array_elements_text(lf.facts) "
@@ -103,6 +108,11 @@ class AssemblyReads:
             if row.found
             else None
         )
+        tails = tuple(
+            RecallTail(anchor=int(t["anchor"]), text=str(t["text"]), segments=tuple(int(i) for i in t["segments"]))
+            for t in row.recall_tails or ()
+            if t.get("anchor") is not None
+        )
         return SessionReads(
             summary=summary,
             archived_segments=int(row.archived),
@@ -113,7 +123,11 @@ class AssemblyReads:
             revision=int(row.revision),
             learned=tuple(dedupe_facts(row.learned or [])),
             recall_block=row.recall_block,
-            recall_segments=tuple(row.recall_segments or ()),
+            recall_segments=tuple(
+                s for s in row.recall_segments or () if s not in {i for t in tails for i in t.segments}
+            ),
             recall_anchor=row.recall_anchor,
+            recall_tails=tails,
+            recall_prefix=row.recall_prefix,
             vector_model=row.vector_model,
         )

@@ -48,7 +48,7 @@ from memory.memories import Memories
 from memory.profiles import Profiles
 from memory.segments import SEGMENT_ROWS, Archive, NewSegment
 from memory.sessions import ClaimedSession, Sessions
-from memory.turns import RequestRecord, TurnFile, Turns
+from memory.turns import RecallTail, RequestRecord, TurnFile, Turns
 
 __all__ = [
     "DEFAULT_LOCK_SLOTS",
@@ -57,6 +57,7 @@ __all__ = [
     "ClaimedSession",
     "NewSegment",
     "NewSummary",
+    "RecallTail",
     "RequestRecord",
     "SessionReads",
     "Store",

@@ -125,9 +125,14 @@ class ChatSession(SQLModel, table=True):
     """The memory block the cache layout keeps in the session's prompt (migration 0024);
     ``None``: none kept."""
     recall_segments: list[int] | None = Field(default=None, sa_column=Column(ARRAY(BigInteger), nullable=True))
-    """The archive segment ids ``recall_block`` quotes."""
+    """The archive segment ids ``recall_block`` and ``recall_tails`` quote."""
     recall_anchor: int | None = None
     """The ``seq`` of the user turn ``recall_block`` sits under."""
+    recall_tails: list[dict] | None = Field(default=None, sa_column=Column(JSONB, nullable=True))
+    """The recall tails kept under the user turns since ``recall_anchor``, oldest first: objects
+    ``{"anchor": seq, "text": str, "segments": [id]}`` (migration 0026)."""
+    recall_prefix: str | None = Field(default=None, max_length=64)
+    """A fingerprint of the prompt before ``recall_block`` when it was built (``None``: not known)."""
 
 
 class Turn(SQLModel, table=True):

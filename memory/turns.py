@@ -7,6 +7,7 @@ user turn and everything after it (an edit), never a turn that left the recent w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,6 +22,18 @@ from memory.database import autocommit_engine, storage_errors
 from memory.sessions import closed_error
 from memory.tables import Turn, TurnState, TurnVector, offset_minutes, utcnow
 from memory.vectors import Vector
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecallTail:
+    """A recall tail the cache layout keeps under a user turn of a session (``sessions.recall_tails``)."""
+
+    anchor: int
+    """The ``seq`` of the user turn it sits under."""
+    text: str
+    """The rendered tail."""
+    segments: tuple[int, ...] = ()
+    """The archive segments it quotes."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +62,16 @@ class RequestRecord:
     retrieval_cost_usd: float | None = None
     """What the turn's embedding and rerank calls cost, US dollars (litellm's cost map)."""
     recall_block: str | None = None
-    """The recall block the request's assembly built for the session's stable context (cache
-    layout), stored on the session with the reply; ``None``: the session's kept one stayed."""
+    """The recall block the session keeps in its prompt after this request (cache layout), stored
+    on the session with the reply; ``None``: the session's kept recall did not change."""
     recall_segments: tuple[int, ...] = ()
-    """The archive segments ``recall_block`` quotes."""
+    """The archive segments ``recall_block`` and ``recall_tails`` quote."""
     recall_anchor: int | None = None
     """The ``seq`` of the user turn ``recall_block`` sits under."""
+    recall_tails: tuple[RecallTail, ...] = ()
+    """The tails kept under the turns since that one, oldest first."""
+    recall_prefix: str | None = None
+    """A fingerprint of the prompt before ``recall_block`` when it was built."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,15 +205,25 @@ class Turns:
             # of one session wait here, so each takes the next seq in turn
             mine = " AND user_id = :u" if user_id is not None else ""
             bound = {"u": user_id} if user_id is not None else {}
-            # a reply whose assembly built a new recall block for the session's stable context
-            # stores it here, with the turn (the next assembly reads it)
+            # a reply whose assembly changed the recall the session keeps in its prompt (a new
+            # block, a new tail) stores it here, with the turn (the next assembly reads it)
             kept, kept_values = "", {}
             if request.recall_block is not None:
-                kept = ", recall_block = :rb, recall_segments = CAST(:rs AS bigint[]), recall_anchor = :ra"
+                kept = (
+                    ", recall_block = :rb, recall_segments = CAST(:rs AS bigint[]), recall_anchor = :ra, "
+                    "recall_tails = CAST(:rt AS jsonb), recall_prefix = :rp"
+                )
                 kept_values = {
                     "rb": request.recall_block,
                     "rs": list(request.recall_segments),
                     "ra": request.recall_anchor,
+                    "rp": request.recall_prefix,
+                    "rt": json.dumps(
+                        [
+                            {"anchor": t.anchor, "text": t.text, "segments": list(t.segments)}
+                            for t in request.recall_tails
+                        ]
+                    ),
                 }
             open_row = db.execute(
                 text(

@@ -254,21 +254,22 @@ class Settings(_EnvironmentSettings):
     ``classic``: summary, memory and retrieval in the system context after the persona, as before
     (docs/sessions.md#prompt-layout)."""
     recall_tail_share: float = Field(0.15, ge=0.0, le=1.0)
-    """``COMPANION_RECALL_TAIL_SHARE``: in the ``cache`` layout, the share of the memory budget the
-    per-turn recall tail may take before the kept recall block is rebuilt (0: rebuilt whenever
-    recall finds a segment it lacks; 1: never rebuilt while it fits)."""
+    """``COMPANION_RECALL_TAIL_SHARE``: in the ``cache`` layout, the share of the memory budget a
+    rebuilt recall block leaves, and the most one turn's recall may add under its message before
+    the block is rebuilt (0: rebuilt whenever recall finds a segment not in view; 1: never rebuilt
+    while it fits). A third of it is never kept: it shows what the kept recall lacks once full."""
     recall_keep: Annotated[Literal["all", "coverage"], BeforeValidator(_lower)] = "all"
     """``COMPANION_RECALL_KEEP``: in the ``cache`` layout, when the kept recall block stays, besides
     while the message stays on its subject (``recall_same_topic``). ``all`` (default): while every
-    segment the classic layout would show is in view, the tail holding those it lacks;
+    segment the classic layout would show is in view, the turn adding those it lacks;
     ``coverage``: while it holds a quarter of the turn's best-ranked segments, the tail adding the
     best of the rest (the provider reuses more, recall shows less: docs/evaluation.md#prompt-cache)."""
     recall_same_topic: float = Field(0.25, ge=-1.0, le=1.0)
     """``COMPANION_RECALL_SAME_TOPIC``: in the ``cache`` layout, the cosine similarity between the
     embeddings of the user's message and of the user's message before it at or above which the
-    message has not moved on, and the kept recall block stays (the tail adding the best of what it
-    lacks within a third of ``recall_tail_share``, while the two show three quarters of what recall
-    selects). The scale is the embedding model's: 0.25 was set for the bundled model on LoCoMo's
+    message has not moved on, and the kept recall block stays (the turn adding the best of what is
+    not in view within a third of ``recall_tail_share``, while what is in view is three quarters of
+    what recall selects). The scale is the embedding model's: 0.25 was set for the bundled model on LoCoMo's
     tuning split (docs/evaluation.md#prompt-cache); 1 keeps the block only for a repeated message."""
     breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""

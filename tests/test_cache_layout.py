@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,13 +14,16 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from memory.tables import Turn, TurnState
 from persona import Persona
 from runtime.accounting import counter_for
 from runtime.config import Settings
-from runtime.context import RecalledItem, split_recall
+from runtime.context import RecalledItem, StableRecall, split_recall
 from runtime.llm import LiteLLMReplier, cache_points, marks_cache
 from runtime.messages import to_openai
 from runtime.turn import Engine
+from runtime.turn._compaction import room_cap
+from runtime.turn._gather import stored_cap
 from tests.fake_llm import estimate_prompt_tokens
 
 PERSONA = Persona(name="Mira", system_prompt="You are Mira, a kind companion. " + "Remember the harbour. " * 300)
@@ -45,6 +49,11 @@ def _engine(store, embedder, fake_llm, *, layout: str, window: int = 8192) -> En
     return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
 
 
+def _talk_one(engine: Engine, user: str, i: int) -> Any:
+    topic = TOPICS[i % len(TOPICS)]
+    return engine.turn(user_id=user, session_id=f"{user}:s", message=f"Do you remember? {topic}. Round {i}. " + FILLER)
+
+
 def _talk(engine: Engine, user: str, rounds: int) -> list[Any]:
     contexts = []
     for i in range(rounds):
@@ -61,6 +70,15 @@ def _kept(store, session_id: str) -> tuple[str | None, list[int] | None, int | N
             text("SELECT recall_block, recall_segments, recall_anchor FROM sessions WHERE id = :s"), {"s": session_id}
         ).one()
     return row.recall_block, row.recall_segments, row.recall_anchor
+
+
+def _tails(store, session_id: str) -> tuple[list[dict] | None, str | None]:
+    """The session's stored recall tails and prefix fingerprint."""
+    with store.engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT recall_tails, recall_prefix FROM sessions WHERE id = :s"), {"s": session_id}
+        ).first()
+    return (row.recall_tails, row.recall_prefix) if row is not None else (None, None)
 
 
 @pytest.mark.usefixtures("steady_fake_llm")
@@ -112,7 +130,7 @@ def test_the_kept_recall_block_goes_with_a_forgotten_segment(store, embedder, fa
     sent = fake_llm.requests[-1]["messages"]
     assert any(m["role"] == "user" and block in m["content"] for m in sent)
     engine.memories.forget("cy", f"seg_{segments[0]}")
-    assert _kept(store, "cy:s") == (None, None, None)
+    assert _kept(store, "cy:s") == (None, None, None) and _tails(store, "cy:s") == (None, None)
     assert block not in json.dumps(to_openai(engine.assemble(user_id="cy", session_id="cy:s").messages))
     # the next turn builds a new one under its own message
     _talk(engine, "cy", 1)
@@ -238,7 +256,12 @@ def test_the_kept_block_stays_while_the_rule_holds_and_is_rebuilt_when_recall_mo
     moved_a_little = [segments[0], segments[9], *segments[1:5]]
     for keep in ("all", "coverage"):
         split = split_recall(moved_a_little, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep=keep)
-        assert not split.rebuilt and split.stable == kept and 9 in split.tail_ids
+        assert not split.rebuilt and split.stable.text == kept.text and 9 in split.tail_ids + split.volatile_ids
+        # what it keeps of the addition joins the session's tails, to be anchored under the current message
+        assert split.stable.tails[: len(kept.tails)] == kept.tails
+        assert split.changed == bool(split.tail_ids)
+        if split.tail_ids:
+            assert split.stable.tails[-1].segment_ids == split.tail_ids and split.stable.tails[-1].anchor is None
     # recall moved on to other segments: more than the tail holds
     moved_on = [*segments[6:12]]
     assert split_recall(moved_on, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="all").rebuilt
@@ -247,7 +270,43 @@ def test_the_kept_block_stays_while_the_rule_holds_and_is_rebuilt_when_recall_mo
     all_rule = split_recall(half, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="all")
     coverage = split_recall(half, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep="coverage")
     assert all_rule.rebuilt and {s.id for s in all_rule.recalled} == {0, 7, 8, 9, 10}
-    assert not coverage.rebuilt and 7 in coverage.tail_ids  # the best it lacks, in the tail
+    assert not coverage.rebuilt and 7 in coverage.tail_ids + coverage.volatile_ids  # the best it lacks
+
+
+def _anchored(stable: StableRecall, seq: int) -> StableRecall:
+    """``stable`` as the assembler stores it: what this turn built under the turn ``seq``."""
+    return replace(
+        stable,
+        anchor=seq if stable.anchor is None else stable.anchor,
+        tails=tuple(t if t.anchor is not None else replace(t, anchor=seq) for t in stable.tails),
+    )
+
+
+def test_a_tail_stays_under_its_turn_and_a_turn_adds_only_what_is_not_in_view():
+    counter = counter_for("gpt-4o-mini")
+    segments = [_segment(i, words=10) for i in range(12)]
+    kept = _anchored(split_recall(segments[:4], None, cap=900, tail_cap=300, counter=counter, zone=UTC).stable, 1)
+    assert not kept.tails  # the whole selection fit the block
+    # a new segment: a tail under this turn
+    second = split_recall([segments[5], *segments[:4]], kept, cap=900, tail_cap=300, counter=counter, zone=UTC)
+    assert not second.rebuilt and second.tail_ids == (5,) and second.changed
+    kept = _anchored(second.stable, 3)
+    assert [(t.anchor, t.segment_ids) for t in kept.tails] == [(3, (5,))]
+    # the same selection again: everything is in view (the block, the kept tail), nothing is added
+    third = split_recall([segments[5], *segments[:4]], kept, cap=900, tail_cap=300, counter=counter, zone=UTC)
+    assert not third.rebuilt and not third.tail and not third.changed and third.stable == kept
+    assert {s.id for s in third.recalled} == {0, 1, 2, 3, 5}
+    # one more new segment is added beside the kept tail, never instead of it
+    fourth = split_recall(
+        [segments[6], segments[5], *segments[:4]], kept, cap=900, tail_cap=300, counter=counter, zone=UTC
+    )
+    assert fourth.tail_ids == (6,) and fourth.stable.tails[0] == kept.tails[0]
+    # when the kept tails leave no room for what the turn lacks, the block is rebuilt
+    used = sum(counter.count_text("\n\n" + t) for _, t in kept.pieces if t)
+    selection = [segments[6], segments[5], *segments[:4]]
+    full = split_recall(selection, kept, cap=used + 5, tail_cap=300, counter=counter, zone=UTC)
+    fresh = split_recall(selection, None, cap=used + 5, tail_cap=300, counter=counter, zone=UTC)
+    assert full.rebuilt and {s.id for s in full.recalled} == {s.id for s in fresh.recalled}
 
 
 def test_a_message_on_the_same_subject_keeps_the_block_whatever_recall_finds():
@@ -260,12 +319,13 @@ def test_a_message_on_the_same_subject_keeps_the_block_whatever_recall_finds():
         split = split_recall(
             two_new, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep=keep, same_topic=True
         )
-        assert not split.rebuilt and split.stable == kept
+        assert not split.rebuilt and split.stable.text == kept.text
         # the tail shows the best-ranked segments the block lacks, within a third of its cap
         assert counter.count_text(split.tail) <= 50 if split.tail else not split.tail_ids
-        assert set(split.tail_ids) <= {s.id for s in split.recalled} <= set(kept.segment_ids) | set(split.tail_ids)
-    # a kept block that leaves the tail no room is rebuilt even on the same subject
-    assert split_recall(two_new, kept, cap=600, tail_cap=600, counter=counter, zone=UTC, same_topic=True).rebuilt
+        assert set(split.tail_ids) <= {s.id for s in split.recalled} <= kept.all_segment_ids | set(split.tail_ids)
+    # a kept recall over the cap is rebuilt even on the same subject
+    used = sum(counter.count_text("\n\n" + t) for _, t in kept.pieces if t)
+    assert split_recall(two_new, kept, cap=used - 1, tail_cap=150, counter=counter, zone=UTC, same_topic=True).rebuilt
     # so is one built when the archive was small, once the turn selects much more than it shows
     small = split_recall(segments[:2], None, cap=600, tail_cap=150, counter=counter, zone=UTC).stable
     grown = split_recall(segments[:8], small, cap=600, tail_cap=150, counter=counter, zone=UTC, same_topic=True)
@@ -284,9 +344,11 @@ def _rebuilds(store, embedder, fake_llm, user: str, same_topic: float) -> tuple[
     rebuilt = 0
     results = _talk(engine, user, 30)
     kept_anchor: int | None = None
-    for result in results:
+    for before, result in zip([None, *results], results, strict=False):
         seqs = set(result.context.recent_seqs)
-        if result.context.rebuilt_recall is not None and kept_anchor in seqs:
+        # after a compaction the prompt before the block changed: rebuilding it then costs nothing
+        compacted = before is not None and before.compactions
+        if result.context.rebuilt_recall is not None and kept_anchor in seqs and not compacted:
             rebuilt += 1
         if result.context.rebuilt_recall is not None:
             kept_anchor = max(seqs)  # built under this turn's own message, the newest in view
@@ -301,3 +363,76 @@ def test_the_gatherer_keeps_the_block_while_the_message_stays_on_its_subject(sto
     # at 1, only a repeated message stays on it: recall moving on rebuilds the block
     moved_on, _ = _rebuilds(store, embedder, fake_llm, "eve", 1.0)
     assert moved_on >= 3
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_kept_tail_is_sent_again_under_its_turn_and_goes_with_a_forgotten_segment(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="cache", window=16384)
+    seen: list[tuple[int, str]] = []
+    for round_ in range(60):
+        before = _tails(store, "fay:s")[0] or []
+        _talk_one(engine, "fay", round_)
+        after = _tails(store, "fay:s")[0] or []
+        if len(after) > len(before) and after[:-1] == before:  # this turn kept a tail of its own
+            seen.append((after[-1]["anchor"], after[-1]["text"]))
+        if len(seen) >= 2:
+            break
+    assert seen, "no turn kept a tail: the test needs recall to add segments the block lacks"
+    anchor, tail = seen[0]
+    # every later request sends the tail again under the text of its turn, as the provider saw it
+    contents = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "user"]
+    turn = next(t for t in engine.store.turns.of_session("fay:s") if t.seq == anchor)
+    assert any(c.startswith(turn.content) and tail in c for c in contents)
+    # the tail's segments go with a forgotten one, and so does the tail
+    segment = next(t["segments"][0] for t in _tails(store, "fay:s")[0] if t["segments"])
+    engine.memories.forget("fay", f"seg_{segment}")
+    assert _tails(store, "fay:s") == (None, None)
+    assert tail not in json.dumps(to_openai(engine.assemble(user_id="fay", session_id="fay:s").messages))
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_block_is_rebuilt_when_the_prompt_before_it_changes(store, embedder, fake_llm):
+    fake_llm.prompt_tokens = estimate_prompt_tokens
+    settings = Settings(
+        context_window=8192, database_url="unused", layout="cache", compaction="inline", recall_same_topic=-1.0
+    )
+    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    engine = Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
+    results = _talk(engine, "gus", 20)
+    prefix = _tails(store, "gus:s")[1]
+    assert prefix and _kept(store, "gus:s")[0], "a block must be kept for this to test anything"
+    # on the subject (threshold -1) and nothing else changed: the block stays
+    steady = _talk_one(engine, "gus", 20)
+    assert steady.context.rebuilt_recall is None or steady.compactions or results[-1].compactions
+    # the pinned profile changes the system context: the provider has nothing cached after it,
+    # so the block is rebuilt for the current message (it would have stayed otherwise)
+    engine.profiles.set("gus", name="Gustavo")
+    moved = _talk_one(engine, "gus", 21)
+    assert moved.context.rebuilt_recall is not None and _tails(store, "gus:s")[1] != prefix
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_after_each_turn_the_recent_window_has_room_for_a_message_like_the_last(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    compactions = checked = 0
+    for i in range(40):
+        result = _talk_one(engine, "hal", i)
+        compactions += len(result.compactions)
+        # what the next request's recent window holds (stored tokens), with a message as long as this one
+        window = engine.store.turns.of_session("hal:s", state=TurnState.context)
+        cap = stored_cap(engine.runner.budgets.recent, result.context.calibration)
+        if len(window) > 6:  # more than a compaction keeps in any case
+            assert sum(t.tokens for t in window) + result.user_turn.tokens <= cap, i
+            checked += 1
+    assert compactions >= 2 and checked >= 20
+
+
+def test_the_compaction_after_a_turn_leaves_room_for_the_next_message():
+    turns = [
+        Turn(session_id="s", seq=i, role="user" if i % 2 == 0 else "assistant", content="x", tokens=100 + i)
+        for i in range(6)
+    ]
+    # the cap, less a message as long as the newest user message
+    assert room_cap(turns, 1000) == 1000 - turns[4].tokens
+    # never less than half the cap: a longer message is cut to fit anyway
+    assert room_cap(turns, 150) == 75

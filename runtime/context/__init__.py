@@ -33,7 +33,7 @@ from runtime.context._pieces import TurnBlocks
 from runtime.context._profile import render_profile, summary_profile_facts
 from runtime.context._query_text import enrich_query, enrichment, named_speaker, without_names
 from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth, retrieval_items
-from runtime.context._stable_recall import RecallSplit, StableRecall, split_recall
+from runtime.context._stable_recall import FrozenTail, RecallSplit, StableRecall, split_recall
 from runtime.context._trim import fit_messages
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
@@ -48,6 +48,7 @@ __all__ = [
     "CONTEXT_LAYOUT",
     "Layout",
     "RecallSplit",
+    "FrozenTail",
     "StableRecall",
     "split_recall",
     "ContextInputs",

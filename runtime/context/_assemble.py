@@ -45,6 +45,7 @@ from runtime.accounting import (
     Budgets,
     TokenCounter,
     baseline_total,
+    fingerprint,
 )
 from runtime.context._attachments import AttachedFile, with_block
 from runtime.context._blocks import memory_block, summary_block
@@ -105,8 +106,11 @@ class AssembledContext:
     layout: Layout = "classic"
     """The layout the messages follow (:attr:`ContextInputs.layout`)."""
     rebuilt_recall: StableRecall | None = None
-    """Cache layout: the recall block this assembly built for the session's stable context, to be
-    stored with the reply; ``None`` when the kept one stayed (or in the classic layout)."""
+    """Cache layout: the recall this assembly built a new block in (``None`` when the kept block
+    stayed, or in the classic layout)."""
+    kept_recall: StableRecall | None = None
+    """Cache layout: the recall the session keeps after this turn (its block and tails, anchored),
+    to be stored with the reply; ``None`` when it did not change (or in the classic layout)."""
 
     @property
     def baseline_messages(self) -> int:
@@ -173,10 +177,10 @@ class ContextInputs:
     tail, fired lorebook entries, knowledge hits) under the newest user message
     (:mod:`runtime.context._stable_recall`)."""
     kept_recall: StableRecall | None = None
-    """The session's stored recall block (cache layout; ``None``: none kept yet)."""
+    """The session's stored recall: its block and kept tails (cache layout; ``None``: none kept yet)."""
     tail_share: float = 0.15
-    """Cache layout: the share of the memory budget the per-turn recall tail may take before the
-    kept block is rebuilt (0 to 1)."""
+    """Cache layout: the share of the memory budget a rebuilt block leaves and one turn's recall may
+    add under its message before the kept block is rebuilt (0 to 1; a third of it is never kept)."""
     keep: Keep = "all"
     """Cache layout: the rule that keeps the recall block (:data:`runtime.context._stable_recall.Keep`)."""
     same_topic: bool = False
@@ -276,6 +280,8 @@ def assemble_context(
     )
     memory = _memory_section(
         inputs,
+        # what the prompt holds before the memory block, bar the pinned profile (added there)
+        before=[rendered.system["content"], *summary.blocks, *retrieval.section.blocks],
         pinned_cap=budgets.memory,
         cap=budgets.memory + (max(idle, 0) if inputs.idle_to_memory else 0),
         counter=counter,
@@ -305,14 +311,11 @@ def assemble_context(
 
     # when the session's factor is below 1, what no reported request held is counted at no less
     # than the raw estimate (it may be in another language than what set the factor): the newest
-    # message, the reply before it, and what changes every turn (the cache layout's tail and a
-    # rebuilt recall block; the classic layout's memory and retrieval blocks)
+    # message, the reply before it, and what changes every turn (the cache layout's blocks under
+    # the newest message, a rebuilt recall block among them; the classic layout's memory and
+    # retrieval blocks)
     conservative: TokenCounter = getattr(counter, "conservative", counter)
-    volatile = (
-        [*tail, *([memory.rebuilt.text] if memory.rebuilt is not None else [])]
-        if inputs.layout == "cache"
-        else [*memory.section.blocks, *retrieval.section.blocks]
-    )
+    volatile = tail if inputs.layout == "cache" else [*memory.section.blocks, *retrieval.section.blocks]
     margin = unseen_margin(inputs.turns, inputs.pending, counter, conservative, volatile)
     overhead = inputs.overhead + margin
     room = window - budgets.reply_reserve - REPLY_PRIMING - sum(r.tokens for r in sources.values()) - overhead
@@ -365,6 +368,7 @@ def assemble_context(
         zone=inputs.zone,
         layout=inputs.layout,
         rebuilt_recall=memory.rebuilt,
+        kept_recall=memory.store,
     )
 
 
@@ -378,14 +382,26 @@ class _Memory:
     section: Section
     recalled: list[RecalledItem]
     rebuilt: StableRecall | None = None
-    """Cache layout: the kept recall block built this assembly (``None``: the stored one stayed)."""
+    """Cache layout: the kept recall with the block built this assembly (``None``: the stored block stayed)."""
+    store: StableRecall | None = None
+    """Cache layout: what the session keeps after this turn, when it changed (``None``: unchanged)."""
     kept: dict[int, str] = field(default_factory=dict)
-    """Cache layout: anchor seq -> the kept block shown under that stored turn (tokens charged to memory)."""
+    """Cache layout: anchor seq -> the kept block and tails shown under that stored turn (tokens charged to memory)."""
+
+
+def _anchored(stable: StableRecall, seq: int | None) -> StableRecall:
+    """``stable`` with what this turn built (anchor ``None``) anchored at ``seq``."""
+    return replace(
+        stable,
+        anchor=seq if stable.anchor is None else stable.anchor,
+        tails=tuple(t if t.anchor is not None else replace(t, anchor=seq) for t in stable.tails),
+    )
 
 
 def _memory_section(
     inputs: ContextInputs,
     *,
+    before: Sequence[str],
     pinned_cap: int,
     cap: int,
     counter: TokenCounter,
@@ -399,10 +415,21 @@ def _memory_section(
     if inputs.layout == "cache":
         seqs = {t.seq for t in inputs.turns}
         newest = inputs.turns[-1] if inputs.turns and inputs.pending is None else None
+        current = newest.seq if newest is not None and newest.role == "user" else None
+        # the persona and the system context: when they changed since the block was built (a
+        # compaction, an edited profile), the provider's cache holds nothing after them, so the
+        # block is rebuilt for the current message at no cost to the cached prefix
+        prefix = fingerprint([{"role": "system", "content": t} for t in (*before, pinned.text)])
         stored = inputs.kept_recall
+        if stored is not None and stored.prefix is not None and stored.prefix != prefix:
+            stored = None
         split = split_recall(
             inputs.candidates,
-            stored if stored is not None and stored.anchor in seqs else None,  # its anchor turn must be in view
+            # the block's anchor turn must be in view; a tail shows under its turn while that turn
+            # is in view and is not the current message (whose tail this turn builds again)
+            replace(stored, tails=tuple(t for t in stored.tails if t.anchor in seqs and t.anchor != current))
+            if stored is not None and stored.anchor in seqs
+            else None,
             cap=room_for_recalled,
             tail_cap=int(max(room_for_recalled, 0) * inputs.tail_share),
             counter=counter,
@@ -411,30 +438,32 @@ def _memory_section(
             same_topic=inputs.same_topic,
         )
         head = pinned.text
-        # the kept block sits under its anchor turn's text, the tail under the newest message's
-        kept = split.stable.text
-        tokens = sum(counter.count_text("\n\n" + t) for t in (kept, split.tail) if t) + (
+        # the kept block and tails sit under their turns' text; what this turn builds goes under the newest message
+        kept: dict[int, str] = {}
+        for anchor, piece in split.stable.pieces:
+            if anchor is not None and piece:
+                kept[anchor] = f"{kept[anchor]}\n\n{piece}" if anchor in kept else piece
+        # under the newest message: a rebuilt block, the tail kept with it, then what shows this turn only
+        new = tuple(t for t in ((split.stable.text if split.rebuilt else ""), split.tail, split.volatile) if t)
+        tokens = sum(counter.count_text("\n\n" + t) for t in (*kept.values(), *new)) + (
             counter.count_text(head) if head else 0
         )
         report = SourceReport(
             source="memory",
             tokens=tokens,
             cap=cap,
-            items=len(set(split.stable.segment_ids) | set(split.tail_ids)) + (1 if pinned.text else 0),
+            items=len(split.stable.all_segment_ids | set(split.volatile_ids)) + (1 if pinned.text else 0),
             cut="; ".join(c for c in (pinned.cut, split.cut) if c) or None,
         )
-        anchored = split.stable.anchor is not None and not split.rebuilt
-        tail = tuple(t for t in ((kept if not anchored else ""), split.tail) if t)
         return _Memory(
-            section=Section(blocks=(head,) if head else (), report=report, tail=tail),
+            section=Section(blocks=(head,) if head else (), report=report, tail=new),
             recalled=split.recalled,
-            # a rebuilt block is stored anchored under the current message's turn (none when it is not stored)
-            rebuilt=(
-                replace(split.stable, anchor=newest.seq if newest is not None and newest.role == "user" else None)
-                if split.rebuilt
-                else None
-            ),
-            kept={split.stable.anchor: kept} if anchored and kept and split.stable.anchor is not None else {},
+            rebuilt=split.stable if split.rebuilt else None,
+            # what this turn built is stored under the current message's turn (nowhere when it is not stored)
+            store=_anchored(replace(split.stable, prefix=prefix) if split.rebuilt else split.stable, current)
+            if split.changed
+            else None,
+            kept=kept,
         )
     memory_text, recalled, recalled_report = memory_block(inputs.candidates, room_for_recalled, counter, inputs.zone)
     if pinned.text:

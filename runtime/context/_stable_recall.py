@@ -1,41 +1,54 @@
-"""Recall split for the cache layout: a block kept in place across turns, and a small per-turn tail.
+"""Recall split for the cache layout: a block kept in place across turns, tails kept under the
+turns that added them, and what a turn shows once.
 
 A provider's prompt cache reuses the longest prefix a request shares with one it has seen. If
 the recalled segments of every turn sat in the system context, everything after them would be
 new to the provider on every turn. The cache layout keeps one memory block under the text of the
 user turn it was built for (its anchor, stored with the session: :class:`StableRecall`), so the
-turns before it and after it stay as the provider saw them, and puts only what the turn's recall
-adds beyond it in a small tail under the newest user message.
+turns before it and after it stay as the provider saw them. What a later turn's recall adds
+beyond it goes under that turn's message, and stays there (a :class:`FrozenTail`, as SillyTavern's
+proposal to freeze fired entries into the history does): the next request sends the message as
+the provider saw it, and the turn after adds only what is in view nowhere yet. A small share of
+the budget is never kept: it shows, under the newest message for that turn only, what the kept
+recall lacks once it fills its budget.
 
 The rule, per turn (``cap``: the memory budget for recalled segments; ``tail_cap``: the tail's
-share of it; tokens):
+share of it; ``reserve``: :data:`SAME_TOPIC_TAIL` of ``tail_cap``, never kept; tokens; "kept":
+the block and the tails in view):
 
 1. Recall selects what the classic layout would show within ``cap`` (:func:`memory_block`).
-2. The kept block stays when it leaves ``tail_cap`` of ``cap`` free and, by the ``all`` rule (the
-   default), every selected segment it lacks fits ``tail_cap``; by the ``coverage`` rule, when it
-   holds at least :data:`KEEP_COVERAGE` of the turn's best-ranked segments (the best ``tail_cap``
-   tokens of the selection, by their stored counts). The selected segments it lacks then form the
-   tail, best first, within ``tail_cap``. It also stays when the message has not moved on from the
-   user's message before it (``same_topic``: the recall built for the subject still serves it):
-   the tail then holds the best of what it lacks within :data:`SAME_TOPIC_TAIL` of ``tail_cap``,
-   while the block and the tail show at least :data:`SAME_TOPIC_FILL` of the selection.
+2. The kept block stays while the kept recall fits ``cap`` and, by the ``all`` rule (the default),
+   every selected segment it lacks fits what is left of ``cap`` within ``tail_cap``; by the
+   ``coverage`` rule, while it holds at least :data:`KEEP_COVERAGE` of the turn's best-ranked
+   segments (the best ``tail_cap`` tokens of the selection, by their stored counts). The selected
+   segments it lacks are added best first: those that fit ``cap`` less the kept recall and the
+   ``reserve`` as a new tail kept under the current message, the rest for this turn only. It
+   also stays when the message has not moved on from the user's message before it (``same_topic``:
+   the recall built for the subject still serves it): the turn then adds the best of what it lacks
+   within the ``reserve``, while the kept recall and the addition show at least
+   :data:`SAME_TOPIC_FILL` of the selection (in tokens).
 3. Otherwise recall has moved on: the block is rebuilt from the best-ranked selected segments
-   within ``cap - tail_cap`` and anchored under the current message; the rest of the selection
-   forms the tail. The prompt then shows every segment the classic layout would.
+   within ``cap - tail_cap`` and anchored under the current message, with the rest of the
+   selection kept there too within ``cap`` less the ``reserve``, and the remainder shown for this
+   turn only; the tails are dropped. The prompt then shows every segment the classic layout would.
 
-A rebuild changes the prompt from the old anchor on (the turns since it and the block), never
-the persona, the summary or the turns before it. A block whose anchor turn is no longer in the
-recent window (rolled out, deleted) is rebuilt. The tail size, the
-``same_topic`` threshold and :data:`KEEP_COVERAGE` trade the prefix a provider can reuse against
-recall shown per turn: ``scripts/bench_cache.py`` measures both. A message that moves on (a new
-subject, a question about something long past) gets a block rebuilt for it, so it sees all the
-classic layout would show; one that stays on the subject keeps the block built for the subject.
+A rebuild changes the prompt from the old anchor on (the turns since it, the block, the tails),
+never the persona, the summary or the turns before it. A block whose anchor turn is no longer in
+the recent window (rolled out, deleted) is rebuilt; a tail whose turn is no longer in it is no
+longer in view. The assembler also rebuilds the block when the prompt before it changed since it
+was built (a compaction changed the summary; :attr:`StableRecall.prefix`): the provider then has
+nothing cached after it, and a block built for the current message costs no more than the old one.
+The tail size, the ``same_topic`` threshold and :data:`KEEP_COVERAGE` trade the prefix a provider
+can reuse against recall shown per turn: ``scripts/bench_cache.py`` measures both. A message that
+moves on (a new subject, a question about something long past) gets a block rebuilt for it, so
+it sees all the classic layout would show; one that stays on the subject keeps the recall built
+for the subject, with the best of what it lacks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 from typing import Literal
 
@@ -50,9 +63,9 @@ every selected segment it lacks fits the tail (the prompt shows all the classic 
 segments it lacks beyond the tail are not shown)."""
 
 SAME_TOPIC_TAIL = 1 / 3
-"""On the same subject, the tail's share of ``tail_cap``: the block already serves the subject, so
-the tail adds only the best few segments it lacks (our choice, set on the tuning split:
-``scripts/bench_cache.py``)."""
+"""The share of ``tail_cap`` never kept (the ``reserve``), and what a turn on the same subject adds:
+the kept recall already serves the subject, so the turn adds only the best few segments it lacks
+(our choice, set on the tuning split: ``scripts/bench_cache.py``)."""
 
 SAME_TOPIC_FILL = 0.75
 """On the same subject, the share of the turn's selection (tokens) the block and the tail must show
@@ -65,8 +78,21 @@ for it to stay (our choice, set on the tuning split: ``scripts/bench_cache.py``)
 
 
 @dataclass(frozen=True, kw_only=True)
+class FrozenTail:
+    """A recall tail kept under the user turn it was first shown under, as stored with the session."""
+
+    anchor: int | None
+    """The ``seq`` of that user turn (``None``: the current message, not stored yet)."""
+    text: str
+    """The rendered tail (a memory block)."""
+    segment_ids: tuple[int, ...] = ()
+    """The archive segments it quotes."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class StableRecall:
-    """The memory block a session keeps in its stable system context, as stored with the session."""
+    """The recall a session keeps in its prompt, as stored with the session: one block and the
+    tails frozen under the turns since it."""
 
     text: str
     """The rendered block (the memory block's reference framing included); empty: none."""
@@ -74,6 +100,21 @@ class StableRecall:
     """The archive segments the block quotes."""
     anchor: int | None = None
     """The ``seq`` of the user turn the block sits under (``None``: under a message not stored)."""
+    tails: tuple[FrozenTail, ...] = ()
+    """The tails shown since the block was built, oldest first, each under its turn."""
+    prefix: str | None = None
+    """A fingerprint of the prompt before the block (the persona and the system context) when it
+    was built (``None``: not known); another one now means the provider has nothing cached after it."""
+
+    @property
+    def pieces(self) -> tuple[tuple[int | None, str], ...]:
+        """``(anchor, text)`` of the block and of each tail, in prompt order."""
+        return ((self.anchor, self.text), *((t.anchor, t.text) for t in self.tails))
+
+    @property
+    def all_segment_ids(self) -> frozenset[int]:
+        """The segments the block and its tails quote."""
+        return frozenset(self.segment_ids).union(*(t.segment_ids for t in self.tails))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,17 +122,57 @@ class RecallSplit:
     """What one turn shows of its recall in the cache layout."""
 
     stable: StableRecall
-    """The block for the stable system context (kept, or rebuilt this turn)."""
+    """What the session keeps after this turn: the block (kept, or rebuilt this turn) and its
+    tails, this turn's (anchor ``None``) last."""
     rebuilt: bool
-    """True when ``stable`` was built this turn (the turn stores it with its reply)."""
+    """True when the block was built this turn."""
     tail: str
-    """The memory block of selected segments ``stable`` lacks (empty: none), under the newest user message."""
+    """The memory block of selected segments the kept recall lacks that the session keeps under the
+    newest user message (empty: none)."""
     tail_ids: tuple[int, ...] = ()
     """The segments ``tail`` quotes."""
+    volatile: str = ""
+    """The memory block of selected segments shown under the newest user message for this turn
+    only, after ``tail`` (empty: none): what the kept recall lacks beyond what it may keep."""
+    volatile_ids: tuple[int, ...] = ()
+    """The segments ``volatile`` quotes."""
     recalled: list[RecalledItem] = field(default_factory=list)
-    """The selected segments, all in view (in ``stable`` or ``tail``), chronological."""
+    """The selected segments in view (in the block, a tail or ``volatile``), chronological."""
     cut: str | None = None
     """What the selection left out, as :func:`memory_block` says it."""
+
+    @property
+    def changed(self) -> bool:
+        """True when the session's kept recall changes with this turn (a rebuilt block or a new tail)."""
+        return self.rebuilt or bool(self.tail)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Tail:
+    """Segments a turn adds under its message: those kept (``text``) and those shown once (``volatile``)."""
+
+    text: str = ""
+    items: tuple[RecalledItem, ...] = ()
+    volatile: str = ""
+    volatile_items: tuple[RecalledItem, ...] = ()
+    tokens: int = 0
+    """Of both, each counted with the blank line before it."""
+
+
+def _tail(missing: Sequence[RecalledItem], room: int, keepable: int, counter: TokenCounter, zone: tzinfo) -> _Tail:
+    """The best of ``missing`` (best first) within ``room`` tokens: those within ``keepable`` kept
+    under the message, the rest shown for this turn only."""
+    text, items, _ = memory_block(missing, min(room, keepable), counter, zone)
+    used = counter.count_text("\n\n" + text) if text else 0
+    ids = {s.id for s in items}
+    volatile, more, _ = memory_block([c for c in missing if c.id not in ids], room - used, counter, zone)
+    return _Tail(
+        text=text,
+        items=tuple(items),
+        volatile=volatile,
+        volatile_items=tuple(more),
+        tokens=used + (counter.count_text("\n\n" + volatile) if volatile else 0),
+    )
 
 
 def split_recall(
@@ -105,54 +186,66 @@ def split_recall(
     keep: Keep = "all",
     same_topic: bool = False,
 ) -> RecallSplit:
-    """Split the recall of one turn between the kept block and the tail (rule in the module doc).
+    """Split the recall of one turn between the kept recall and what the turn adds (rule in the module doc).
 
-    ``candidates``: recall's segments, best first; ``kept``: the session's stored block (``None``:
-    none yet); ``cap`` and ``tail_cap`` in tokens; ``keep``: the rule that keeps the block
-    (:data:`Keep`); ``same_topic``: the message has not moved on (the block stays on the terms of
-    the module doc's step 2). Pure.
+    ``candidates``: recall's segments, best first; ``kept``: the session's stored recall, with only
+    the tails still in view (``None``: none yet); ``cap`` and ``tail_cap`` in tokens; ``keep``: the
+    rule that keeps the block (:data:`Keep`); ``same_topic``: the message has not moved on (the
+    block stays on the terms of the module doc's step 2). Pure.
     """
     _, selected, report = memory_block(candidates, cap, counter, zone)
     chosen = {s.id for s in selected}
     ranked = [c for c in candidates if c.id in chosen]
+    reserve = int(tail_cap * SAME_TOPIC_TAIL)  # never kept: room for what a later turn lacks
     if kept is not None:
-        kept_tokens = counter.count_text(kept.text) if kept.text else 0
-        held = set(kept.segment_ids)
+        used = sum(counter.count_text("\n\n" + t) for _, t in kept.pieces if t)
+        held = kept.all_segment_ids
         missing = [c for c in ranked if c.id not in held]
-        tail, shown, _ = memory_block(missing, tail_cap, counter, zone)
+        room = min(tail_cap, cap - used)
+        added = _tail(missing, room, cap - used - reserve, counter, zone)
         if keep == "all":
-            ok = len(shown) == len(missing)
+            ok = len(added.items) + len(added.volatile_items) == len(missing)
         else:
             core = _best(ranked, tail_cap)
             ok = sum(c.tokens for c in core if c.id in held) >= KEEP_COVERAGE * sum(c.tokens for c in core)
         if same_topic and not ok:
-            # the block serves the subject: the tail adds the best few it lacks, and the block
-            # stays while the two show most of what the turn selects
-            tail, shown, tail_report = memory_block(missing, int(tail_cap * SAME_TOPIC_TAIL), counter, zone)
-            ok = kept_tokens + tail_report.tokens >= SAME_TOPIC_FILL * report.tokens
-        if kept_tokens + tail_cap <= cap and ok:
-            in_view_ids = held | {s.id for s in shown}
-            in_view = [c for c in selected if c.id in in_view_ids]
-            return RecallSplit(
-                stable=kept,
-                rebuilt=False,
-                tail=tail,
-                tail_ids=tuple(sorted(s.id for s in shown)),
-                recalled=in_view,
-                cut=report.cut,
-            )
+            # the kept recall serves the subject: the turn adds the best few it lacks, and the
+            # block stays while the two show most of what the turn selects
+            added = _tail(missing, min(reserve, room), cap - used - reserve, counter, zone)
+            ok = used + added.tokens >= SAME_TOPIC_FILL * report.tokens
+        if used <= cap and ok:
+            return _split(kept, added, rebuilt=False, selected=selected, in_view=held, cut=report.cut)
     text, stable_items, _ = memory_block(ranked, max(cap - tail_cap, 0), counter, zone)
     stable_tokens = counter.count_text(text) if text else 0
     in_stable = {s.id for s in stable_items}
-    tail, tail_items, _ = memory_block([c for c in ranked if c.id not in in_stable], cap - stable_tokens, counter, zone)
-    shown = [*stable_items, *tail_items]
+    rest = [c for c in ranked if c.id not in in_stable]
+    added = _tail(rest, cap - stable_tokens, cap - stable_tokens - reserve, counter, zone)
+    block = StableRecall(text=text, segment_ids=tuple(sorted(in_stable)))
+    return _split(block, added, rebuilt=True, selected=selected, in_view=in_stable, cut=report.cut)
+
+
+def _split(
+    kept: StableRecall,
+    added: _Tail,
+    *,
+    rebuilt: bool,
+    selected: Sequence[RecalledItem],
+    in_view: Collection[int],
+    cut: str | None,
+) -> RecallSplit:
+    """The split that shows ``kept`` (whose segments ``in_view`` are) and ``added``."""
+    ids = tuple(sorted(s.id for s in added.items))
+    shown = {*in_view, *ids, *(s.id for s in added.volatile_items)}
+    tail = FrozenTail(anchor=None, text=added.text, segment_ids=ids)
     return RecallSplit(
-        stable=StableRecall(text=text, segment_ids=tuple(sorted(in_stable))),
-        rebuilt=True,
-        tail=tail,
-        tail_ids=tuple(sorted(s.id for s in tail_items)),
-        recalled=sorted(shown, key=lambda s: (s.session_date, s.first_seq)),
-        cut=report.cut,
+        stable=replace(kept, tails=(*kept.tails, tail)) if added.text else kept,
+        rebuilt=rebuilt,
+        tail=added.text,
+        tail_ids=ids,
+        volatile=added.volatile,
+        volatile_ids=tuple(sorted(s.id for s in added.volatile_items)),
+        recalled=[c for c in selected if c.id in shown],
+        cut=cut,
     )
 
 

@@ -16,10 +16,11 @@ lock, the breaker, the verbatim-quote check and the one commit transaction of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from memory.tables import Turn
 from runtime.compaction import CompactionOutcome
 
 
@@ -38,6 +39,17 @@ class CompactionRequest:
     character_id: str = ""
     """The session's character, whose learned facts the summary's profile section joins (``""``:
     read from the session)."""
+
+
+def room_cap(window: Sequence[Turn], cap: int) -> int:
+    """The ``recent`` cap (stored tokens) a compaction after a turn applies, so that the next
+    request shows its recent window whole: ``cap`` less room for a next message as long as the
+    newest user message of ``window`` (the session's recent window), but never less than half of
+    ``cap`` (a longer message is cut to fit in any case). Otherwise the context drops the oldest
+    turns for room before a compaction is due: they are out of view without being summarized, and
+    a prompt the provider could cache loses its start one turn at a time."""
+    message = next((t.tokens for t in reversed(window) if t.role == "user"), 0)
+    return max(cap - message, cap // 2)
 
 
 CompactNow = Callable[[CompactionRequest], CompactionOutcome | None]

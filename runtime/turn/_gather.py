@@ -42,6 +42,7 @@ from runtime.context import (
     DEFAULT_USER_NAME,
     AssembledContext,
     ContextInputs,
+    FrozenTail,
     KnowledgeItem,
     PinnedProfile,
     RecalledItem,
@@ -296,7 +297,15 @@ class ContextGatherer:
                 idle=idle,
                 layout=self.turn_settings.layout,
                 kept_recall=(
-                    StableRecall(text=reads.recall_block, segment_ids=reads.recall_segments, anchor=reads.recall_anchor)
+                    StableRecall(
+                        text=reads.recall_block,
+                        segment_ids=reads.recall_segments,
+                        anchor=reads.recall_anchor,
+                        prefix=reads.recall_prefix,
+                        tails=tuple(
+                            FrozenTail(anchor=t.anchor, text=t.text, segment_ids=t.segments) for t in reads.recall_tails
+                        ),
+                    )
                     if reads.recall_block is not None
                     else None
                 ),

@@ -59,7 +59,7 @@ from runtime.turn._attachments import check_attachments
 from runtime.turn._backfill import BackfillScheduler
 from runtime.turn._characters import Cast, SessionCharacter
 from runtime.turn._claims import TurnClaim, check_claim
-from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction
+from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction, room_cap
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer, stored_cap
 from runtime.turn._validate import validate_message
@@ -181,22 +181,17 @@ class TurnRunner:
             exc.user_turn_stored = True  # what the caller tells its client: the message is kept
             raise
         compactions = [c for c in [outcome.compaction] if c is not None]
-        # a failed compaction is not retried in the same turn; the breaker counts it once.
-        # The window the context was assembled from, with the reply: no other turn of the session
-        # ran since (the claim), and a compaction elsewhere only shrinks it
-        after = (
-            None
-            if any(not c.ok for c in compactions)
-            else self.schedule_compaction(
+        # a failed compaction is not retried in the same turn (the breaker counts it once); the window is the
+        # context's with the reply: no other turn of the session ran since (the claim)
+        if all(c.ok for c in compactions):
+            after = self.schedule_compaction(
                 turn.session_id,
                 turn.user_id,
                 window=[*outcome.window, assistant_turn],
                 character=turn.character,
                 calibration=outcome.context.calibration,
             )
-        )
-        if after is not None:
-            compactions.append(after)
+            compactions += [after] if after is not None else []
         # after this turn's compaction, else as the claim found it
         breaker_open = compactions[-1].breaker_open if compactions else claim.session.breaker_open
         outcome.log_completed(turn.session_id, user_turn, breaker_open=breaker_open, compactions=len(compactions))
@@ -539,19 +534,20 @@ class TurnRunner:
         calibration: float = 1.0,
     ) -> CompactionOutcome | None:
         """Hand the session's compaction to the scheduler: its outcome when it ran inline,
-        ``None`` when it was queued or there was nothing to do.
-
-        ``window``: the session's recent window, already at hand (the turns in state
-        ``context``, in seq order, at least as many as storage holds): whether a compaction is
-        due is decided from it instead of reading it again. The compaction itself reads the
-        window again, under its lock. ``calibration``: the session's correction factor, which
-        scales the caps to stored tokens (:func:`~runtime.turn._gather.stored_cap`)."""
+        ``None`` when it was queued or there was nothing to do. ``window``: the session's recent
+        window, at hand (the turns in state ``context``, in seq order, at least as many as storage
+        holds): whether a compaction is due is decided from it (the compaction reads it again,
+        under its lock), with room for a next message (:func:`room_cap`). ``calibration``: the
+        session's correction factor, which scales the caps to stored tokens
+        (:func:`~runtime.turn._gather.stored_cap`)."""
         due = (
             self.compaction_due
             if window is None
             else lambda request: self.compactor.due_in(window, recent_cap=request.recent_cap)
         )
         request = self.request(session_id, user_id, character=character, calibration=calibration)
+        if window is not None:
+            request = replace(request, recent_cap=room_cap(window, request.recent_cap))
         return self.scheduler.schedule(request, self.compact_now, due)
 
     def compaction_due(self, request: CompactionRequest) -> bool:

@@ -9,7 +9,7 @@ from datetime import datetime
 import structlog
 
 from memory.files import StoredFile
-from memory.store import RequestRecord
+from memory.store import RecallTail, RequestRecord
 from memory.tables import Turn, UserProfile
 from runtime.accounting import TokenCounter, fingerprint
 from runtime.compaction import CompactionOutcome
@@ -107,7 +107,7 @@ class ReplyOutcome:
         fingerprint of what the next request sends again (the messages before the newest user
         message, :attr:`~runtime.context.AssembledContext.baseline_messages`), and the recall
         block the assembly built for the session's prompt."""
-        context, answer, rebuilt = self.context, self.reply, self.context.rebuilt_recall
+        context, answer, kept = self.context, self.reply, self.context.kept_recall
         sent = context.baseline_messages
         return RequestRecord(
             prompt_tokens=answer.prompt_tokens,
@@ -119,7 +119,13 @@ class ReplyOutcome:
             cached_tokens=answer.cached_tokens,
             cache_write_tokens=answer.cache_write_tokens,
             cost_usd=answer.cost_usd,
-            recall_block=rebuilt.text if rebuilt is not None else None,
-            recall_segments=rebuilt.segment_ids if rebuilt is not None else (),
-            recall_anchor=rebuilt.anchor if rebuilt is not None else None,
+            recall_block=kept.text if kept is not None else None,
+            recall_segments=tuple(sorted(kept.all_segment_ids)) if kept is not None else (),
+            recall_anchor=kept.anchor if kept is not None else None,
+            recall_prefix=kept.prefix if kept is not None else None,
+            recall_tails=tuple(
+                RecallTail(anchor=t.anchor, text=t.text, segments=t.segment_ids)
+                for t in (kept.tails if kept is not None else ())
+                if t.anchor is not None
+            ),
         )
