@@ -113,6 +113,7 @@ class AssemblyReads:
             for t in row.recall_tails or ()
             if t.get("anchor") is not None
         )
+        in_tails = {i for t in tails for i in t.segments}
         return SessionReads(
             summary=summary,
             archived_segments=int(row.archived),
@@ -123,9 +124,7 @@ class AssemblyReads:
             revision=int(row.revision),
             learned=tuple(dedupe_facts(row.learned or [])),
             recall_block=row.recall_block,
-            recall_segments=tuple(
-                s for s in row.recall_segments or () if s not in {i for t in tails for i in t.segments}
-            ),
+            recall_segments=tuple(s for s in row.recall_segments or () if s not in in_tails),
             recall_anchor=row.recall_anchor,
             recall_tails=tails,
             recall_prefix=row.recall_prefix,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -18,7 +17,7 @@ from memory.tables import Turn, TurnState
 from persona import Persona
 from runtime.accounting import counter_for
 from runtime.config import Settings
-from runtime.context import RecalledItem, StableRecall, split_recall
+from runtime.context import RecalledItem, split_recall
 from runtime.llm import LiteLLMReplier, cache_points, marks_cache
 from runtime.messages import to_openai
 from runtime.turn import Engine
@@ -273,24 +272,15 @@ def test_the_kept_block_stays_while_the_rule_holds_and_is_rebuilt_when_recall_mo
     assert not coverage.rebuilt and 7 in coverage.tail_ids + coverage.volatile_ids  # the best it lacks
 
 
-def _anchored(stable: StableRecall, seq: int) -> StableRecall:
-    """``stable`` as the assembler stores it: what this turn built under the turn ``seq``."""
-    return replace(
-        stable,
-        anchor=seq if stable.anchor is None else stable.anchor,
-        tails=tuple(t if t.anchor is not None else replace(t, anchor=seq) for t in stable.tails),
-    )
-
-
 def test_a_tail_stays_under_its_turn_and_a_turn_adds_only_what_is_not_in_view():
     counter = counter_for("gpt-4o-mini")
     segments = [_segment(i, words=10) for i in range(12)]
-    kept = _anchored(split_recall(segments[:4], None, cap=900, tail_cap=300, counter=counter, zone=UTC).stable, 1)
+    kept = split_recall(segments[:4], None, cap=900, tail_cap=300, counter=counter, zone=UTC).stable.anchored(1)
     assert not kept.tails  # the whole selection fit the block
     # a new segment: a tail under this turn
     second = split_recall([segments[5], *segments[:4]], kept, cap=900, tail_cap=300, counter=counter, zone=UTC)
     assert not second.rebuilt and second.tail_ids == (5,) and second.changed
-    kept = _anchored(second.stable, 3)
+    kept = second.stable.anchored(3)
     assert [(t.anchor, t.segment_ids) for t in kept.tails] == [(3, (5,))]
     # the same selection again: everything is in view (the block, the kept tail), nothing is added
     third = split_recall([segments[5], *segments[:4]], kept, cap=900, tail_cap=300, counter=counter, zone=UTC)

@@ -389,15 +389,6 @@ class _Memory:
     """Cache layout: anchor seq -> the kept block and tails shown under that stored turn (tokens charged to memory)."""
 
 
-def _anchored(stable: StableRecall, seq: int | None) -> StableRecall:
-    """``stable`` with what this turn built (anchor ``None``) anchored at ``seq``."""
-    return replace(
-        stable,
-        anchor=seq if stable.anchor is None else stable.anchor,
-        tails=tuple(t if t.anchor is not None else replace(t, anchor=seq) for t in stable.tails),
-    )
-
-
 def _memory_section(
     inputs: ContextInputs,
     *,
@@ -460,7 +451,7 @@ def _memory_section(
             recalled=split.recalled,
             rebuilt=split.stable if split.rebuilt else None,
             # what this turn built is stored under the current message's turn (nowhere when it is not stored)
-            store=_anchored(replace(split.stable, prefix=prefix) if split.rebuilt else split.stable, current)
+            store=(replace(split.stable, prefix=prefix) if split.rebuilt else split.stable).anchored(current)
             if split.changed
             else None,
             kept=kept,

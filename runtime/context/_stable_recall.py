@@ -116,6 +116,14 @@ class StableRecall:
         """The segments the block and its tails quote."""
         return frozenset(self.segment_ids).union(*(t.segment_ids for t in self.tails))
 
+    def anchored(self, seq: int | None) -> StableRecall:
+        """This recall with what the current turn built (anchor ``None``) anchored at ``seq``, as stored."""
+        return replace(
+            self,
+            anchor=seq if self.anchor is None else self.anchor,
+            tails=tuple(t if t.anchor is not None else replace(t, anchor=seq) for t in self.tails),
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class RecallSplit:
