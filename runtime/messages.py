@@ -47,6 +47,16 @@ class ImagePart:
 Part = TextPart | ImagePart
 
 
+@dataclass(frozen=True)
+class StablePrefix:
+    """The start of a request that the next request sends again as it is: its first ``messages``
+    messages whole, then the first ``chars`` characters of the message after them (0: none of it).
+    A provider's prompt cache can reuse it, so cache markers go at its end."""
+
+    messages: int
+    chars: int = 0
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Message(Mapping[str, Any]):
     """One chat message: a role and its content, text or a tuple of parts."""

@@ -20,9 +20,14 @@ Reported per window and layout, in one run:
 
   - DeepSeek (``deepseek/deepseek-chat``): caches on its own, in 64-token units; a hit costs the
     map's ``cache_read_input_token_cost / input_cost_per_token``;
-  - Anthropic (``claude-sonnet-4-5``) with markers on the system prompt and the last message:
-    a read is the shared prefix cut to a whole message, from 1,024 tokens (the smallest cacheable
-    prefix); every other token is written at ``cache_creation_input_token_cost``;
+  - Anthropic (``claude-sonnet-4-5``) with the markers the runtime sends
+    (:func:`runtime.llm.cache_marks`; a message is one block, or one per text part): a request
+    writes its prefix at each breakpoint (from 1,024 tokens, the smallest cacheable prefix) and
+    reads the longest prefix an earlier request of the session wrote, at a block boundary up to 20
+    blocks before one of its breakpoints; what lies between the read and the last breakpoint is
+    written at ``cache_creation_input_token_cost``, what follows the last breakpoint is billed at
+    the input price (Anthropic's prompt-caching guide; every request is taken to come within the
+    cache's lifetime);
   - OpenAI (``gpt-4.1``): caches on its own, in 128-token blocks from 1,024 tokens.
 
 The price ratios come from litellm's bundled cost map. The cache rules are the providers'
@@ -90,17 +95,36 @@ def ratios() -> dict[str, tuple[float, float]]:
     return out
 
 
-def stream(messages, encoding) -> tuple[list[int], list[int]]:
-    """The request as tokens, and the token offsets where each message ends."""
+def stream(messages, encoding) -> list[int]:
+    """The request as tokens."""
     tokens: list[int] = []
-    ends: list[int] = []
     for m in messages:
         content = m.get("content")
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
         tokens.append(SEPARATOR)
         tokens.extend(encoding.encode(f"{m.get('role')}\n{text}", disallowed_special=()))
-        ends.append(len(tokens))
-    return tokens, ends
+    return tokens
+
+
+def blocks(messages, points, encoding) -> tuple[list[int], list[int], list[int]]:
+    """An Anthropic request as tokens (a message's text parts are blocks of their own), the token
+    offsets where each block ends, and the indexes of the blocks that carry a breakpoint
+    (``points``: the injection points' message indexes; a part's own ``cache_control``)."""
+    tokens: list[int] = []
+    ends: list[int] = []
+    marks: list[int] = []
+    marked = {p["index"] for p in points}
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        tokens.append(SEPARATOR)
+        for j, part in enumerate(parts):
+            text = part.get("text") if isinstance(part.get("text"), str) else json.dumps(part, ensure_ascii=False)
+            tokens.extend(encoding.encode(f"{m.get('role')}\n{text}" if j == 0 else text, disallowed_special=()))
+            ends.append(len(tokens))
+            if part.get("cache_control") or (i in marked and j == len(parts) - 1):
+                marks.append(len(ends) - 1)
+    return tokens, ends, marks
 
 
 def common(a: list[int], b: list[int]) -> int:
@@ -123,17 +147,44 @@ def cause(context, summary_before: str | None) -> str:
     return "turn"
 
 
-def billed(provider: str, total: int, shared: int, ends: list[int], price: tuple[float, float]) -> float:
-    """One request's input at the full price's scale under ``provider``'s cache rule."""
-    read, write = price
-    if provider == "anthropic":
-        cached = max((e for e in ends if e <= shared), default=0)
-    else:
-        cached = shared - shared % UNIT[provider]
+def billed(provider: str, total: int, shared: int, price: tuple[float, float]) -> float:
+    """One request's input at the full price's scale under an automatic cache's rule (DeepSeek, OpenAI)."""
+    read, _ = price
+    cached = shared - shared % UNIT[provider]
     if cached < MIN_CACHED[provider]:
         cached = 0
-    rest = total - cached
-    return cached * read + rest * (write if provider == "anthropic" else 1.0)
+    return cached * read + (total - cached)
+
+
+LOOKBACK = 20
+"""Blocks before a breakpoint Anthropic checks for an earlier write (its prompt-caching guide)."""
+
+
+@dataclass
+class AnthropicCache:
+    """The prefixes one session's requests wrote to Anthropic's cache: (length, hash of the tokens)."""
+
+    written: set[tuple[int, int]] = field(default_factory=set)
+
+    def billed(self, tokens: list[int], ends: list[int], marks: list[int], price: tuple[float, float]) -> float:
+        """One request's input at the full price's scale (:func:`blocks`: its tokens, block ends, marked blocks)."""
+        read_price, write_price = price
+        lengths = {n for n, _ in self.written}
+        read = 0
+        for mark in marks:
+            for i in range(mark, max(mark - LOOKBACK, -1), -1):
+                end = ends[i]
+                if end > read and end in lengths and (end, hash(tuple(tokens[:end]))) in self.written:
+                    read = end
+                    break
+        last = max((ends[m] for m in marks), default=0)
+        for mark in marks:
+            if ends[mark] >= MIN_CACHED["anthropic"]:
+                self.written.add((ends[mark], hash(tuple(tokens[: ends[mark]]))))
+        if last < MIN_CACHED["anthropic"]:
+            return float(len(tokens))
+        written = max(last - read, 0)
+        return read * read_price + written * write_price + (len(tokens) - max(last, read))
 
 
 def _variant(settings, layout: str):
@@ -161,6 +212,8 @@ def main() -> int:
     from memory.embeddings import runtime_embedder
     from runtime.accounting import tiktoken_encoding
     from runtime.cli._common import _settings
+    from runtime.llm import cache_marks
+    from runtime.messages import to_openai
     from runtime.service import load_conversations, open_engine, replay_conversation
 
     settings = _settings(database=True)
@@ -194,10 +247,11 @@ def main() -> int:
                 previous: list[int] = []
                 summary: str | None = None
                 one = Tally()
+                anthropic = AnthropicCache()
 
-                def seen(context, one=one) -> None:
+                def seen(context, one=one, anthropic=anthropic) -> None:
                     nonlocal previous, summary
-                    tokens, ends = stream(context.messages, encoding)
+                    tokens = stream(context.messages, encoding)
                     shared = common(previous, tokens)
                     why = cause(context, summary) if previous else "turn"
                     one.lost[why] = one.lost.get(why, 0) + len(tokens) - shared
@@ -205,10 +259,14 @@ def main() -> int:
                     one.requests += 1
                     one.tokens += len(tokens)
                     one.shared += shared
+                    sent, points = cache_marks(to_openai(context.messages), stable=context.stable_prefix)
                     for provider in PROVIDERS:
-                        one.billed[provider] = one.billed.get(provider, 0.0) + billed(
-                            provider, len(tokens), shared, ends, price[provider]
+                        cost = (
+                            anthropic.billed(*blocks(sent, points, encoding), price[provider])
+                            if provider == "anthropic"
+                            else billed(provider, len(tokens), shared, price[provider])
                         )
+                        one.billed[provider] = one.billed.get(provider, 0.0) + cost
                     previous = tokens
 
                 report = replay_conversation(engines[layout].derive(window=window), conv, on_context=seen)

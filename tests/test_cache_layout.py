@@ -18,8 +18,8 @@ from persona import Persona
 from runtime.accounting import counter_for
 from runtime.config import Settings
 from runtime.context import RecalledItem, split_recall
-from runtime.llm import LiteLLMReplier, cache_points, marks_cache
-from runtime.messages import to_openai
+from runtime.llm import LiteLLMReplier, cache_marks, cache_points, marks_cache
+from runtime.messages import StablePrefix, to_openai
 from runtime.turn import Engine
 from runtime.turn._compaction import room_cap
 from runtime.turn._gather import stored_cap
@@ -41,10 +41,21 @@ FILLER = "It rained all day, so I stayed in and tidied the shelves and the drawe
 """About 160 tokens a message: compactions run every dozen turns at an 8,192-token window."""
 
 
+class _Recording(LiteLLMReplier):
+    """The fake model's replier, recording the ``stable`` count the engine passes with each request."""
+
+    stables: list[StablePrefix | None]
+
+    def reply(self, messages, *, session_id, on_delta=None, tools=None, stable=None):  # type: ignore[override]
+        self.stables.append(stable)
+        return super().reply(messages, session_id=session_id, on_delta=on_delta, tools=tools, stable=stable)
+
+
 def _engine(store, embedder, fake_llm, *, layout: str, window: int = 8192) -> Engine:
     fake_llm.prompt_tokens = estimate_prompt_tokens
     settings = Settings(context_window=window, database_url="unused", layout=layout, compaction="inline")
-    replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    replier = _Recording(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
+    replier.stables = []
     return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
 
 
@@ -86,7 +97,9 @@ def test_each_request_starts_as_the_one_before_it_until_a_compaction(store, embe
     results = _talk(engine, "ana", 40)
     requests = [r["messages"] for r in fake_llm.requests[-len(results) :]]
     assert any(r.context.recalled for r in results), "recall must have found segments for this to test anything"
-    steady = 0
+    # the engine tells the replier how many leading messages the next request sends again
+    assert engine.runner.replier.stables[-len(results) :] == [r.context.stable_prefix for r in results]
+    steady = whole = part = 0
     for before, after, previous, result in zip(requests, requests[1:], results, results[1:], strict=False):
         if previous.compactions or result.context.sources["recent"].cut:
             continue  # a compaction changed the summary, or one is due and the window is over its cap
@@ -95,8 +108,16 @@ def test_each_request_starts_as_the_one_before_it_until_a_compaction(store, embe
         last = len(before) - 1
         assert after[:last] == before[:last]
         assert after[last]["content"] == before[last]["content"][: len(after[last]["content"])]
+        # what the assembly said the next request sends again (where the cache markers go) is sent again
+        stable = previous.context.stable_prefix
+        if stable.messages == last + 1:  # nothing under it showed for that turn only: all of it
+            assert after[last] == before[last]
+            whole += 1
+        elif stable.chars:  # the user's text and the recall kept under it
+            assert stable.messages == last and after[last]["content"] == before[last]["content"][: stable.chars]
+            part += 1
         steady += 1
-    assert steady >= 20
+    assert steady >= 20 and whole >= 5 and part >= 1
     # what the provider reported reading from its cache: most of each steady request
     replies = [t for t in engine.store.turns.of_session("ana:s") if t.role == "assistant"]
     shares = [t.usage_cached_tokens / t.usage_prompt_tokens for t in replies[1:] if t.usage_prompt_tokens]
@@ -147,9 +168,19 @@ def test_markers_go_where_the_next_request_starts_the_same():
         {"role": "system", "content": "post-history"},
     ]
     points = cache_points(messages, ttl="1h")
-    assert [p["index"] for p in points] == [1, 3]
+    assert [p["index"] for p in points] == [0, 1, 3]
     assert all(p["control"] == {"type": "ephemeral", "ttl": "1h"} for p in points)
-    assert [p["index"] for p in cache_points(messages[:3])] == [1]
+    assert [p["index"] for p in cache_points(messages[:3])] == [0, 1]
+    assert [p["index"] for p in cache_points(messages[1:])] == [0, 2]
+    # the newest user message too, when the next request sends it again as it is
+    assert [p["index"] for p in cache_points(messages, stable=StablePrefix(5))] == [0, 1, 3, 4]
+    assert [p["index"] for p in cache_points(messages, stable=StablePrefix(4, 8))] == [0, 1, 3]
+    # only its start: it goes as two parts, the start marked, the same text
+    sent, points = cache_marks(messages, stable=StablePrefix(4, 8))
+    assert [p["index"] for p in points] == [0, 1, 3] and messages[4]["content"].startswith("and now?\n")
+    first, rest = sent[4]["content"]
+    assert first == {"type": "text", "text": "and now?", "cache_control": {"type": "ephemeral"}}
+    assert first["text"] + rest["text"] == messages[4]["content"] and "cache_control" not in rest
     assert marks_cache("anthropic/claude-sonnet-4-5") and marks_cache("claude-sonnet-4-5")
     assert not marks_cache("deepseek/deepseek-chat") and not marks_cache("gpt-4.1")
     assert marks_cache("gpt-4.1", "on") and not marks_cache("claude-sonnet-4-5", "off")
@@ -220,15 +251,26 @@ def test_an_anthropic_request_carries_the_markers_and_its_cache_usage_is_read():
             {"role": "user", "content": "and now?"},
         ]
         reply = replier.reply(messages, session_id="s")
+        replier.reply(messages, session_id="s", stable=StablePrefix(len(messages)))
+        replier.reply(messages, session_id="s", stable=StablePrefix(len(messages) - 1, 3))
     finally:
         server.server.shutdown()
     body = server.bodies[0]
     system = body["system"]
-    assert isinstance(system, list) and system[-1].get("cache_control", {}).get("type") == "ephemeral"
+    # the persona and the system context after it, each a system block with a breakpoint
+    assert isinstance(system, list) and [b.get("cache_control", {}).get("type") for b in system] == ["ephemeral"] * 2
     assert system[-1]["cache_control"].get("ttl") == "1h"
     marked = [m for m in body["messages"] if any(isinstance(b, dict) and b.get("cache_control") for b in m["content"])]
     assert [m["role"] for m in marked] == ["assistant"]
     assert reply.cached_tokens == 1500 and reply.cache_write_tokens == 300
+    # the newest user message is marked when the next request sends it again as it is
+    again = server.bodies[1]["messages"]
+    marked = [m for m in again if any(isinstance(b, dict) and b.get("cache_control") for b in m["content"])]
+    assert [m["role"] for m in marked] == ["assistant", "user"] and marked[-1] is again[-1]
+    # only its start: the marker goes on the first of two text blocks
+    last = server.bodies[2]["messages"][-1]["content"]
+    assert [b["text"] for b in last] == ["and", " now?"]
+    assert last[0]["cache_control"]["type"] == "ephemeral" and "cache_control" not in last[1]
 
 
 def _segment(i: int, words: int = 20) -> RecalledItem:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, get_type_hints
 
 from runtime.llm import Replier, Reply, Tools
+from runtime.messages import StablePrefix
 from runtime.turn import Engine
 from tests import file_fixtures as ff
 from tests.attachment_env import files_env  # noqa: F401  (fixture)
@@ -28,6 +29,7 @@ class MinimalReplier:
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
         tools: Tools | None = None,
+        stable: StablePrefix | None = None,
     ) -> Reply:
         self.offered.append(tools)
         text = f"I read {len(messages)} messages."

@@ -50,13 +50,23 @@ from runtime.accounting import (
 from runtime.context._attachments import AttachedFile, with_block
 from runtime.context._blocks import memory_block, summary_block
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
-from runtime.context._pieces import TurnBlocks, add_tokens, earlier, fold, recent, text_of, unseen_margin, with_tail
+from runtime.context._pieces import (
+    TurnBlocks,
+    add_tokens,
+    before_blocks,
+    earlier,
+    fold,
+    recent,
+    text_of,
+    unseen_margin,
+    with_tail,
+)
 from runtime.context._profile import render_profile
 from runtime.context._report import SourceReport
 from runtime.context._retrieval import RetrievalBlock, RetrievalItem, fit_retrieval, insert_at_depth
 from runtime.context._stable_recall import Keep, StableRecall, split_recall
 from runtime.context._values import PinnedProfile, RecalledItem, RecentTurn, SummaryText
-from runtime.messages import Message
+from runtime.messages import Message, StablePrefix
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +121,10 @@ class AssembledContext:
     kept_recall: StableRecall | None = None
     """Cache layout: the recall the session keeps after this turn (its block and tails, anchored),
     to be stored with the reply; ``None`` when it did not change (or in the classic layout)."""
+    newest_stable: int | None = None
+    """Cache layout: the leading characters of the newest user message the next request sends again:
+    all when nothing under it shows for this turn only, else the text and the recall kept under it
+    (``None``: not known: the classic layout; a first-turn file block or a lorebook entry at a depth)."""
 
     @property
     def baseline_messages(self) -> int:
@@ -120,6 +134,19 @@ class AssembledContext:
         fingerprints this prefix with the provider's reported usage (:class:`~runtime.accounting.Baseline`)."""
         end = len(self.messages) - self.post_history_messages
         return next((i for i in range(end - 1, -1, -1) if self.messages[i].get("role") == "user"), end)
+
+    @property
+    def stable_prefix(self) -> StablePrefix:
+        """What the next request sends again as it is, as far as this assembly knows: the messages
+        before the newest user message (:attr:`baseline_messages`) and its first :attr:`newest_stable`
+        characters. A provider's cache markers go at its end (:func:`runtime.llm.cache_marks`)."""
+        end = self.baseline_messages
+        content = self.messages[end].get("content") if end < len(self.messages) else None
+        if self.newest_stable is None or not isinstance(content, str) or self.messages[end].get("role") != "user":
+            return StablePrefix(end)
+        if self.newest_stable >= len(content):
+            return StablePrefix(end + 1)
+        return StablePrefix(end, self.newest_stable)
 
     @property
     def overflow(self) -> bool:
@@ -325,6 +352,7 @@ def assemble_context(
     with_lore = with_tail(with_lore, tail, under=ends_with_user)
     messages = head + with_lore + post_history
     total = counter.count_messages(messages)
+    steady_newest = inputs.layout == "cache" and ends_with_user and not (retrieval.first_block or lore_at)
     # for inspection: the provider's count of the last request plus the raw estimate of what this
     # one adds after the prefix both sent (an upper bound; the previous newest message and what
     # was under it are in both)
@@ -369,6 +397,8 @@ def assemble_context(
         layout=inputs.layout,
         rebuilt_recall=memory.rebuilt,
         kept_recall=memory.store,
+        # the newest user message less what shows under it for this turn only (which closes it)
+        newest_stable=before_blocks(messages, [*memory.once, *retrieval.section.tail]) if steady_newest else None,
     )
 
 
@@ -387,6 +417,8 @@ class _Memory:
     """Cache layout: what the session keeps after this turn, when it changed (``None``: unchanged)."""
     kept: dict[int, str] = field(default_factory=dict)
     """Cache layout: anchor seq -> the kept block and tails shown under that stored turn (tokens charged to memory)."""
+    once: tuple[str, ...] = ()
+    """Cache layout: the recall block under the newest message shown for this turn only (none or one)."""
 
 
 def _memory_section(
@@ -455,6 +487,7 @@ def _memory_section(
             if split.changed
             else None,
             kept=kept,
+            once=(split.volatile,) if split.volatile else (),
         )
     memory_text, recalled, recalled_report = memory_block(inputs.candidates, room_for_recalled, counter, inputs.zone)
     if pinned.text:

@@ -58,6 +58,18 @@ def with_tail(messages: list[Mapping[str, Any]], tail: Sequence[str], *, under: 
     return [*messages, Message(role="system", content=joined)]
 
 
+def before_blocks(messages: Sequence[Mapping[str, Any]], blocks: Sequence[str]) -> int | None:
+    """How many characters of the newest user message's text come before ``blocks``, which close
+    it as :func:`with_tail` joins them (all of it for none; ``None``: no such message, its content
+    is not text, or it does not end with them)."""
+    newest = next((m for m in reversed(messages) if m.get("role") == "user"), None)
+    content = newest.get("content") if newest is not None else None
+    suffix = "".join("\n\n" + b for b in blocks)
+    if not isinstance(content, str) or not content.endswith(suffix):
+        return None
+    return len(content) - len(suffix)
+
+
 def role_of(role: str) -> Role:
     """A stored turn's role (``user`` or ``assistant``; the store accepts no other)."""
     return cast(Role, role)

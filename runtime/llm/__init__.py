@@ -22,7 +22,7 @@ from runtime.llm._rerank import (
     rerank_within,
 )
 from runtime.llm._transcribe import ImageInput, Transcriber, batch_timeout, split_reply, tesseract_text
-from runtime.llm._usage import cache_points, marks_cache
+from runtime.llm._usage import cache_marks, cache_points, marks_cache
 from runtime.llm._vision import catalog_says, family, heuristic_says, image_tokens, sees_images
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "Tools",
     "Transcriber",
     "batch_timeout",
+    "cache_marks",
     "cache_points",
     "marks_cache",
     "catalog_says",

@@ -48,8 +48,8 @@ from errors import (
 )
 from runtime._offline import bundled_model_entry, load_litellm, model_info
 from runtime.llm._errors import map_model_error
-from runtime.llm._usage import cache_points, cache_usage, request_cost
-from runtime.messages import to_openai
+from runtime.llm._usage import cache_marks, cache_usage, request_cost
+from runtime.messages import StablePrefix, to_openai
 
 log = structlog.get_logger("companion.model")
 
@@ -147,9 +147,12 @@ class Replier(Protocol):
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
         tools: Tools | None = None,
+        stable: StablePrefix | None = None,
     ) -> Reply:
         """Reply whole, or streamed to ``on_delta`` piece by piece when it is given;
-        offer ``tools`` to the model when given and run the calls it makes.
+        offer ``tools`` to the model when given and run the calls it makes. ``stable``: the start
+        of ``messages`` the next request sends again as it is (for a provider's prompt cache
+        markers; ``None``: not known).
 
         Raises:
             ModelCallError: one of its subclasses, when no reply can be had.
@@ -258,7 +261,7 @@ class LiteLLMReplier:
         retry: retries for transient failures; the default is none
             (:func:`runtime.service.open_engine` passes ``COMPANION_MODEL_RETRIES``).
         sleep: how to wait between attempts (tests may replace it).
-        cache_markers: mark each request's cache breakpoints (:func:`~runtime.llm._usage.cache_points`,
+        cache_markers: mark each request's cache breakpoints (:func:`~runtime.llm._usage.cache_marks`,
             sent as litellm's ``cache_control_injection_points``), for providers whose prompt cache
             needs them (:func:`~runtime.llm._usage.marks_cache`).
         cache_ttl: the markers' lifetime, ``5m`` or ``1h`` (``None``: the provider's default).
@@ -298,9 +301,11 @@ class LiteLLMReplier:
         session_id: str,
         on_delta: Callable[[str], None] | None = None,
         tools: Tools | None = None,
+        stable: StablePrefix | None = None,
     ) -> Reply:
         """Ask the model; stream to ``on_delta`` when it is given; offer ``tools`` when given
-        and run the calls the model makes (see the module docstring).
+        and run the calls the model makes (see the module docstring). ``stable``: the start of
+        ``messages`` the next request sends again as it is (where :func:`cache_marks` puts markers).
 
         The returned ``content`` joins the text of every round with a blank line (what
         ``on_delta`` was given, in the same order).
@@ -310,7 +315,9 @@ class LiteLLMReplier:
             ModelUnavailableError: once the retries or their time are used up.
         """
         if tools is None:
-            return self._priced(self._retrying(messages, session_id=session_id, on_delta=on_delta, extra={}))
+            return self._priced(
+                self._retrying(messages, session_id=session_id, on_delta=on_delta, extra={}, stable=stable)
+            )
         convo = list(messages)
         texts: list[str] = []
         calls: list[ToolCall] = []
@@ -325,7 +332,7 @@ class LiteLLMReplier:
             extra = {"tools": tools.specs, "tool_choice": "none" if last else "auto"}
             if deltas is not None:
                 deltas.new_round()
-            answer = self._retrying(convo, session_id=session_id, on_delta=deltas, extra=extra)
+            answer = self._retrying(convo, session_id=session_id, on_delta=deltas, extra=extra, stable=stable)
             attempts += answer.attempts
             first = answer if rounds == 0 else first
             first_prompt = answer.prompt_tokens if rounds == 0 else first_prompt
@@ -386,6 +393,7 @@ class LiteLLMReplier:
         session_id: str,
         on_delta: Callable[[str], None] | None,
         extra: dict[str, Any],
+        stable: StablePrefix | None = None,
     ) -> Reply:
         """One request with the bounded retries."""
         started = time.monotonic()
@@ -395,7 +403,8 @@ class LiteLLMReplier:
             attempt += 1
             try:
                 return replace(
-                    self._once(messages, session_id=session_id, on_delta=on_delta, extra=extra), attempts=attempt
+                    self._once(messages, session_id=session_id, on_delta=on_delta, extra=extra, stable=stable),
+                    attempts=attempt,
                 )
             except _ProviderFailure as failure:
                 exc = failure.exc
@@ -443,6 +452,7 @@ class LiteLLMReplier:
         session_id: str,
         on_delta: Callable[[str], None] | None,
         extra: dict[str, Any] | None = None,
+        stable: StablePrefix | None = None,
     ) -> Reply:
         """One request. litellm's exceptions come out wrapped in :class:`_ProviderFailure`;
         ``on_delta``'s own exceptions come out as they are."""
@@ -450,7 +460,8 @@ class LiteLLMReplier:
 
         sent = to_openai(messages)  # typed messages become litellm's dicts here only
         if self.cache_markers:
-            extra = {**(extra or {}), "cache_control_injection_points": cache_points(sent, ttl=self.cache_ttl)}
+            sent, points = cache_marks(sent, ttl=self.cache_ttl, stable=stable)
+            extra = {**(extra or {}), "cache_control_injection_points": points}
         kwargs: dict[str, Any] = dict(
             model=self.model,
             messages=sent,

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from runtime._offline import quietly
+from runtime.messages import StablePrefix
 
 if TYPE_CHECKING:
     from runtime.llm._replier import Reply
@@ -69,19 +70,54 @@ def marks_cache(model: str, setting: str = "auto") -> bool:
     return provider in MARKED_PROVIDERS
 
 
-def cache_points(messages: Sequence[Mapping[str, Any]], *, ttl: str | None = None) -> list[dict[str, Any]]:
-    """litellm's ``cache_control_injection_points`` for one request: a breakpoint on the last
-    system message of the head (the persona and what changes only at compactions) and one on the
-    newest assistant reply (the conversation up to it, which the next request starts with; the
-    newest user message and what is under it change every turn, so no breakpoint goes there).
-    At most two of Anthropic's four. ``ttl``: ``5m`` or ``1h`` (Anthropic's cache lifetimes;
-    ``None``: the provider's default, 5 minutes)."""
-    control: dict[str, Any] = {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}
+def cache_points(
+    messages: Sequence[Mapping[str, Any]], *, ttl: str | None = None, stable: StablePrefix | None = None
+) -> list[dict[str, Any]]:
+    """litellm's ``cache_control_injection_points`` for one request: a breakpoint on the persona
+    (the first system message), one on the last system message of the head (what changes only at
+    compactions in the cache layout, every turn in the classic one), one on the newest assistant reply (the conversation up to it, which the next request starts with), and
+    one on the newest user message when the next request sends it again whole (``stable``: what it
+    sends again, :attr:`~runtime.context.AssembledContext.stable_prefix`; ``None``: not known, no
+    breakpoint there; a user message that carries what shows for this turn only gets none here: a
+    write of all of it would never be read). At most Anthropic's four. Anthropic reads
+    the longest prefix an earlier request wrote at a breakpoint, looking back up to 20 blocks from
+    each of this request's (Anthropic's prompt-caching guide). ``ttl``: ``5m`` or ``1h``
+    (Anthropic's cache lifetimes; ``None``: the provider's default, 5 minutes)."""
     head = 0
     while head + 1 < len(messages) and messages[head + 1].get("role") == "system":
         head += 1
-    points = [head] if messages and messages[0].get("role") == "system" else []
+    points = sorted({0, head}) if messages and messages[0].get("role") == "system" else []
     last_reply = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
     if last_reply is not None and last_reply > head:
         points.append(last_reply)
-    return [{"location": "message", "index": i, "control": control} for i in points]
+    newest = stable.messages - 1 if stable is not None else -1
+    if 0 <= newest < len(messages) and newest > max(points, default=-1) and messages[newest].get("role") == "user":
+        points.append(newest)
+    return [{"location": "message", "index": i, "control": _control(ttl)} for i in points]
+
+
+def cache_marks(
+    messages: Sequence[Mapping[str, Any]], *, ttl: str | None = None, stable: StablePrefix | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A request to a provider whose cache needs markers: the OpenAI-format ``messages`` to send
+    and litellm's ``cache_control_injection_points`` (:func:`cache_points`). When the next request
+    sends only the start of the newest user message again (``stable.chars``: the user's text and
+    the recall kept under it, not what shows for this turn only), that message goes as two text
+    parts, the first carrying a ``cache_control`` breakpoint: the content-part marker litellm
+    documents for Anthropic (an injection point marks a message's last part). The text sent is
+    the same. ``messages`` is not changed."""
+    sent = [dict(m) for m in messages]
+    points = cache_points(sent, ttl=ttl, stable=stable)
+    if stable is not None and stable.chars > 0 and stable.messages < len(sent):
+        message = sent[stable.messages]
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, str) and 0 < stable.chars < len(content):
+            message["content"] = [
+                {"type": "text", "text": content[: stable.chars], "cache_control": _control(ttl)},
+                {"type": "text", "text": content[stable.chars :]},
+            ]
+    return sent, points
+
+
+def _control(ttl: str | None) -> dict[str, Any]:
+    return {"type": "ephemeral", **({"ttl": ttl} if ttl else {})}

@@ -421,7 +421,9 @@ class TurnRunner:
             kwargs["on_delta"] = turn.on_delta
         if attempt.tools is not None:
             kwargs["tools"] = attempt.tools
-        answer = self.replier.reply(attempt.context.messages, session_id=turn.session_id, **kwargs)
+        answer = self.replier.reply(
+            attempt.context.messages, session_id=turn.session_id, stable=attempt.context.stable_prefix, **kwargs
+        )
         return ReplyOutcome(
             reply=answer,
             context=attempt.context,
