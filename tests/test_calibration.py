@@ -98,6 +98,9 @@ def test_an_over_counted_session_gets_the_window_it_pays_for(make_engine_for, fa
         sizes[name + "-reported"] = [t.usage_prompt_tokens for t in replies]
         if name == "over":
             assert results[5].context.calibration < 0.6  # fallen toward the provider by the sixth turn
+            # recall fetched what the memory budget holds at the session's count, not at the raw one
+            memory = results[-1].context.sources["memory"]
+            assert memory.tokens >= 0.8 * memory.cap
     exact, over = sizes["exact-reported"][-8:], sizes["over-reported"][-8:]
     # what the over-counted session sends, as the provider counts it, against the exact one's
     assert sum(over) >= share * sum(exact)

@@ -256,6 +256,7 @@ class ContextGatherer:
                 reads=reads,
                 turns=turns,
                 character_id=character.id if self.recall_settings.per_character else None,
+                factor=factor,
             )
             if query is not None
             else []
@@ -399,13 +400,16 @@ class ContextGatherer:
         reads: SessionReads,
         turns: Sequence[Turn],
         character_id: str | None = None,
+        factor: float = 1.0,
     ) -> list[RecalledItem]:
         """The archive segments recalled for ``query``: the engine's preset, the session's turns
-        still in view (``turns``) left out, within what ``memory`` may grow to (tokens); of
-        ``character_id``'s sessions with the user only (``None``: of all the user's)."""
+        still in view (``turns``) left out, within what ``memory`` may grow to (tokens, in the
+        segments' stored counts: a session whose correction ``factor`` is below 1 counts each
+        stored token at less, so its budget holds more of them); of ``character_id``'s sessions
+        with the user only (``None``: of all the user's)."""
         first_recent = turns[0].seq if turns else None
         # memory may also take what the persona, summary and retrieval leave idle
-        budget = budgets.memory + budgets.persona + budgets.summary + budgets.retrieval
+        budget = stored_cap(budgets.memory + budgets.persona + budgets.summary + budgets.retrieval, min(factor, 1.0))
         segments = self.store.archive.recall(
             self.recall_preset.query(
                 user_id=user_id,
