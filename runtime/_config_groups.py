@@ -46,7 +46,7 @@ class TurnSettings:
     """``COMPANION_COMPACTION_TARGET``: share of the ``recent`` cap a compaction leaves."""
     layout: Literal["cache", "classic"] = "cache"
     """``COMPANION_LAYOUT``: the prompt's order (``runtime.context.ContextInputs.layout``)."""
-    recall_tail_share: float = 0.15
+    recall_tail_share: float = 0.1
     """``COMPANION_RECALL_TAIL_SHARE``: the cache layout's recall tail, a share of the memory budget."""
     recall_keep: Literal["all", "coverage"] = "all"
     """``COMPANION_RECALL_KEEP``: when the cache layout's kept recall block stays."""

@@ -253,7 +253,7 @@ class Settings(_EnvironmentSettings):
     knowledge hits) under the newest user message, so a provider's prompt cache reuses the rest;
     ``classic``: summary, memory and retrieval in the system context after the persona, as before
     (docs/sessions.md#prompt-layout)."""
-    recall_tail_share: float = Field(0.15, ge=0.0, le=1.0)
+    recall_tail_share: float = Field(0.1, ge=0.0, le=1.0)
     """``COMPANION_RECALL_TAIL_SHARE``: in the ``cache`` layout, the share of the memory budget a
     rebuilt recall block leaves, and the most one turn's recall may add under its message before
     the block is rebuilt (0: rebuilt whenever recall finds a segment not in view; 1: never rebuilt

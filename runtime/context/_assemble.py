@@ -205,7 +205,7 @@ class ContextInputs:
     (:mod:`runtime.context._stable_recall`)."""
     kept_recall: StableRecall | None = None
     """The session's stored recall: its block and kept tails (cache layout; ``None``: none kept yet)."""
-    tail_share: float = 0.15
+    tail_share: float = 0.1
     """Cache layout: the share of the memory budget a rebuilt block leaves and one turn's recall may
     add under its message before the kept block is rebuilt (0 to 1; a third of it is never kept)."""
     keep: Keep = "all"
