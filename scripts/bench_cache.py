@@ -5,9 +5,10 @@
 
 Each LoCoMo conversation of the split is replayed (known replies, as ``companion replay``) once
 per window and layout (``LAYOUT[:KEEP[:TAIL_SHARE]]``: ``cache:coverage`` is the cache layout with
-``COMPANION_RECALL_KEEP=coverage``, ``cache:all:0.5`` with ``COMPANION_RECALL_TAIL_SHARE=0.5``), into one database (the embedded server, or ``DATABASE_URL``). Every
-request the model would get is rendered as a token stream (each message: a separator token, its
-role, its text; ``cl100k_base``) and compared with the request before it in the session.
+``COMPANION_RECALL_KEEP=coverage``, ``cache:all:0.5`` with ``COMPANION_RECALL_TAIL_SHARE=0.5``),
+into one database (the embedded server, or ``DATABASE_URL``). Every request the model would get
+is rendered as a token stream (each message: a separator token, its role, its text;
+``cl100k_base``) and compared with the request before it in the session.
 Reported per window and layout, in one run:
 
 - **prefix share**: the tokens each request shares with the start of the one before it, summed

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from memory.tables import Turn, TurnState
-from persona import Persona
+from persona import Lorebook, LoreEntry, Persona
 from runtime.accounting import counter_for
 from runtime.config import Settings
 from runtime.context import RecalledItem, split_recall
@@ -468,3 +469,43 @@ def test_the_compaction_after_a_turn_leaves_room_for_the_next_message():
     assert room_cap(turns, 1000) == 1000 - turns[4].tokens
     # never less than half the cap: a longer message is cut to fit anyway
     assert room_cap(turns, 150) == 75
+
+
+def _blocks(body: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """An Anthropic request as its blocks in order: (role, text, carries a breakpoint)."""
+    out = [("system", b["text"], bool(b.get("cache_control"))) for b in body.get("system", [])]
+    for m in body["messages"]:
+        parts = m["content"] if isinstance(m["content"], list) else [{"text": m["content"]}]
+        out += [(m["role"], p.get("text", ""), bool(p.get("cache_control"))) for p in parts]
+    return out
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_an_anthropic_session_marks_only_what_the_next_request_starts_with(store, embedder):
+    # a lorebook entry fires under the message that names the cat: that turn only
+    book = Lorebook(entries=(LoreEntry(keys=("Pixel",), content="Pixel is a grey tabby who hates the vacuum."),))
+    persona = replace(PERSONA, character_book=replace(book, scan_depth=0))
+    settings = Settings(context_window=32768, database_url="unused", layout="cache", compaction="inline")
+    server = _Anthropic()
+    replier = LiteLLMReplier(
+        model="anthropic/claude-sonnet-4-5", api_base=server.url, api_key="sk-ant-test", timeout=10, cache_markers=True
+    )
+    engine = Engine(settings=settings, store=store, embedder=embedder, persona=persona, replier=replier)
+    try:
+        results = [_talk_one(engine, "ivy", i) for i in range(10)]
+    finally:
+        server.server.shutdown()
+    assert not any(r.compactions for r in results)
+    whole = part = 0
+    for before, after in zip(server.bodies, server.bodies[1:], strict=False):
+        sent, next_sent = _blocks(before), _blocks(after)
+        assert sum(m for _, _, m in sent) <= 4  # Anthropic takes four breakpoints at most
+        last = max(i for i, (_, _, marked) in enumerate(sent) if marked)
+        # everything up to the last breakpoint is the start of the next request, block for block
+        assert [(r, t) for r, t, _ in next_sent[: last + 1]] == [(r, t) for r, t, _ in sent[: last + 1]]
+        if last == len(sent) - 1:
+            whole += 1  # the newest message, all of it
+        elif sent[last][0] == "user" and sent[last + 1][0] == "user":
+            part += 1  # its text, without the lorebook entry under it
+            assert "Pixel is a grey tabby" in sent[last + 1][1] and "Pixel is a grey tabby" not in next_sent[last][1]
+    assert whole >= 5 and part >= 1

@@ -75,14 +75,15 @@ def cache_points(
 ) -> list[dict[str, Any]]:
     """litellm's ``cache_control_injection_points`` for one request: a breakpoint on the persona
     (the first system message), one on the last system message of the head (what changes only at
-    compactions in the cache layout, every turn in the classic one), one on the newest assistant reply (the conversation up to it, which the next request starts with), and
-    one on the newest user message when the next request sends it again whole (``stable``: what it
-    sends again, :attr:`~runtime.context.AssembledContext.stable_prefix`; ``None``: not known, no
-    breakpoint there; a user message that carries what shows for this turn only gets none here: a
-    write of all of it would never be read). At most Anthropic's four. Anthropic reads
-    the longest prefix an earlier request wrote at a breakpoint, looking back up to 20 blocks from
-    each of this request's (Anthropic's prompt-caching guide). ``ttl``: ``5m`` or ``1h``
-    (Anthropic's cache lifetimes; ``None``: the provider's default, 5 minutes)."""
+    compactions in the cache layout, every turn in the classic one), one on the newest assistant
+    reply (the conversation up to it, which the next request starts with), and one on the newest
+    user message when the next request sends it again whole (``stable``: what it sends again,
+    :attr:`~runtime.context.AssembledContext.stable_prefix`; ``None``: not known, no breakpoint
+    there; a user message that carries what shows for this turn only gets none here: a write of
+    all of it would never be read). At most Anthropic's four. Anthropic reads the longest prefix
+    an earlier request wrote at a breakpoint, looking back up to 20 blocks from each of this
+    request's (Anthropic's prompt-caching guide). ``ttl``: ``5m`` or ``1h`` (Anthropic's cache
+    lifetimes; ``None``: the provider's default, 5 minutes)."""
     head = 0
     while head + 1 < len(messages) and messages[head + 1].get("role") == "system":
         head += 1
