@@ -124,33 +124,39 @@ def test_after_a_full_disk_stops_the_database_the_service_starts_it_once_space_i
             with psycopg.connect(server.get_uri(), autocommit=True) as admin:
                 admin.execute("CREATE TABLE wal_filler (n int) WITH (fillfactor = 50)")
                 admin.execute("INSERT INTO wal_filler VALUES (0)")
+                # each WAL segment switched to is a new file (none recycled), so the first switch on
+                # the full disk PANICs; after a PANIC the postmaster shuts down instead of running
+                # its own crash recovery, which could take the space the crash freed before the
+                # test fills it
+                admin.execute("ALTER SYSTEM SET wal_recycle = off")
+                admin.execute("ALTER SYSTEM SET restart_after_crash = off")
+                admin.execute("SELECT pg_reload_conf()")
                 admin.execute("CHECKPOINT")
-            supervisor = EmbeddedSupervisor(
-                small_volume, interval=0.2, backoff=(0.2, 1.0), warn_free_bytes=64 * 2**20
-            ).start()
+            supervisor = EmbeddedSupervisor(small_volume, interval=0.2, backoff=(0.2, 1.0), warn_free_bytes=64 * 2**20)
+            fillers: list[Path] = []
+
+            def full_and_down() -> bool:
+                """Fill whatever space is free (PostgreSQL may free some: old WAL after a checkpoint),
+                then write WAL until PostgreSQL PANICs on a segment it cannot create and shuts down;
+                then fill what the crash freed (the segment it could not finish)."""
+                fillers.append(small_volume / f"filler-{len(fillers)}")
+                _fill(fillers[-1])
+                with (
+                    contextlib.suppress(psycopg.Error),
+                    psycopg.connect(server.get_uri(), autocommit=True, connect_timeout=2) as admin,
+                ):
+                    for n in range(1, 200):  # an error (the server going down) ends the burst
+                        admin.execute("UPDATE wal_filler SET n = %s", (n,))
+                        admin.execute("SELECT pg_switch_wal()")
+                fillers.append(small_volume / f"filler-{len(fillers)}")
+                _fill(fillers[-1])
+                return not supervisor.running() and not engine.store.ready()
+
+            # the server is down on a full disk before the supervisor watches it: its first
+            # restarts fail until space is freed
+            assert _until(full_and_down, 60)
+            supervisor.start()
             try:
-                fillers: list[Path] = []
-
-                def full_and_down() -> bool:
-                    """Fill whatever space is free (PostgreSQL may free some: old WAL after a checkpoint),
-                    then write WAL: once no new write-ahead-log segment can be created, PostgreSQL PANICs,
-                    and its crash recovery fails on the full disk too, so the postmaster shuts down."""
-                    fillers.append(small_volume / f"filler-{len(fillers)}")
-                    _fill(fillers[-1])
-                    with (
-                        contextlib.suppress(psycopg.Error),
-                        psycopg.connect(server.get_uri(), autocommit=True, connect_timeout=2) as admin,
-                    ):
-                        for n in range(1, 200):  # an error (the server going down) ends the burst
-                            admin.execute("UPDATE wal_filler SET n = %s", (n,))
-                            admin.execute("SELECT pg_switch_wal()")
-                    # what the crash freed (the WAL segment it could not finish) is filled at once,
-                    # before the supervisor's next restart (0.2 s on) could recover into it
-                    fillers.append(small_volume / f"filler-{len(fillers)}")
-                    _fill(fillers[-1])
-                    return not supervisor.running() and not engine.store.ready()
-
-                assert _until(full_and_down, 60)
                 with pytest.raises(StorageError):
                     engine.turn(user_id="u", session_id="s", message="Are you there?", reply="...")
                 assert _until(lambda: _events(logs, "database.embedded_restart_failed") >= 1, 30)  # still full
