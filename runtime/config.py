@@ -261,8 +261,9 @@ class Settings(_EnvironmentSettings):
     recall_keep: Annotated[Literal["all", "coverage"], BeforeValidator(_lower)] = "all"
     """``COMPANION_RECALL_KEEP``: in the ``cache`` layout, when the kept recall block stays, besides
     while the message stays on its subject (``recall_same_topic``). ``all`` (default): while every
-    segment the classic layout would show is in view, the turn adding those it lacks;
-    ``coverage``: while it holds a quarter of the turn's best-ranked segments, the tail adding the
+    segment the classic layout would show is in view, the turn adding those it lacks, or while the
+    kept recall holds most of them (``runtime.context._stable_recall.KEEP_HELD`` of their tokens),
+    the turn adding the best of the rest; ``coverage``: while it holds a quarter of the turn's best-ranked segments, the tail adding the
     best of the rest (the provider reuses more, recall shows less: docs/evaluation.md#prompt-cache)."""
     recall_same_topic: float = Field(0.25, ge=-1.0, le=1.0)
     """``COMPANION_RECALL_SAME_TOPIC``: in the ``cache`` layout, the cosine similarity between the

@@ -315,6 +315,22 @@ def test_the_kept_block_stays_while_the_rule_holds_and_is_rebuilt_when_recall_mo
     assert not coverage.rebuilt and 7 in coverage.tail_ids + coverage.volatile_ids  # the best it lacks
 
 
+def test_a_selection_the_kept_recall_mostly_holds_keeps_the_block_and_shows_the_best_it_lacks():
+    counter = counter_for("gpt-4o-mini")
+    segments = [_segment(i, words=10) for i in range(14)]
+    kept = split_recall(segments[:6], None, cap=900, tail_cap=90, counter=counter, zone=UTC).stable
+    assert set(kept.segment_ids) == set(range(6))
+    # three new segments, more than the room left holds, beside the six the kept recall holds
+    mostly = [segments[11], segments[12], segments[13], *segments[:6]]
+    split = split_recall(mostly, kept, cap=900, tail_cap=90, counter=counter, zone=UTC)
+    assert not split.rebuilt and split.stable.text == kept.text
+    assert {s.id for s in split.recalled} == {*range(6), 11}  # the best of what it lacks, within the room
+    # the same three beside two of the six: most of the selection is new, the block is rebuilt
+    less = [segments[11], segments[12], segments[13], *segments[:2]]
+    rebuilt = split_recall(less, kept, cap=900, tail_cap=90, counter=counter, zone=UTC)
+    assert rebuilt.rebuilt and {s.id for s in rebuilt.recalled} == {0, 1, 11, 12, 13}
+
+
 def test_a_tail_stays_under_its_turn_and_a_turn_adds_only_what_is_not_in_view():
     counter = counter_for("gpt-4o-mini")
     segments = [_segment(i, words=10) for i in range(12)]
@@ -334,9 +350,10 @@ def test_a_tail_stays_under_its_turn_and_a_turn_adds_only_what_is_not_in_view():
         [segments[6], segments[5], *segments[:4]], kept, cap=900, tail_cap=300, counter=counter, zone=UTC
     )
     assert fourth.tail_ids == (6,) and fourth.stable.tails[0] == kept.tails[0]
-    # when the kept tails leave no room for what the turn lacks, the block is rebuilt
+    # when the kept tails leave no room for what the turn lacks, and it holds less than half of
+    # what the turn selects, the block is rebuilt
     used = sum(counter.count_text("\n\n" + t) for _, t in kept.pieces if t)
-    selection = [segments[6], segments[5], *segments[:4]]
+    selection = [segments[6], segments[7], segments[8], segments[9], segments[5], segments[0]]
     full = split_recall(selection, kept, cap=used + 5, tail_cap=300, counter=counter, zone=UTC)
     fresh = split_recall(selection, None, cap=used + 5, tail_cap=300, counter=counter, zone=UTC)
     assert full.rebuilt and {s.id for s in full.recalled} == {s.id for s in fresh.recalled}
@@ -346,11 +363,11 @@ def test_a_message_on_the_same_subject_keeps_the_block_whatever_recall_finds():
     counter = counter_for("gpt-4o-mini")
     segments = [_segment(i) for i in range(12)]
     kept = split_recall(segments[:6], None, cap=600, tail_cap=150, counter=counter, zone=UTC).stable
-    two_new = [segments[6], segments[7], *segments[0:4]]  # more than the tail holds: the all rule rebuilds
-    assert split_recall(two_new, kept, cap=600, tail_cap=150, counter=counter, zone=UTC).rebuilt
+    mostly_new = [segments[6], segments[7], segments[8], *segments[0:2]]  # more than the tail holds, mostly new
+    assert split_recall(mostly_new, kept, cap=600, tail_cap=150, counter=counter, zone=UTC).rebuilt
     for keep in ("all", "coverage"):
         split = split_recall(
-            two_new, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep=keep, same_topic=True
+            mostly_new, kept, cap=600, tail_cap=150, counter=counter, zone=UTC, keep=keep, same_topic=True
         )
         assert not split.rebuilt and split.stable.text == kept.text
         # the tail shows the best-ranked segments the block lacks, within a third of its cap
@@ -358,7 +375,9 @@ def test_a_message_on_the_same_subject_keeps_the_block_whatever_recall_finds():
         assert set(split.tail_ids) <= {s.id for s in split.recalled} <= kept.all_segment_ids | set(split.tail_ids)
     # a kept recall over the cap is rebuilt even on the same subject
     used = sum(counter.count_text("\n\n" + t) for _, t in kept.pieces if t)
-    assert split_recall(two_new, kept, cap=used - 1, tail_cap=150, counter=counter, zone=UTC, same_topic=True).rebuilt
+    assert split_recall(
+        mostly_new, kept, cap=used - 1, tail_cap=150, counter=counter, zone=UTC, same_topic=True
+    ).rebuilt
     # so is one built when the archive was small, once the turn selects much more than it shows
     small = split_recall(segments[:2], None, cap=600, tail_cap=150, counter=counter, zone=UTC).stable
     grown = split_recall(segments[:8], small, cap=600, tail_cap=150, counter=counter, zone=UTC, same_topic=True)
@@ -389,7 +408,9 @@ def _rebuilds(store, embedder, fake_llm, user: str, same_topic: float) -> tuple[
 
 
 @pytest.mark.usefixtures("steady_fake_llm")
-def test_the_gatherer_keeps_the_block_while_the_message_stays_on_its_subject(store, embedder, fake_llm):
+def test_the_gatherer_keeps_the_block_while_the_message_stays_on_its_subject(store, embedder, fake_llm, monkeypatch):
+    # the subject alone decides here: a block that holds most of a turn's selection would stay anyway
+    monkeypatch.setattr("runtime.context._stable_recall.KEEP_HELD", 1.01)
     # every message stays "on the subject" at -1: a block in view is never replaced
     on_topic, turns = _rebuilds(store, embedder, fake_llm, "dee", -1.0)
     assert turns == 30 and on_topic == 0

@@ -18,7 +18,9 @@ the block and the tails in view):
 
 1. Recall selects what the classic layout would show within ``cap`` (:func:`memory_block`).
 2. The kept block stays while the kept recall fits ``cap`` and, by the ``all`` rule (the default),
-   every selected segment it lacks fits what is left of ``cap`` within ``tail_cap``; by the
+   every selected segment it lacks fits what is left of ``cap`` within ``tail_cap``, or the kept
+   recall already holds :data:`KEEP_HELD` of the selection (in tokens: the message has moved on
+   less than recall's ranking says, and the turn shows the best of what it lacks); by the
    ``coverage`` rule, while it holds at least :data:`KEEP_COVERAGE` of the turn's best-ranked
    segments (the best ``tail_cap`` tokens of the selection, by their stored counts). The selected
    segments it lacks are added best first: those that fit ``cap`` less the kept recall and the
@@ -38,11 +40,11 @@ the recent window (rolled out, deleted) is rebuilt; a tail whose turn is no long
 longer in view. The assembler also rebuilds the block when the prompt before it changed since it
 was built (a compaction changed the summary; :attr:`StableRecall.prefix`): the provider then has
 nothing cached after it, and a block built for the current message costs no more than the old one.
-The tail size, the ``same_topic`` threshold and :data:`KEEP_COVERAGE` trade the prefix a provider
+The tail size, the ``same_topic`` threshold, :data:`KEEP_HELD` and :data:`KEEP_COVERAGE` trade the prefix a provider
 can reuse against recall shown per turn: ``scripts/bench_cache.py`` measures both. A message that
 moves on (a new subject, a question about something long past) gets a block rebuilt for it, so
-it sees all the classic layout would show; one that stays on the subject keeps the recall built
-for the subject, with the best of what it lacks.
+it sees all the classic layout would show; one that stays on the subject, or whose selection the
+kept recall mostly holds, keeps the recall built before, with the best of what it lacks.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ SAME_TOPIC_FILL = 0.75
 """On the same subject, the share of the turn's selection (tokens) the block and the tail must show
 for the block to stay: a block built when the room or the archive was smaller is rebuilt to fill it
 (our choice)."""
+
+KEEP_HELD = 0.6
+"""By the ``all`` rule, the share of the turn's selection (tokens, by their stored counts) the kept
+recall must hold for the block to stay when what it lacks does not all fit: the best of that shows
+within the room left (our choice, set on the tuning split with a margin: ``scripts/bench_cache.py``
+found evidence equal to the classic layout's from 0.5 up, and lower at 0.42)."""
 
 KEEP_COVERAGE = 0.25
 """Share of the turn's best-ranked segments (``tail_cap`` tokens of them) the kept block must hold
@@ -213,6 +221,10 @@ def split_recall(
         added = _tail(missing, room, cap - used - reserve, counter, zone)
         if keep == "all":
             ok = len(added.items) + len(added.volatile_items) == len(missing)
+            if not ok and not same_topic:
+                # most of what the turn selects is in view already: the kept recall still serves it
+                total = sum(c.tokens for c in ranked)
+                ok = total > 0 and sum(c.tokens for c in ranked if c.id in held) >= KEEP_HELD * total
         else:
             core = _best(ranked, tail_cap)
             ok = sum(c.tokens for c in core if c.id in held) >= KEEP_COVERAGE * sum(c.tokens for c in core)
