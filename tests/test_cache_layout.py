@@ -274,6 +274,27 @@ def test_an_anthropic_request_carries_the_markers_and_its_cache_usage_is_read():
     assert last[0]["cache_control"]["type"] == "ephemeral" and "cache_control" not in last[1]
 
 
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_dashscope_request_carries_the_markers_in_its_openai_compatible_body(fake_llm):
+    # DashScope's OpenAI-compatible API takes the same cache_control on a content part
+    replier = LiteLLMReplier(
+        model="dashscope/qwen-plus", api_base=fake_llm.api_base, api_key="sk-test", timeout=10, cache_markers=True
+    )
+    messages = [
+        {"role": "system", "content": "You are Mira."},
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": "and now?\n\n<reference>once</reference>"},
+    ]
+    replier.reply(messages, session_id="s", stable=StablePrefix(3, len("and now?")))
+    sent = fake_llm.requests[-1]["messages"]
+    first, rest = sent[-1]["content"]
+    assert first["text"] == "and now?" and first["cache_control"]["type"] == "ephemeral"
+    assert rest["text"] == "\n\n<reference>once</reference>" and "cache_control" not in rest
+    marked = [m["role"] for m in sent if "cache_control" in str(m)]
+    assert marked == ["system", "assistant", "user"]
+
+
 def _segment(i: int, words: int = 20) -> RecalledItem:
     return RecalledItem(
         id=i,
