@@ -40,11 +40,12 @@ the recent window (rolled out, deleted) is rebuilt; a tail whose turn is no long
 longer in view. The assembler also rebuilds the block when the prompt before it changed since it
 was built (a compaction changed the summary; :attr:`StableRecall.prefix`): the provider then has
 nothing cached after it, and a block built for the current message costs no more than the old one.
-The tail size, the ``same_topic`` threshold, :data:`KEEP_HELD` and :data:`KEEP_COVERAGE` trade the prefix a provider
-can reuse against recall shown per turn: ``scripts/bench_cache.py`` measures both. A message that
-moves on (a new subject, a question about something long past) gets a block rebuilt for it, so
-it sees all the classic layout would show; one that stays on the subject, or whose selection the
-kept recall mostly holds, keeps the recall built before, with the best of what it lacks.
+The tail size, the ``same_topic`` threshold, :data:`KEEP_HELD` and :data:`KEEP_COVERAGE` trade the
+prefix a provider can reuse against recall shown per turn: ``scripts/bench_cache.py`` measures
+both. A message that moves on (a new subject, a question about something long past) gets a block
+rebuilt for it, so it sees all the classic layout would show; one that stays on the subject, or
+whose selection the kept recall mostly holds, keeps the recall built before, with the best of what
+it lacks.
 """
 
 from __future__ import annotations
