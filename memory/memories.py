@@ -175,8 +175,8 @@ class Memories:
                 # a session's kept recall block and tails quoting one of them go too (the next turn rebuilds them)
                 db.execute(
                     text(
-                        "UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, recall_tails = NULL, "
-                        "recall_prefix = NULL "
+                        "UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
+                        "recall_tails = NULL, recall_prefix = NULL "
                         "WHERE user_id = :u AND recall_segments && CAST(:ids AS bigint[])"
                     ),
                     {"u": user_id, "ids": list(what.segment_ids)},

@@ -263,15 +263,17 @@ class Settings(_EnvironmentSettings):
     while the message stays on its subject (``recall_same_topic``). ``all`` (default): while every
     segment the classic layout would show is in view, the turn adding those it lacks, or while the
     kept recall holds most of them (``runtime.context._stable_recall.KEEP_HELD`` of their tokens),
-    the turn adding the best of the rest; ``coverage``: while it holds a quarter of the turn's best-ranked segments, the tail adding the
-    best of the rest (the provider reuses more, recall shows less: docs/evaluation.md#prompt-cache)."""
+    the turn adding the best of the rest; ``coverage``: while it holds a quarter of the turn's
+    best-ranked segments, the tail adding the best of the rest (the provider reuses more, recall
+    shows less: docs/evaluation.md#prompt-cache)."""
     recall_same_topic: float = Field(0.25, ge=-1.0, le=1.0)
     """``COMPANION_RECALL_SAME_TOPIC``: in the ``cache`` layout, the cosine similarity between the
     embeddings of the user's message and of the user's message before it at or above which the
     message has not moved on, and the kept recall block stays (the turn adding the best of what is
     not in view within a third of ``recall_tail_share``, while what is in view is three quarters of
-    what recall selects). The scale is the embedding model's: 0.25 was set for the bundled model on LoCoMo's
-    tuning split (docs/evaluation.md#prompt-cache); 1 keeps the block only for a repeated message."""
+    what recall selects). The scale is the embedding model's: 0.25 was set for the bundled model on
+    LoCoMo's tuning split (docs/evaluation.md#prompt-cache); 1 keeps the block only for a repeated
+    message."""
     breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
     breaker_cooldown: Annotated[float | None, AfterValidator(_zero_is_none)] = Field(None, ge=0.0, le=365 * 86400.0)
