@@ -7,8 +7,9 @@ Each LoCoMo conversation of the split is replayed (known replies, as ``companion
 per window and layout (``LAYOUT[:KEEP[:TAIL_SHARE]]``: ``cache:coverage`` is the cache layout with
 ``COMPANION_RECALL_KEEP=coverage``, ``cache:all:0.5`` with ``COMPANION_RECALL_TAIL_SHARE=0.5``),
 into one database (the embedded server, or ``DATABASE_URL``). Every request the model would get
-is rendered as a token stream (each message: a separator token, its role, its text;
-``cl100k_base``) and compared with the request before it in the session.
+is rendered as a token stream (each message: a separator token, its role, its text) and compared
+with the request before it in the session: in ``cl100k_base`` tokens for the prefix share, in each
+provider's own tokens for its bill (:data:`TOKENIZER`).
 Reported per window and layout, in one run:
 
 - **prefix share**: the tokens each request shares with the start of the one before it, summed
@@ -39,10 +40,12 @@ upper bounds of what caching saves, per layout, on the same requests.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -53,8 +56,8 @@ sys.path.insert(0, str(ROOT))
 
 from eval_recall import split_ids  # noqa: E402  (scripts/ is on the path when run as a script)
 
-SEPARATOR = 100264
-"""cl100k's ``<|im_start|>``: one token between messages, as chat templates add one."""
+SEPARATOR = -1
+"""One token between messages, as chat templates add one (an id no tokenizer gives)."""
 PROVIDERS = {
     "deepseek": "deepseek/deepseek-chat",
     "anthropic": "claude-sonnet-4-5",
@@ -63,6 +66,9 @@ PROVIDERS = {
 MIN_CACHED = {"deepseek": 64, "anthropic": 1024, "openai": 1024}
 """Smallest prefix each provider caches, tokens (DeepSeek: one 64-token unit)."""
 UNIT = {"deepseek": 64, "anthropic": 1, "openai": 128}
+TOKENIZER = {"deepseek": "deepseek", "anthropic": "cl100k_base", "openai": "o200k_base"}
+"""The tokens each provider's cache rule counts: its own tokenizer where litellm bundles it
+(DeepSeek's; gpt-4.1's ``o200k_base``); Anthropic publishes none, so ``cl100k_base`` stands in."""
 
 
 @dataclass
@@ -96,18 +102,36 @@ def ratios() -> dict[str, tuple[float, float]]:
     return out
 
 
-def stream(messages, encoding) -> list[int]:
-    """The request as tokens."""
+def encoders() -> dict[str, Callable[[str], list[int]]]:
+    """Tokenizer name -> text to token ids, for ``cl100k_base`` and each of :data:`TOKENIZER`."""
+    from tokenizers import Tokenizer
+
+    from runtime._offline import litellm_tokenizer_dir
+    from runtime.accounting import tiktoken_encoding
+
+    folder = litellm_tokenizer_dir()
+    assert folder is not None, "litellm is not installed"
+    deepseek = Tokenizer.from_file(str(folder / "deepseek_tokenizer.json"))
+    out: dict[str, Callable[[str], list[int]]] = {
+        "deepseek": lambda text: deepseek.encode(text, add_special_tokens=False).ids
+    }
+    for name in ("cl100k_base", "o200k_base"):
+        out[name] = functools.partial(tiktoken_encoding(name).encode, disallowed_special=())
+    return out
+
+
+def stream(messages, encode) -> list[int]:
+    """The request as tokens (``encode``: text -> token ids)."""
     tokens: list[int] = []
     for m in messages:
         content = m.get("content")
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
         tokens.append(SEPARATOR)
-        tokens.extend(encoding.encode(f"{m.get('role')}\n{text}", disallowed_special=()))
+        tokens.extend(encode(f"{m.get('role')}\n{text}"))
     return tokens
 
 
-def blocks(messages, points, encoding) -> tuple[list[int], list[int], list[int]]:
+def blocks(messages, points, encode) -> tuple[list[int], list[int], list[int]]:
     """An Anthropic request as tokens (a message's text parts are blocks of their own), the token
     offsets where each block ends, and the indexes of the blocks that carry a breakpoint
     (``points``: the injection points' message indexes; a part's own ``cache_control``)."""
@@ -121,7 +145,7 @@ def blocks(messages, points, encoding) -> tuple[list[int], list[int], list[int]]
         tokens.append(SEPARATOR)
         for j, part in enumerate(parts):
             text = part.get("text") if isinstance(part.get("text"), str) else json.dumps(part, ensure_ascii=False)
-            tokens.extend(encoding.encode(f"{m.get('role')}\n{text}" if j == 0 else text, disallowed_special=()))
+            tokens.extend(encode(f"{m.get('role')}\n{text}" if j == 0 else text))
             ends.append(len(tokens))
             if part.get("cache_control") or (i in marked and j == len(parts) - 1):
                 marks.append(len(ends) - 1)
@@ -211,7 +235,6 @@ def main() -> int:
     args = parser.parse_args()
 
     from memory.embeddings import runtime_embedder
-    from runtime.accounting import tiktoken_encoding
     from runtime.cli._common import _settings
     from runtime.llm import cache_marks
     from runtime.messages import to_openai
@@ -232,7 +255,7 @@ def main() -> int:
     conversations = [c for c in every if c.id in wanted]
     windows = [int(w) for w in args.windows.split(",") if w.strip()]
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
-    encoding = tiktoken_encoding("cl100k_base")
+    encode = encoders()
     price = ratios()
     print(f"{args.data.name}: {', '.join(c.id for c in conversations)}; windows {windows}; layouts {layouts}")
     print("price ratios (read, write) from litellm's cost map: " + ", ".join(f"{p} {r}" for p, r in price.items()))
@@ -245,15 +268,18 @@ def main() -> int:
         for conv in conversations:
             for layout in layouts:
                 tally = tallies.setdefault((window, layout), Tally())
-                previous: list[int] = []
+                previous: dict[str, list[int]] = {}
                 summary: str | None = None
                 one = Tally()
                 anthropic = AnthropicCache()
 
-                def seen(context, one=one, anthropic=anthropic) -> None:
-                    nonlocal previous, summary
-                    tokens = stream(context.messages, encoding)
-                    shared = common(previous, tokens)
+                def seen(context, one=one, anthropic=anthropic, previous=previous) -> None:
+                    nonlocal summary
+                    streams = {
+                        name: stream(context.messages, encode[name]) for name in {"cl100k_base", *TOKENIZER.values()}
+                    }
+                    tokens = streams["cl100k_base"]
+                    shared = common(previous.get("cl100k_base", []), tokens)
                     why = cause(context, summary) if previous else "turn"
                     one.lost[why] = one.lost.get(why, 0) + len(tokens) - shared
                     summary = context.source_text.get("summary", "")
@@ -261,14 +287,16 @@ def main() -> int:
                     one.tokens += len(tokens)
                     one.shared += shared
                     sent, points = cache_marks(to_openai(context.messages), stable=context.stable_prefix)
-                    for provider in PROVIDERS:
+                    for provider, name in TOKENIZER.items():
+                        own = streams[name]
                         cost = (
-                            anthropic.billed(*blocks(sent, points, encoding), price[provider])
+                            anthropic.billed(*blocks(sent, points, encode[name]), price[provider])
                             if provider == "anthropic"
-                            else billed(provider, len(tokens), shared, price[provider])
+                            else billed(provider, len(own), common(previous.get(name, []), own), price[provider])
                         )
                         one.billed[provider] = one.billed.get(provider, 0.0) + cost
-                    previous = tokens
+                    previous.clear()
+                    previous.update(streams)
 
                 report = replay_conversation(engines[layout].derive(window=window), conv, on_context=seen)
                 found = report.evidence_in_context.get("all", 0)
