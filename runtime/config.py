@@ -271,9 +271,11 @@ class Settings(_EnvironmentSettings):
     embeddings of the user's message and of the user's message before it at or above which the
     message has not moved on, and the kept recall block stays (the turn adding the best of what is
     not in view within a third of ``recall_tail_share``, while what is in view is three quarters of
-    what recall selects). The scale is the embedding model's: 0.25 was set for the bundled model on
-    LoCoMo's tuning split (docs/evaluation.md#prompt-cache); 1 keeps the block only for a repeated
-    message."""
+    what recall selects). The message must also be closer to the one before it than the
+    conversation's messages a few apart are to each other
+    (``runtime.context.topic_background``), which follows any model's scale and language. This
+    floor is on the embedding model's scale: 0.25 was set for the bundled model on LoCoMo's tuning
+    split (docs/evaluation.md#prompt-cache); 1 keeps the block only for a repeated message."""
     breaker_threshold: int = Field(3, ge=1)
     """``COMPANION_BREAKER_THRESHOLD``: consecutive summarization failures that open the breaker."""
     breaker_cooldown: Annotated[float | None, AfterValidator(_zero_is_none)] = Field(None, ge=0.0, le=365 * 86400.0)

@@ -5,6 +5,7 @@ and requests to a provider that needs cache markers carry them (through litellm)
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from memory.tables import Turn, TurnState
 from persona import Lorebook, LoreEntry, Persona
 from runtime.accounting import counter_for
 from runtime.config import Settings
-from runtime.context import RecalledItem, split_recall
+from runtime.context import RecalledItem, split_recall, topic_background
 from runtime.llm import LiteLLMReplier, cache_marks, cache_points, marks_cache
 from runtime.messages import StablePrefix, to_openai
 from runtime.turn import Engine
@@ -100,10 +101,19 @@ def test_each_request_starts_as_the_one_before_it_until_a_compaction(store, embe
     assert any(r.context.recalled for r in results), "recall must have found segments for this to test anything"
     # the engine tells the replier how many leading messages the next request sends again
     assert engine.runner.replier.stables[-len(results) :] == [r.context.stable_prefix for r in results]
-    steady = whole = part = 0
+    steady = whole = part = rebuilt = 0
+    kept = None
     for before, after, previous, result in zip(requests, requests[1:], results, results[1:], strict=False):
+        kept = previous.context.kept_recall or kept  # the recall the session keeps: set when a turn changes it
         if previous.compactions or result.context.sources["recent"].cut:
             continue  # a compaction changed the summary, or one is due and the window is over its cap
+        if result.context.rebuilt_recall is not None and kept is not None:
+            # the message moved on: the block is rebuilt under it, and the prompt changes from
+            # the old block's turn on, never before it
+            anchor = next(i for i, m in enumerate(before) if m["role"] == "user" and kept.text in m["content"])
+            assert after[:anchor] == before[:anchor]
+            rebuilt += 1
+            continue
         # everything before the previous request's newest message is sent again as it was,
         # and that message again without what was under it only for that turn
         last = len(before) - 1
@@ -350,6 +360,14 @@ def test_a_selection_the_kept_recall_mostly_holds_keeps_the_block_and_shows_the_
     less = [segments[11], segments[12], segments[13], *segments[:2]]
     rebuilt = split_recall(less, kept, cap=900, tail_cap=90, counter=counter, zone=UTC)
     assert rebuilt.rebuilt and {s.id for s in rebuilt.recalled} == {0, 1, 11, 12, 13}
+    # most of the selection held, but its best-ranked segment missing and longer than the room:
+    # the message needs what the block lacks most (a question about a small archive), so the
+    # block is rebuilt; ranked below what the block holds, the same segment leaves it in place
+    big = _segment(20, words=35)
+    assert sum(s.tokens for s in segments[:6]) >= 0.6 * sum(s.tokens for s in [big, *segments[:6]])
+    top_missing = split_recall([big, *segments[:6]], kept, cap=900, tail_cap=30, counter=counter, zone=UTC)
+    assert top_missing.rebuilt and 20 in {s.id for s in top_missing.recalled}
+    assert not split_recall([*segments[:6], big], kept, cap=900, tail_cap=30, counter=counter, zone=UTC).rebuilt
 
 
 def test_a_tail_stays_under_its_turn_and_a_turn_adds_only_what_is_not_in_view():
@@ -405,39 +423,95 @@ def test_a_message_on_the_same_subject_keeps_the_block_whatever_recall_finds():
     assert grown.rebuilt and len(grown.stable.segment_ids) > len(small.segment_ids)
 
 
-def _rebuilds(store, embedder, fake_llm, user: str, same_topic: float) -> tuple[int, int]:
-    """(turns that rebuilt the kept block while the one before was still in view, turns) of a
-    session that changes subject every turn, at ``COMPANION_RECALL_SAME_TOPIC=same_topic``."""
+def _rebuilds(
+    store, embedder, fake_llm, user: str, same_topic: float, *, run: int = 1, rounds: int = 30
+) -> tuple[list[int], int]:
+    """(the turns, 0-based, that rebuilt the kept block while the one before was still in view,
+    turns) of a session that changes subject every ``run`` turns, at
+    ``COMPANION_RECALL_SAME_TOPIC=same_topic``."""
     fake_llm.prompt_tokens = estimate_prompt_tokens
     settings = Settings(
         context_window=8192, database_url="unused", layout="cache", compaction="inline", recall_same_topic=same_topic
     )
     replier = LiteLLMReplier(model="openai/fake-model", api_base=fake_llm.api_base, api_key="sk-test", timeout=10)
     engine = Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
-    rebuilt = 0
-    results = _talk(engine, user, 30)
+    rebuilt = []
+    results = []
+    for i in range(rounds):
+        topic = TOPICS[(i // run) % len(TOPICS)]
+        message = f"Do you remember? {topic}. Round {i}. " + FILLER
+        results.append(engine.turn(user_id=user, session_id=f"{user}:s", message=message))
     kept_anchor: int | None = None
-    for before, result in zip([None, *results], results, strict=False):
+    for i, (before, result) in enumerate(zip([None, *results], results, strict=False)):
         seqs = set(result.context.recent_seqs)
         # after a compaction the prompt before the block changed: rebuilding it then costs nothing
         compacted = before is not None and before.compactions
         if result.context.rebuilt_recall is not None and kept_anchor in seqs and not compacted:
-            rebuilt += 1
+            rebuilt.append(i)
         if result.context.rebuilt_recall is not None:
             kept_anchor = max(seqs)  # built under this turn's own message, the newest in view
     return rebuilt, len(results)
+
+
+class _AllAlike:
+    """An embedder that finds any two texts alike, as a model does a language it was not trained
+    on: the test model's vectors pulled toward one direction (two texts on different subjects come
+    out at about 0.7, far above the setting's 0.25)."""
+
+    def __init__(self, inner) -> None:
+        self.name = inner.name
+        self.dimension = inner.dimension
+        self._inner = inner
+
+    def embed(self, texts):
+        out = []
+        for vector in self._inner.embed(texts):
+            pulled = [x + 1.5 / self.dimension**0.5 for x in vector]
+            norm = sum(x * x for x in pulled) ** 0.5
+            out.append([x / norm for x in pulled])
+        return out
 
 
 @pytest.mark.usefixtures("steady_fake_llm")
 def test_the_gatherer_keeps_the_block_while_the_message_stays_on_its_subject(store, embedder, fake_llm, monkeypatch):
     # the subject alone decides here: a block that holds most of a turn's selection would stay anyway
     monkeypatch.setattr("runtime.context._stable_recall.KEEP_HELD", 1.01)
-    # every message stays "on the subject" at -1: a block in view is never replaced
-    on_topic, turns = _rebuilds(store, embedder, fake_llm, "dee", -1.0)
-    assert turns == 30 and on_topic == 0
+    # three messages a subject; at -1 the setting never binds, and a message on the subject of
+    # the one before is closer to it than the conversation's messages a few apart are to each
+    # other: no such turn replaces the block (once five messages tell the conversation's background)
+    rebuilt, turns = _rebuilds(store, embedder, fake_llm, "dee", -1.0, run=3)
+    assert turns == 30 and not [i for i in rebuilt if i % 3 and i >= 5]
     # at 1, only a repeated message stays on it: recall moving on rebuilds the block
     moved_on, _ = _rebuilds(store, embedder, fake_llm, "eve", 1.0)
-    assert moved_on >= 3
+    assert len(moved_on) >= 3
+
+
+def test_the_background_is_how_alike_messages_a_few_apart_are():
+    # unit vectors at known angles: messages 0..5 alternate between two subjects at 0 and 60 degrees
+    angle = [0.0, math.pi / 3] * 3
+    vectors = [[math.cos(a), math.sin(a)] for a in angle]
+    assert topic_background(vectors[:4]) is None  # fewer than five messages: not known
+    # the pairs at least three apart: (3,0) (4,0) (5,0) (4,1) (5,1) (5,2), cosines 0.5 1 0.5 0.5 1 0.5
+    pairs = [0.5, 1.0, 0.5, 0.5, 1.0, 0.5]
+    mean = sum(pairs) / len(pairs)
+    spread = (sum((p - mean) ** 2 for p in pairs) / len(pairs)) ** 0.5
+    assert topic_background(vectors) == pytest.approx(mean - 0.5 * spread)
+    # only the newest messages are read: older ones of another subject change nothing
+    assert topic_background([[0.0, -1.0]] * 40 + vectors * 4) == topic_background(vectors * 4)
+    # a zero vector (no embedding) counts as unlike everything, not as an error
+    assert topic_background([[0.0, 0.0], *vectors]) is not None
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_model_that_finds_all_texts_alike_still_tells_a_new_subject(store, embedder, fake_llm, monkeypatch):
+    monkeypatch.setattr("runtime.context._stable_recall.KEEP_HELD", 1.01)
+    alike = _AllAlike(embedder)
+    similarity = sum(a * b for a, b in zip(*alike.embed([TOPICS[0], TOPICS[3]]), strict=True))
+    assert similarity > 0.6
+    # every message is above the setting's 0.25, yet each changes the subject: measured against
+    # how alike the conversation's messages are anyway, the message has moved on
+    rebuilt, turns = _rebuilds(store, alike, fake_llm, "gil", 0.25)
+    assert turns == 30 and len(rebuilt) >= 3
 
 
 @pytest.mark.usefixtures("steady_fake_llm")

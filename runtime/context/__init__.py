@@ -33,7 +33,14 @@ from runtime.context._pieces import TurnBlocks
 from runtime.context._profile import render_profile, summary_profile_facts
 from runtime.context._query_text import enrich_query, enrichment, named_speaker, without_names
 from runtime.context._retrieval import RetrievalItem, fit_retrieval, insert_at_depth, retrieval_items
-from runtime.context._stable_recall import FrozenTail, RecallSplit, StableRecall, split_recall
+from runtime.context._stable_recall import (
+    BACKGROUND_MESSAGES,
+    FrozenTail,
+    RecallSplit,
+    StableRecall,
+    split_recall,
+    topic_background,
+)
 from runtime.context._trim import fit_messages
 from runtime.context._values import KnowledgeItem, PinnedProfile, RecalledItem, RecentTurn, SummaryText
 
@@ -51,6 +58,8 @@ __all__ = [
     "FrozenTail",
     "StableRecall",
     "split_recall",
+    "topic_background",
+    "BACKGROUND_MESSAGES",
     "ContextInputs",
     "Section",
     "Scan",

@@ -39,6 +39,7 @@ from runtime.accounting import CALIBRATION_WINDOW, Baseline, Budgets, Calibrated
 from runtime.compaction import plan_rollout
 from runtime.config import RecallSettings, TurnSettings
 from runtime.context import (
+    BACKGROUND_MESSAGES,
     DEFAULT_USER_NAME,
     AssembledContext,
     ContextInputs,
@@ -58,6 +59,7 @@ from runtime.context import (
     match_entries,
     named_speaker,
     retrieval_items,
+    topic_background,
     user_zone,
     without_names,
 )
@@ -116,6 +118,20 @@ class RecallText:
     continuity: float | None = None
     """Cosine similarity of ``vector`` to the stored vector of the user's message before it in the
     recent window (-1 to 1); ``None``: no such message, no vectors, or the classic layout."""
+    background: float | None = None
+    """The similarity ``continuity`` must reach besides the setting's for the message to stay on
+    its subject, from the user's messages in view (:func:`runtime.context.topic_background`);
+    ``None``: too few of them, no vectors, or the classic layout."""
+
+    def on_subject(self, floor: float) -> bool:
+        """True when the message stays on the subject of the user's message before it: its
+        ``continuity`` reaches both ``floor`` (the setting, on the embedding model's scale) and
+        ``background`` (the conversation's own; unknown: False)."""
+        return (
+            self.continuity is not None
+            and self.background is not None
+            and self.continuity >= max(floor, self.background)
+        )
 
 
 def stored_cap(cap: int, factor: float) -> int:
@@ -312,9 +328,7 @@ class ContextGatherer:
                 ),
                 tail_share=self.turn_settings.recall_tail_share,
                 keep=self.turn_settings.recall_keep,
-                same_topic=query is not None
-                and query.continuity is not None
-                and query.continuity >= self.turn_settings.recall_same_topic,
+                same_topic=query is not None and query.on_subject(self.turn_settings.recall_same_topic),
             ),
             budgets=budgets,
             window=window or self.window,
@@ -343,7 +357,8 @@ class ContextGatherer:
         when the message was said, on the user's clock (aware); ``persona``: who the session talks as;
         ``embed`` ``False``: no vectors (the database records another embedding model). The
         message's similarity to the user's message before it (``continuity``, cache layout only)
-        uses that message's stored vector (embedded only when it has none)."""
+        uses that message's stored vector (embedded only when it has none), and how alike the
+        user's messages in view are anyway (``background``, :meth:`background`) theirs."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
@@ -388,7 +403,27 @@ class ContextGatherer:
             if context_turns
             else vector
         )
-        return replace(vectorless, vector=vector, recall_vector=recall_vector, continuity=continuity)
+        return replace(
+            vectorless,
+            vector=vector,
+            recall_vector=recall_vector,
+            continuity=continuity,
+            background=self.background(before, known=known, user_id=user_id) if previous else None,
+        )
+
+    def background(
+        self, turns: Sequence[Turn], *, known: Mapping[int, list[float]] | None = None, user_id: str | None = None
+    ) -> float | None:
+        """How alike the user's messages among ``turns`` are anyway
+        (:func:`runtime.context.topic_background`), from the stored vectors of the newest
+        :data:`~runtime.context.BACKGROUND_MESSAGES` (``known``: turn id → vector at hand; the
+        others are read in one query). A message stored without a vector (the embedder was down)
+        is left out, not embedded. ``None``: too few."""
+        users = [t.id for t in turns if t.role == "user" and t.id is not None][-BACKGROUND_MESSAGES:]
+        at_hand = known or {}
+        found = {i: at_hand[i] for i in users if i in at_hand}
+        found.update(self.store.turns.vectors((i for i in users if i not in found), user_id=user_id))
+        return topic_background([found[i] for i in users if i in found])
 
     def recall(
         self,
