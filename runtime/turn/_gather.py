@@ -358,7 +358,8 @@ class ContextGatherer:
         ``embed`` ``False``: no vectors (the database records another embedding model). The
         message's similarity to the user's message before it (``continuity``, cache layout only)
         uses that message's stored vector (embedded only when it has none), and how alike the
-        user's messages in view are anyway (``background``, :meth:`background`) theirs."""
+        user's newest messages in view are anyway (``background``,
+        :func:`runtime.context.topic_background`) theirs, read with it in one query."""
         query_turn = None if pending is not None else next((t for t in reversed(turns) if t.role == "user"), None)
         text = pending if pending is not None else (query_turn.content if query_turn is not None else None)
         if not text:
@@ -380,11 +381,23 @@ class ContextGatherer:
         # the user's message before this one: has the conversation moved on from it? (the cache
         # layout's kept recall block stays while it has not; the classic layout does not ask)
         previous = [t for t in reversed(before) if t.role == "user"][:1] if self.turn_settings.layout == "cache" else []
+        # and how alike the user's messages in view are anyway: their stored vectors, read in the
+        # one query that reads the others this needs (a message stored without one is left out)
+        users = (
+            [t.id for t in before if t.role == "user" and t.id is not None][-BACKGROUND_MESSAGES:] if previous else []
+        )
+        at_hand = dict(known or {})
+        without: set[int] = set()  # read and found to have no stored vector: embedded, not read again
+        if previous:
+            wanted = [query_turn, *context_turns, *previous]
+            ids = {*users, *(t.id for t in wanted if t is not None and t.id is not None)} - at_hand.keys()
+            at_hand.update(self.store.turns.vectors(ids, user_id=user_id))
+            without = ids - at_hand.keys()
         try:
             vector, *context_vectors = self.vectors(
                 [(query_turn, text), *((t, t.content) for t in [*context_turns, *previous])],
-                stored={t.id: t.content for t in stored if t.id is not None},
-                known=known,
+                stored={t.id: t.content for t in stored if t.id is not None and t.id not in without},
+                known=at_hand,
                 names=names,
                 user_id=user_id,
             )
@@ -408,22 +421,8 @@ class ContextGatherer:
             vector=vector,
             recall_vector=recall_vector,
             continuity=continuity,
-            background=self.background(before, known=known, user_id=user_id) if previous else None,
+            background=topic_background([at_hand[i] for i in users if i in at_hand]) if previous else None,
         )
-
-    def background(
-        self, turns: Sequence[Turn], *, known: Mapping[int, list[float]] | None = None, user_id: str | None = None
-    ) -> float | None:
-        """How alike the user's messages among ``turns`` are anyway
-        (:func:`runtime.context.topic_background`), from the stored vectors of the newest
-        :data:`~runtime.context.BACKGROUND_MESSAGES` (``known``: turn id → vector at hand; the
-        others are read in one query). A message stored without a vector (the embedder was down)
-        is left out, not embedded. ``None``: too few."""
-        users = [t.id for t in turns if t.role == "user" and t.id is not None][-BACKGROUND_MESSAGES:]
-        at_hand = known or {}
-        found = {i: at_hand[i] for i in users if i in at_hand}
-        found.update(self.store.turns.vectors((i for i in users if i not in found), user_id=user_id))
-        return topic_background([found[i] for i in users if i in found])
 
     def recall(
         self,
