@@ -104,14 +104,10 @@ def ratios() -> dict[str, tuple[float, float]]:
 
 def encoders() -> dict[str, Callable[[str], list[int]]]:
     """Tokenizer name -> text to token ids, for ``cl100k_base`` and each of :data:`TOKENIZER`."""
-    from tokenizers import Tokenizer
-
-    from runtime._offline import litellm_tokenizer_dir
     from runtime.accounting import tiktoken_encoding
+    from runtime.accounting._exact import _hf_tokenizer
 
-    folder = litellm_tokenizer_dir()
-    assert folder is not None, "litellm is not installed"
-    deepseek = Tokenizer.from_file(str(folder / "deepseek_tokenizer.json"))
+    deepseek = _hf_tokenizer("deepseek_tokenizer.json")
     out: dict[str, Callable[[str], list[int]]] = {
         "deepseek": lambda text: deepseek.encode(text, add_special_tokens=False).ids
     }

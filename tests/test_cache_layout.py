@@ -61,8 +61,9 @@ def _engine(store, embedder, fake_llm, *, layout: str, window: int = 8192) -> En
     return Engine(settings=settings, store=store, embedder=embedder, persona=PERSONA, replier=replier)
 
 
-def _talk_one(engine: Engine, user: str, i: int) -> Any:
-    topic = TOPICS[i % len(TOPICS)]
+def _talk_one(engine: Engine, user: str, i: int, *, run: int = 1) -> Any:
+    """Turn ``i`` of a session that changes subject every ``run`` turns."""
+    topic = TOPICS[(i // run) % len(TOPICS)]
     return engine.turn(user_id=user, session_id=f"{user}:s", message=f"Do you remember? {topic}. Round {i}. " + FILLER)
 
 
@@ -438,9 +439,7 @@ def _rebuilds(
     rebuilt = []
     results = []
     for i in range(rounds):
-        topic = TOPICS[(i // run) % len(TOPICS)]
-        message = f"Do you remember? {topic}. Round {i}. " + FILLER
-        results.append(engine.turn(user_id=user, session_id=f"{user}:s", message=message))
+        results.append(_talk_one(engine, user, i, run=run))
     kept_anchor: int | None = None
     for i, (before, result) in enumerate(zip([None, *results], results, strict=False)):
         seqs = set(result.context.recent_seqs)
