@@ -144,6 +144,12 @@ class Memories:
         """
         counts = {"archived_segments": 0, "turns": 0, "summaries": 0, "learned_facts": 0}
         with storage_errors(), Session(self._engine) as db:
+            if what.segment_ids:
+                # the user's session rows first: a turn storing the recall it keeps holds its
+                # session's row until it commits, so the segments are deleted either before the
+                # turn stores (it then finds them gone and keeps none) or after it has stored (the
+                # clearing below finds its block), and locks are taken in the turn's order
+                db.execute(text("SELECT id FROM sessions WHERE user_id = :u ORDER BY id FOR UPDATE"), {"u": user_id})
             for rewrite in what.summaries:
                 done = db.execute(
                     text(

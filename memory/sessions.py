@@ -376,7 +376,8 @@ class Sessions:
         session that started from this one's summary keeps its own copy (its ``carried_from``
         becomes NULL). Then, if ``files`` is given, the files those turns carried (and the
         session's ephemeral files) that no turn of any other session references any more: a
-        reference count over ``turn_files``.
+        reference count over ``turn_files``. The user's other sessions drop the recall they keep
+        in their prompts (the cache layout's) when it quotes this session's archived segments.
 
         Returns counts by kind: ``turns``, ``turn_files``, ``summaries``, ``archived_segments``,
         ``compaction_state``, ``sessions``, ``files``. An unknown session gives all zeros.
@@ -387,7 +388,23 @@ class Sessions:
         from memory.files import session_file_ids
 
         with storage_errors(session_id), Session(self._engine) as db:
-            db.execute(text("SELECT id FROM sessions WHERE id = :s FOR UPDATE").bindparams(s=session_id))
+            # the user's session rows, in the order a forgetting takes them: a turn of another
+            # session storing recall that quotes this one's segments is waited for, and its kept
+            # recall cleared below (one stored after this commits finds them gone: memory.turns)
+            db.execute(
+                text(
+                    "SELECT id FROM sessions WHERE user_id = (SELECT user_id FROM sessions WHERE id = :s) "
+                    "ORDER BY id FOR UPDATE"
+                ).bindparams(s=session_id)
+            )
+            db.execute(
+                text(
+                    "UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
+                    "recall_tails = NULL, recall_prefix = NULL WHERE user_id = (SELECT user_id FROM sessions "
+                    "WHERE id = :s) AND id <> :s AND recall_segments && "
+                    "ARRAY(SELECT id FROM archived_segments WHERE session_id = :s)"
+                ).bindparams(s=session_id)
+            )
             candidates = session_file_ids(db, session_id)
             counts: dict[str, int] = {}
             for deleter in self.session_rows:

@@ -206,7 +206,8 @@ class Turns:
             mine = " AND user_id = :u" if user_id is not None else ""
             bound = {"u": user_id} if user_id is not None else {}
             # a reply whose assembly changed the recall the session keeps in its prompt (a new
-            # block, a new tail) stores it here, with the turn (the next assembly reads it)
+            # block, a new tail) stores it here, with the turn (the next assembly reads it); the
+            # turn's insert below clears it again if one of its segments was deleted meanwhile
             kept, kept_values = "", {}
             if request.recall_block is not None:
                 kept = (
@@ -250,14 +251,27 @@ class Turns:
                 f":interrupted, :state, :at, :off, :rev, CAST(:tu AS varchar), :uca, :ucw, :ucost, :rcost "
                 f"FROM turns WHERE session_id = :s{mine} RETURNING *"
             )
+            # a segment of the recall stored above deleted while the turn ran (forgotten, its message
+            # deleted): none is kept, and the next turn builds its own. A statement of its own, so
+            # that it reads after any delete the session row's lock waited for; a forgetting locks
+            # the user's session rows before it deletes (memory.memories.Memories.forget)
+            gone = (
+                "g AS (UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
+                "recall_tails = NULL, recall_prefix = NULL WHERE id = :s AND cardinality(CAST(:rs AS bigint[])) > "
+                "(SELECT count(*) FROM archived_segments WHERE id = ANY(CAST(:rs AS bigint[])))), "
+                if request.recall_block is not None
+                else ""
+            )
             statement = (
-                text(insert)
+                text(f"WITH {gone}t AS ({insert}) SELECT * FROM t" if gone else insert)
                 if vector is None
                 else text(
-                    f"WITH t AS ({insert}), v AS (INSERT INTO turn_vectors (turn_id, user_id, embedding) "
+                    f"WITH {gone}t AS ({insert}), v AS (INSERT INTO turn_vectors (turn_id, user_id, embedding) "
                     "SELECT id, user_id, CAST(:vec AS vector) FROM t) SELECT * FROM t"
                 ).bindparams(bindparam("vec", list(vector), type_=Vector()))
             )
+            if gone:
+                statement = statement.bindparams(rs=list(request.recall_segments))
             inserted = db.execute(
                 statement.bindparams(
                     s=session_id,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -536,6 +537,139 @@ def test_a_kept_tail_is_sent_again_under_its_turn_and_goes_with_a_forgotten_segm
     engine.memories.forget("fay", f"seg_{segment}")
     assert _tails(store, "fay:s") == (None, None)
     assert tail not in json.dumps(to_openai(engine.assemble(user_id="fay", session_id="fay:s").messages))
+
+
+def _forget_mid_turn(engine: Engine, store, user: str, monkeypatch, forget) -> tuple[int, str]:
+    """Turns of ``user`` until one keeps recall; while the model is asked for it, ``forget(segment)``
+    runs on a segment that recall quotes. Returns the segment and its text; asserts that turn
+    stored its recall."""
+    splits: list[Any] = []
+
+    def recording(*args, **kwargs):
+        splits.append(split_recall(*args, **kwargs))
+        return splits[-1]
+
+    monkeypatch.setattr("runtime.context._assemble.split_recall", recording)
+    forgotten: dict[int, str] = {}
+    ask = engine.runner.replier.reply
+
+    def forgetting(messages, **kwargs):
+        split = splits[-1] if splits else None
+        if not forgotten and split is not None and split.changed and split.stable.all_segment_ids:
+            segment = min(split.stable.all_segment_ids)
+            with store.engine.connect() as conn:
+                forgotten[segment] = conn.execute(
+                    text("SELECT content FROM archived_segments WHERE id = :i"), {"i": segment}
+                ).scalar_one()
+            forget(segment)
+        return ask(messages, **kwargs)
+
+    monkeypatch.setattr(engine.runner.replier, "reply", forgetting)
+    for i in range(40):
+        result = _talk_one(engine, user, i)
+        if forgotten:
+            assert result.context.kept_recall is not None  # the turn stored the recall it kept
+            ((segment, content),) = forgotten.items()
+            return segment, content
+    raise AssertionError("no turn kept recall: the test needs recall to find segments")
+
+
+def _quotes(engine: Engine, store, user: str, segment: int, content: str) -> bool:
+    """Whether the session's stored recall, or its next prompt, still has ``segment`` or its text."""
+    block, segments, _ = _kept(store, f"{user}:s")
+    tails = _tails(store, f"{user}:s")[0] or []
+    prompt = json.dumps(to_openai(engine.assemble(user_id=user, session_id=f"{user}:s").messages))
+    return (
+        segment in (segments or [])
+        or any(segment in t["segments"] for t in tails)
+        or content in (block or "") + json.dumps(tails) + prompt
+    )
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_segment_forgotten_while_a_turn_runs_is_not_kept_in_its_recall(store, embedder, fake_llm, monkeypatch):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    segment, content = _forget_mid_turn(
+        engine, store, "dee", monkeypatch, lambda s: engine.memories.forget("dee", f"seg_{s}")
+    )
+    assert not _quotes(engine, store, "dee", segment, content)
+    _talk_one(engine, "dee", 41)  # the next turn keeps recall of its own again
+    assert _kept(store, "dee:s")[0]
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_turn_that_waited_for_a_forgetting_finds_its_segment_gone(store, embedder, fake_llm, monkeypatch):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    committed: list[bool] = []
+
+    def forget_slowly(segment: int) -> None:
+        # a forgetting, as the runtime's takes its locks, that commits a second later: the turn
+        # storing its reply waits for the session row, then must find the segment gone
+        conn = store.engine.connect()
+        conn.execute(text("SELECT id FROM sessions WHERE user_id = 'eve' ORDER BY id FOR UPDATE"))
+        conn.execute(text("DELETE FROM archived_segments WHERE id = :i"), {"i": segment})
+        conn.execute(
+            text(
+                "UPDATE sessions SET recall_block = NULL, recall_segments = NULL "
+                "WHERE recall_segments @> ARRAY[CAST(:i AS bigint)]"
+            ),
+            {"i": segment},
+        )
+
+        def commit() -> None:
+            time.sleep(1.0)
+            committed.append(True)
+            conn.commit()
+            conn.close()
+
+        threading.Thread(target=commit).start()
+
+    segment, content = _forget_mid_turn(engine, store, "eve", monkeypatch, forget_slowly)
+    assert committed  # the turn stored its reply after the forgetting committed
+    assert not _quotes(engine, store, "eve", segment, content)
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_forgetting_waits_for_a_turn_storing_its_reply(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    _talk(engine, "fin", 24)
+    kept = set(_kept(store, "fin:s")[1] or [])
+    with store.engine.connect() as conn:
+        ids = conn.execute(text("SELECT id FROM archived_segments WHERE user_id = 'fin' ORDER BY id")).scalars().all()
+    segment = next(i for i in ids if i not in kept)  # one the session's kept recall does not quote
+    writing = store.engine.connect()  # a turn storing its reply holds its session's row until it commits
+    writing.execute(text("UPDATE sessions SET last_activity_at = now() WHERE id = 'fin:s'"))
+    done: list[dict] = []
+    forgetting = threading.Thread(target=lambda: done.append(engine.memories.forget("fin", f"seg_{segment}")))
+    forgetting.start()
+    time.sleep(0.5)
+    assert not done  # it waits: deleting now could miss the recall the turn is storing
+    writing.commit()
+    writing.close()
+    forgetting.join(10)
+    assert done and done[0]["archived_segments"] == 1
+
+
+@pytest.mark.usefixtures("steady_fake_llm")
+def test_a_deleted_session_leaves_no_quote_in_another_sessions_kept_recall(store, embedder, fake_llm):
+    engine = _engine(store, embedder, fake_llm, layout="cache")
+    _talk(engine, "gus", 24)
+    with store.engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, content FROM archived_segments WHERE session_id = 'gus:s'")).all()
+    archived = {r.id: r.content for r in rows}
+    quoted: set[int] = set()
+    for i in range(8):  # the user's next session recalls the first one's segments, and keeps them
+        message = f"Do you remember? {TOPICS[i % len(TOPICS)]}. Round {i}. " + FILLER
+        engine.turn(user_id="gus", session_id="gus:t", message=message)
+        quoted = set(_kept(store, "gus:t")[1] or []) & archived.keys()
+        if quoted:
+            break
+    assert quoted, "the second session's kept recall must quote the first one's segments"
+    engine.delete_session(user_id="gus", session_id="gus:s")
+    block, segments, _ = _kept(store, "gus:t")
+    assert not set(segments or []) & archived.keys()
+    prompt = json.dumps(to_openai(engine.assemble(user_id="gus", session_id="gus:t").messages))
+    assert not any(c in (block or "") + json.dumps(_tails(store, "gus:t")[0]) + prompt for c in archived.values())
 
 
 @pytest.mark.usefixtures("steady_fake_llm")
