@@ -137,7 +137,9 @@ class Memories:
 
     def forget(self, user_id: str, what: Forgetting) -> dict[str, int]:
         """In one transaction: delete the segments and turns (their vectors and ``turn_files`` rows
-        with them), write the rewritten summaries, remove the learned facts. Counts by table.
+        with them), write the rewritten summaries, remove the learned facts, and drop the kept recall
+        of every session of the user that quotes a deleted segment (the user's session rows are
+        locked first, waiting for a turn that is storing its reply). Counts by table.
 
         Raises:
             ConflictError: a summary changed since it was read (a compaction ran); nothing was written.
