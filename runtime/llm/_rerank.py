@@ -192,8 +192,9 @@ def rerank_ranked(
     seen: set[object] = set()
     unique = []
     for item in ranked:
-        if key(item) not in seen:
-            seen.add(key(item))
+        k = key(item)
+        if k not in seen:
+            seen.add(k)
             unique.append(item)
     top = unique[:candidates]
     scores = rerank_within(reranker, query, [text(item) for item in top], seconds=seconds)
