@@ -17,6 +17,9 @@ Reported per window and layout, in one run:
 - **compactions**, **overflows** (requests over the window: must be 0) and **in-context evidence
   recall** (the share of QA evidence turns a question's context holds verbatim, as the replay
   report counts it);
+- **recall shown on the replayed turns**: the share of what recall selected (the classic layout
+  shows all of it) that the turns showed, in stored tokens, and how many turns showed less (the
+  cache layout's kept block stayed; evidence is counted on the QA questions, after the replay);
 - **billed input**, in tokens at the full input price, under each provider's cache rule, and its
   ratio to the classic layout's on the same conversations:
 
@@ -90,6 +93,14 @@ class Tally:
     billed: dict[str, float] = field(default_factory=dict)
     lost: dict[str, int] = field(default_factory=dict)
     """Request tokens not shared with the request before, by cause (:func:`cause`)."""
+    selected: int = 0
+    """Stored tokens of what recall selected on the replayed turns (what the classic layout shows)."""
+    withheld: int = 0
+    """Of ``selected``, the tokens a turn did not show (the cache layout's kept block stayed)."""
+    recalling: int = 0
+    """Replayed turns whose recall selected anything."""
+    withholding: int = 0
+    """Of ``recalling``, the turns that did not show all of it."""
     per_conversation: list[dict] = field(default_factory=list)
 
 
@@ -315,6 +326,13 @@ def main() -> int:
                     one.requests += 1
                     one.tokens += len(tokens)
                     one.shared += shared
+                    shown = sum(r.tokens for r in context.recalled)
+                    withheld = sum(r.tokens for r in context.recall_withheld)
+                    if shown + withheld:
+                        one.recalling += 1
+                        one.withholding += bool(withheld)
+                        one.selected += shown + withheld
+                        one.withheld += withheld
                     sent, points = cache_marks(to_openai(context.messages), stable=context.stable_prefix)
                     for provider, name in TOKENIZER.items():
                         own = streams[name]
@@ -330,7 +348,7 @@ def main() -> int:
                 report = replay_conversation(engines[layout].derive(window=window), conv, on_context=seen)
                 found = report.evidence_in_context.get("all", 0)
                 total = report.evidence_total.get("all", 0)
-                for name in ("requests", "tokens", "shared"):
+                for name in ("requests", "tokens", "shared", "selected", "withheld", "recalling", "withholding"):
                     setattr(tally, name, getattr(tally, name) + getattr(one, name))
                 tally.compactions += report.compactions
                 tally.overflows += report.overflows
@@ -377,6 +395,11 @@ def main() -> int:
         )
         lost = ", ".join(f"{why} {n / max(t.tokens, 1):.1%}" for why, n in sorted(t.lost.items()))
         losses.append(f"{window:,} {layout}: not shared, by cause, of all request tokens: {lost}")
+        shown = 1 - t.withheld / t.selected if t.selected else 1.0
+        losses.append(
+            f"{window:,} {layout}: on the replayed turns, {shown:.1%} of recall's selection shown (tokens); "
+            f"{t.withholding} of {t.recalling} turns with a selection showed less than all of it"
+        )
         out.append(
             {
                 "window": window,
@@ -388,6 +411,9 @@ def main() -> int:
                 "evidence_in_context": evidence,
                 "billed_tokens": t.billed,
                 "not_shared_by_cause": t.lost,
+                "selection_shown": shown,
+                "turns_withholding": t.withholding,
+                "turns_recalling": t.recalling,
                 "conversations": t.per_conversation,
             }
         )

@@ -147,6 +147,7 @@ def test_the_classic_layout_keeps_the_old_order(store, embedder, fake_llm):
         system = r.context.messages[1]
         assert system["role"] == "system" and '<reference source="earlier conversations"' in system["content"]
         assert '<reference source="earlier conversations"' not in to_openai(r.context.messages)[-1]["content"]
+        assert not r.context.recall_withheld  # the classic layout shows all recall selects
 
 
 @pytest.mark.usefixtures("steady_fake_llm")
@@ -358,10 +359,11 @@ def test_a_selection_the_kept_recall_mostly_holds_keeps_the_block_and_shows_the_
     split = split_recall(mostly, kept, cap=900, tail_cap=90, counter=counter, zone=UTC)
     assert not split.rebuilt and split.stable.text == kept.text
     assert {s.id for s in split.recalled} == {*range(6), 11}  # the best of what it lacks, within the room
+    assert {s.id for s in split.withheld} == {12, 13}  # the rest of the selection: not shown this turn
     # the same three beside two of the six: most of the selection is new, the block is rebuilt
     less = [segments[11], segments[12], segments[13], *segments[:2]]
     rebuilt = split_recall(less, kept, cap=900, tail_cap=90, counter=counter, zone=UTC)
-    assert rebuilt.rebuilt and {s.id for s in rebuilt.recalled} == {0, 1, 11, 12, 13}
+    assert rebuilt.rebuilt and {s.id for s in rebuilt.recalled} == {0, 1, 11, 12, 13} and not rebuilt.withheld
     # most of the selection held, but its best-ranked segment missing and longer than the room:
     # the message needs what the block lacks most (a question about a small archive), so the
     # block is rebuilt; ranked below what the block holds, the same segment leaves it in place

@@ -38,15 +38,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Literal
 
 from persona import Persona
-from runtime.accounting import (
-    REPLY_PRIMING,
-    SOURCES,
-    Baseline,
-    Budgets,
-    TokenCounter,
-    baseline_total,
-    fingerprint,
-)
+from runtime.accounting import REPLY_PRIMING, SOURCES, Baseline, Budgets, TokenCounter, baseline_total, fingerprint
 from runtime.context._attachments import AttachedFile, with_block
 from runtime.context._blocks import memory_block, summary_block
 from runtime.context._persona import DEFAULT_USER_NAME, render_persona
@@ -118,6 +110,9 @@ class AssembledContext:
     rebuilt_recall: StableRecall | None = None
     """Cache layout: the recall this assembly built a new block in (``None`` when the kept block
     stayed, or in the classic layout)."""
+    recall_withheld: list[RecalledItem] = field(default_factory=list)
+    """Cache layout: the segments recall selected that this turn does not show (the kept block
+    stayed; the classic layout would show them), chronological."""
     kept_recall: StableRecall | None = None
     """Cache layout: the recall the session keeps after this turn (its block and tails, anchored),
     to be stored with the reply; ``None`` when it did not change (or in the classic layout)."""
@@ -396,6 +391,7 @@ def assemble_context(
         zone=inputs.zone,
         layout=inputs.layout,
         rebuilt_recall=memory.rebuilt,
+        recall_withheld=list(memory.withheld),
         kept_recall=memory.store,
         # the newest user message less what shows under it for this turn only (which closes it)
         newest_stable=before_blocks(messages, [*memory.once, *retrieval.section.tail]) if steady_newest else None,
@@ -419,6 +415,8 @@ class _Memory:
     """Cache layout: anchor seq -> the kept block and tails shown under that stored turn (tokens charged to memory)."""
     once: tuple[str, ...] = ()
     """Cache layout: the recall block under the newest message shown for this turn only (none or one)."""
+    withheld: tuple[RecalledItem, ...] = ()
+    """Cache layout: the selected segments not shown (:attr:`~runtime.context._stable_recall.RecallSplit.withheld`)."""
 
 
 def _memory_section(
@@ -488,6 +486,7 @@ def _memory_section(
             else None,
             kept=kept,
             once=(split.volatile,) if split.volatile else (),
+            withheld=split.withheld,
         )
     memory_text, recalled, recalled_report = memory_block(inputs.candidates, room_for_recalled, counter, inputs.zone)
     if pinned.text:

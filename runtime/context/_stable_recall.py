@@ -205,6 +205,9 @@ class RecallSplit:
     """The selected segments in view (in the block, a tail or ``volatile``), chronological."""
     cut: str | None = None
     """What the selection left out, as :func:`memory_block` says it."""
+    withheld: tuple[RecalledItem, ...] = ()
+    """The selected segments this turn does not show (chronological): the kept recall stayed, and they
+    did not fit the room it left. The classic layout would show them."""
 
     @property
     def changed(self) -> bool:
@@ -321,6 +324,7 @@ def _split(
         volatile_ids=tuple(sorted(s.id for s in added.volatile_items)),
         recalled=[c for c in selected if c.id in shown],
         cut=cut,
+        withheld=tuple(c for c in selected if c.id not in shown),
     )
 
 
