@@ -257,8 +257,9 @@ class Turns:
             # the user's session rows before it deletes (memory.memories.Memories.forget)
             gone = (
                 "g AS (UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
-                "recall_tails = NULL, recall_prefix = NULL WHERE id = :s AND cardinality(CAST(:rs AS bigint[])) > "
-                "(SELECT count(*) FROM archived_segments WHERE id = ANY(CAST(:rs AS bigint[])))), "
+                f"recall_tails = NULL, recall_prefix = NULL WHERE id = :s{mine} AND "
+                "cardinality(CAST(:rs AS bigint[])) > (SELECT count(*) FROM archived_segments a "
+                "WHERE a.user_id = sessions.user_id AND a.id = ANY(CAST(:rs AS bigint[])))), "
                 if request.recall_block is not None
                 else ""
             )
