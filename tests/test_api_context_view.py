@@ -37,6 +37,8 @@ def test_context_says_why_each_segment_was_recalled_and_which_key_fired_each_lor
         assert seg["session_date"].startswith("2024-05-01")
         assert (seg["neighbour_of"] is not None) == (seg["reasons"] == ["neighbour"])
         assert seg["content"] in context["sources"]["memory"]["text"]
+    for seg in context["withheld"]:  # selected, not shown: the kept recall block stayed
+        assert seg["content"] not in context["sources"]["memory"]["text"]
 
     assert [(r["kind"], r["label"], r["key"]) for r in context["retrieved"]] == [
         ("lore", "The old lighthouse", "lighthouse")
@@ -82,3 +84,34 @@ def test_every_cut_notice_template_is_found_in_its_source_text(name):
         source_text={source: f"some text\n{notice}\nmore [text in brackets]", "other": notice},
     )
     assert [(n.source, n.text) for n in find_notices(context)] == [(source, notice)]
+
+
+def test_the_context_lists_what_recall_selected_and_the_prompt_does_not_show():
+    from datetime import UTC, datetime
+
+    from runtime.context import RecalledItem
+    from runtime.service.api.context_view import context_out
+
+    item = RecalledItem(
+        id=7,
+        session_id="s",
+        first_seq=1,
+        last_seq=2,
+        content="User: the harbour",
+        tokens=5,
+        session_date=datetime(2026, 1, 1, tzinfo=UTC),
+        score=0.5,
+        vector_rank=1,
+    )
+    context = AssembledContext(
+        session_id="s",
+        messages=[],
+        sources={},
+        total_tokens=0,
+        window=1024,
+        reply_reserve=100,
+        layout="cache",
+        recall_withheld=[item],
+    )
+    out = context_out(context)
+    assert [s.id for s in out.withheld] == [7] and out.withheld[0].reasons == ["vector"] and not out.recalled

@@ -1,5 +1,5 @@
 """The assembled context as the API shows it: tokens by source, the recalled segments with
-why each came back, the retrieval items with the lorebook key that fired them, and the cut
+why each came back (and, in the cache layout, those selected but not shown), the retrieval items with the lorebook key that fired them, and the cut
 notices the prompt carries.
 
 A notice is found by matching each line of a source's rendered text against the notice
@@ -101,6 +101,7 @@ def context_out(context: AssembledContext) -> ContextOut:
             for name, r in context.sources.items()
         },
         recalled=[recalled_out(s, context.zone) for s in context.recalled],
+        withheld=[recalled_out(s, context.zone) for s in context.recall_withheld],
         retrieved=[retrieved_out(i) for i in context.retrieved],
         notices=find_notices(context),
         attached_files=list(context.attached_files),

@@ -342,6 +342,11 @@ class ContextOut(BaseModel):
     )
     sources: dict[str, SourceOut]
     recalled: list[RecalledOut] = Field(default_factory=list, description="The segments in `memory`, oldest first.")
+    withheld: list[RecalledOut] = Field(
+        default_factory=list,
+        description="Cache layout: segments recall selected for this message that the prompt does not show "
+        "(the kept recall block stayed; the classic layout would show them), oldest first.",
+    )
     retrieved: list[RetrievedOut] = Field(default_factory=list, description="The items in `retrieval`, in block order.")
     notices: list[NoticeOut] = Field(default_factory=list, description="Every cut notice the prompt carries.")
     attached_files: list[str] = Field(
