@@ -21,6 +21,7 @@ from sqlmodel import Session, col, select
 
 from errors import ConflictError
 from memory.database import autocommit_engine, storage_errors
+from memory.sessions import NO_KEPT_RECALL
 from memory.tables import ArchivedSegment, ChatSession, Summary, SummaryItemJSON, Turn
 
 MAX_PAGE = 200
@@ -183,8 +184,7 @@ class Memories:
                 # a session's kept recall block and tails quoting one of them go too (the next turn rebuilds them)
                 db.execute(
                     text(
-                        "UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
-                        "recall_tails = NULL, recall_prefix = NULL "
+                        f"UPDATE sessions SET {NO_KEPT_RECALL} "
                         "WHERE user_id = :u AND recall_segments && CAST(:ids AS bigint[])"
                     ),
                     {"u": user_id, "ids": list(what.segment_ids)},

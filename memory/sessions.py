@@ -36,6 +36,13 @@ if TYPE_CHECKING:
     from memory.files import FileStore
 
 
+NO_KEPT_RECALL = (
+    "recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, recall_tails = NULL, recall_prefix = NULL"
+)
+"""The ``SET`` list that drops a session's kept recall (the cache layout's block and tails; the next
+turn builds its own)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ClaimedSession:
     """What :meth:`Sessions.claim` learns of the session it claimed, in the same statement."""
@@ -399,8 +406,7 @@ class Sessions:
             )
             db.execute(
                 text(
-                    "UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
-                    "recall_tails = NULL, recall_prefix = NULL WHERE user_id = (SELECT user_id FROM sessions "
+                    f"UPDATE sessions SET {NO_KEPT_RECALL} WHERE user_id = (SELECT user_id FROM sessions "
                     "WHERE id = :s) AND id <> :s AND recall_segments && "
                     "ARRAY(SELECT id FROM archived_segments WHERE session_id = :s)"
                 ).bindparams(s=session_id)

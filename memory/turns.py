@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 
 from errors import InvalidMessageError, NotFoundError, StorageError, TurnsChangedError
 from memory.database import autocommit_engine, storage_errors
-from memory.sessions import closed_error
+from memory.sessions import NO_KEPT_RECALL, closed_error
 from memory.tables import Turn, TurnState, TurnVector, offset_minutes, utcnow
 from memory.vectors import Vector
 
@@ -256,8 +256,7 @@ class Turns:
             # that it reads after any delete the session row's lock waited for; a forgetting locks
             # the user's session rows before it deletes (memory.memories.Memories.forget)
             gone = (
-                "g AS (UPDATE sessions SET recall_block = NULL, recall_segments = NULL, recall_anchor = NULL, "
-                f"recall_tails = NULL, recall_prefix = NULL WHERE id = :s{mine} AND "
+                f"g AS (UPDATE sessions SET {NO_KEPT_RECALL} WHERE id = :s{mine} AND "
                 "cardinality(CAST(:rs AS bigint[])) > (SELECT count(*) FROM archived_segments a "
                 "WHERE a.user_id = sessions.user_id AND a.id = ANY(CAST(:rs AS bigint[])))), "
                 if request.recall_block is not None

@@ -307,7 +307,7 @@ def main() -> int:
         for conv in conversations:
             for layout in layouts:
                 tally = tallies.setdefault((window, layout), Tally())
-                previous: dict[str, list[int]] = {}
+                previous: list[int] = []  # the request before, in cl100k_base tokens (the prefix share)
                 summary: str | None = None
                 one = Tally()
                 anthropic = AnthropicCache()
@@ -319,7 +319,7 @@ def main() -> int:
                         name: stream(context.messages, encode[name]) for name in {"cl100k_base", *TOKENIZER.values()}
                     }
                     tokens = streams["cl100k_base"]
-                    shared = common(previous.get("cl100k_base", []), tokens)
+                    shared = common(previous, tokens)
                     why = cause(context, summary) if previous else "turn"
                     one.lost[why] = one.lost.get(why, 0) + len(tokens) - shared
                     summary = context.source_text.get("summary", "")
@@ -342,8 +342,7 @@ def main() -> int:
                             else automatic[provider].billed(own, price[provider])
                         )
                         one.billed[provider] = one.billed.get(provider, 0.0) + cost
-                    previous.clear()
-                    previous.update(streams)
+                    previous[:] = tokens
 
                 report = replay_conversation(engines[layout].derive(window=window), conv, on_context=seen)
                 found = report.evidence_in_context.get("all", 0)
