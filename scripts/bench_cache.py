@@ -21,7 +21,7 @@ Reported per window and layout, in one run:
   shows all of it) that the turns showed, in stored tokens, and how many turns showed less (the
   cache layout's kept block stayed; evidence is counted on the QA questions, after the replay);
 - **billed input**, in tokens at the full input price, under each provider's cache rule, and its
-  ratio to the classic layout's on the same conversations:
+  ratio to the classic layout's on the same conversations (in all, and per conversation):
 
   - DeepSeek (``deepseek/deepseek-chat``): caches on its own, in 64-token units; a hit costs the
     map's ``cache_read_input_token_cost / input_cost_per_token``;
@@ -365,6 +365,7 @@ def main() -> int:
                         "compactions": report.compactions,
                         "overflows": report.overflows,
                         "evidence_in_context": found / total if total else None,
+                        "billed_tokens": dict(one.billed),
                     }
                 )
                 print(
@@ -394,6 +395,17 @@ def main() -> int:
         )
         lost = ", ".join(f"{why} {n / max(t.tokens, 1):.1%}" for why, n in sorted(t.lost.items()))
         losses.append(f"{window:,} {layout}: not shared, by cause, of all request tokens: {lost}")
+        if base is not None and layout != "classic":
+            classic = {c["conversation"]: c["billed_tokens"] for c in base.per_conversation}
+            losses.append(
+                f"{window:,} {layout}: billed DeepSeek / Anthropic / OpenAI against the classic layout, per conversation: "
+                + "; ".join(
+                    f"{c['conversation']} "
+                    + " / ".join(f"{c['billed_tokens'][p] / classic[c['conversation']][p]:.1%}" for p in PROVIDERS)
+                    for c in t.per_conversation
+                    if c["conversation"] in classic
+                )
+            )
         shown = 1 - t.withheld / t.selected if t.selected else 1.0
         losses.append(
             f"{window:,} {layout}: on the replayed turns, {shown:.1%} of recall's selection shown (tokens); "

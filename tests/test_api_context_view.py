@@ -115,3 +115,37 @@ def test_the_context_lists_what_recall_selected_and_the_prompt_does_not_show():
     )
     out = context_out(context)
     assert [s.id for s in out.withheld] == [7] and out.withheld[0].reasons == ["vector"] and not out.recalled
+
+
+def test_inspect_says_how_much_of_recalls_selection_the_prompt_does_not_show():
+    from datetime import UTC, datetime
+
+    from rich.console import Console
+
+    from runtime.cli._chat import context_table
+    from runtime.context import RecalledItem
+
+    def item(i: int, tokens: int) -> RecalledItem:
+        return RecalledItem(
+            id=i,
+            session_id="s",
+            first_seq=i,
+            last_seq=i,
+            content=f"User: line {i}",
+            tokens=tokens,
+            session_date=datetime(2026, 1, 1, tzinfo=UTC),
+            score=0.5,
+            vector_rank=i,
+        )
+
+    def shown(**fields) -> str:
+        context = AssembledContext(
+            session_id="s", messages=[], sources={}, total_tokens=0, window=1024, reply_reserve=100, **fields
+        )
+        console = Console(width=400, record=True)
+        console.print(context_table(context))
+        return " ".join(console.export_text().split())
+
+    text = shown(layout="cache", recalled=[item(1, 9)], recall_withheld=[item(2, 5), item(3, 7)])
+    assert "memory does not show 2 of the 3 segments recall selected (12 stored tokens)" in text
+    assert "does not show" not in shown(layout="cache", recalled=[item(1, 9)])

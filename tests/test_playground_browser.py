@@ -284,6 +284,12 @@ def test_the_context_view_shows_recall_reasons_lore_keys_notices_and_the_summary
         badges = [b.text for b in card.find_elements(By.CSS_SELECTOR, ".badge")]
         assert badges == [r.replace("_", " ") for r in seg["reasons"]]
         assert card.find_element(By.CSS_SELECTOR, ".content").text == seg["content"].strip()
+    # what recall selected that the prompt does not show (the kept block stayed), under the shown ones
+    withheld = browser.find_elements(By.CSS_SELECTOR, "#withheld li.card.withheld")
+    assert [c.find_element(By.CSS_SELECTOR, ".content").text for c in withheld] == [
+        seg["content"].strip() for seg in expected["withheld"]
+    ]
+    assert withheld, "the session's kept recall block left nothing out: the fixture no longer tests this"
     assert "fired by key lighthouse" in text_of(browser, "#lore") and "The old lighthouse" in text_of(browser, "#lore")
     notices = text_of(browser, "#notices")
     assert all(n["text"] in notices for n in expected["notices"]) and expected["notices"]

@@ -11,16 +11,24 @@ from runtime.cli._common import EXIT_USAGE, _check_window, _settings, exit_statu
 
 def context_table(context):
     """The assembled context by source (tokens, cap, items, what was cut): one rich table,
-    printed by ``companion inspect`` and by ``/context`` in ``companion chat``."""
+    printed by ``companion inspect`` and by ``/context`` in ``companion chat``. Its caption says
+    how many of the segments recall selected the prompt does not show (the cache layout's kept
+    block stayed: :attr:`~runtime.context.AssembledContext.recall_withheld`), when any."""
     from rich.table import Table
 
     title = f"context of {context.session_id} ({context.total_tokens} + {context.reply_reserve} reserved of {context.window} tokens)"
-    table = Table(
-        title=title,
-        min_width=len(title),
-        caption="tokens include each source's share of message framing; the caps of memory and recent "
-        "include what the other sources left unused",
+    caption = (
+        "tokens include each source's share of message framing; the caps of memory and recent "
+        "include what the other sources left unused"
     )
+    if context.recall_withheld:
+        withheld = context.recall_withheld
+        caption += (
+            f"; memory does not show {len(withheld)} of the {len(withheld) + len(context.recalled)} segments "
+            f"recall selected ({sum(s.tokens for s in withheld)} stored tokens): the kept recall block stayed "
+            "(COMPANION_LAYOUT=classic shows them all)"
+        )
+    table = Table(title=title, min_width=len(title), caption=caption)
     for col in ("source", "tokens", "cap", "items", "cut"):
         table.add_column(col)
     for report in context.sources.values():

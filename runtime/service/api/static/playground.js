@@ -399,10 +399,20 @@ function pct(tokens, window) {
   return `${Math.max(0, (100 * tokens) / window).toFixed(3)}%`;
 }
 
+function segmentCard(r, extra = "") {
+  const why = r.reasons.map((reason) => el("span", { className: `badge why-${reason}` }, reason.replace("_", " ")));
+  const ranks = [r.vector_rank ? `vector #${r.vector_rank}` : "", r.text_rank ? `full text #${r.text_rank}` : "",
+    r.neighbour_of !== null ? `next to segment ${r.neighbour_of}` : ""].filter(Boolean).join(", ");
+  return el("li", { className: extra ? `card ${extra}` : "card" },
+    el("div", { className: "card-head" }, el("span", { className: "date" }, r.session_date.slice(0, 10)), ...why,
+      el("span", { className: "muted" }, ` score ${r.score.toFixed(3)} · ${ranks} · ${r.tokens} tok`)),
+    el("div", { className: "content" }, r.content));
+}
+
 function renderContext(ctx, summary) {
   const pane = $("context-pane");
   pane.classList.toggle("empty", !ctx);
-  for (const id of ["bar", "legend", "notices", "recalled", "lore", "context-files", "source-text-list"]) $(id).replaceChildren();
+  for (const id of ["bar", "legend", "notices", "recalled", "withheld", "lore", "context-files", "source-text-list"]) $(id).replaceChildren();
   $("sources").tBodies[0].replaceChildren();
   $("summary").textContent = "";
   $("context-total").textContent = ctx ? "" : "Pick a session to see its context.";
@@ -452,15 +462,12 @@ function renderContext(ctx, summary) {
 
   const recalled = $("recalled");
   if (!ctx.recalled.length) recalled.append(el("li", { className: "muted" }, "nothing recalled for this message"));
-  for (const r of ctx.recalled) {
-    const why = r.reasons.map((reason) => el("span", { className: `badge why-${reason}` }, reason.replace("_", " ")));
-    const ranks = [r.vector_rank ? `vector #${r.vector_rank}` : "", r.text_rank ? `full text #${r.text_rank}` : "",
-      r.neighbour_of !== null ? `next to segment ${r.neighbour_of}` : ""].filter(Boolean).join(", ");
-    recalled.append(el("li", { className: "card" },
-      el("div", { className: "card-head" }, el("span", { className: "date" }, r.session_date.slice(0, 10)), ...why,
-        el("span", { className: "muted" }, ` score ${r.score.toFixed(3)} · ${ranks} · ${r.tokens} tok`)),
-      el("div", { className: "content" }, r.content)));
-  }
+  for (const r of ctx.recalled) recalled.append(segmentCard(r));
+  // the cache layout's kept recall block stayed: what recall selected beyond what it shows
+  const withheld = $("withheld");
+  const notShown = ctx.withheld || [];
+  if (!notShown.length) withheld.append(el("li", { className: "muted" }, "the prompt shows all recall selected"));
+  for (const r of notShown) withheld.append(segmentCard(r, "withheld"));
 
   const lore = $("lore");
   if (!ctx.retrieved.length) lore.append(el("li", { className: "muted" }, "no lorebook entry fired, no knowledge matched"));
