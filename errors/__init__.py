@@ -359,7 +359,8 @@ class InvalidFieldError(InvalidRequestError):
 
     Attributes:
         field: the field at fault, e.g. ``user_id``, ``name``, ``facts[2]``.
-        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_long``, ``empty``, ``control_character``.
+        reason: a stable code: ``nul_byte``, ``invalid_utf8``, ``too_long``, ``empty``, ``control_character``;
+            ``other_character``: a turn named a character its session does not talk as.
     """
 
     code = "invalid_field"

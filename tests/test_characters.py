@@ -324,3 +324,32 @@ def test_the_openai_sdk_lists_the_characters_and_talks_with_two_of_them(server, 
     with _client(base, key) as c:
         sessions = c.get("/v1/users/ana/sessions").json()
     assert {s["persona"] for s in sessions} == {"Aria", "Bram"}
+
+
+# -- from Python -------------------------------------------------------------------------
+def test_a_turn_names_the_character_a_new_session_talks_as(make_engine_for, store, fake_llm):
+    from errors import InvalidFieldError, NotFoundError
+
+    engine = make_engine_for(window=4096)
+    aria = engine.characters.add(engine.characters.read(json.dumps(_card("Aria")).encode()))
+    bram = engine.characters.add(engine.characters.read(json.dumps(_card("Bram")).encode()))
+
+    engine.turn(user_id="ana", session_id="ana-aria", message="Hi!", character_id=aria.id)
+    engine.turn(user_id="ana", session_id="ana-aria", message="Still there?", character_id=aria.id)
+    assert store.sessions.get("ana-aria").character_id == aria.id
+    system = fake_llm.requests[-1]["messages"][0]["content"]
+    assert "You are Aria" in system and "You are Bram" not in system
+
+    turns = len(store.turns.of_session("ana-aria"))
+    with pytest.raises(InvalidFieldError) as wrong:
+        engine.turn(user_id="ana", session_id="ana-aria", message="Bram?", character_id=bram.id)
+    assert wrong.value.field == "character_id" and wrong.value.reason == "other_character"
+    assert len(store.turns.of_session("ana-aria")) == turns  # nothing was stored
+
+    with pytest.raises(NotFoundError) as unknown:
+        engine.turn(user_id="ana", session_id="ana-nobody", message="Hi!", character_id="ch_missing")
+    assert unknown.value.kind == "character"
+    assert store.sessions.get("ana-nobody") is None  # no empty session left behind
+
+    engine.turn(user_id="ana", session_id="ana-default", message="Hi!")  # no character: the default one
+    assert store.sessions.get("ana-default").character_id not in {aria.id, bram.id}

@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 import uuid
 
-from errors import InvalidRequestError, TurnInProgressError
+from errors import InvalidFieldError, InvalidRequestError, TurnInProgressError
 from memory.store import ClaimedSession, Store
+from memory.validation import check_id
 
 CLAIM_POLL_SECONDS = (0.02, 0.25)
 """While a turn waits for its session: first and longest pause between two tries, seconds (doubling)."""
@@ -67,4 +68,25 @@ def check_claim(claim: TurnClaim | None, session_id: str) -> None:
         raise InvalidRequestError(
             f"The claim given is on session {claim.session_id!r}, not {session_id!r}; nothing was stored.",
             field="claim",
+        )
+
+
+def check_character(claim: TurnClaim | None, character_id: str | None) -> None:
+    """A turn that names its character (``None``: any) must name it by a valid id, and its claimed
+    session (``None``: not claimed yet) must talk as it.
+
+    Raises:
+        InvalidFieldError: ``character_id`` is not a valid id, or the session talks as another
+            character (field ``character_id``); nothing was stored.
+    """
+    if character_id is None:
+        return
+    check_id(character_id, field="character_id")
+    if claim is not None and claim.session.character_id != character_id:
+        raise InvalidFieldError(
+            f"Session {claim.session_id!r} talks as character {claim.session.character_id!r}, not "
+            f"{character_id!r}: a session keeps its character; start another session to talk with this one. "
+            "Nothing was stored.",
+            field="character_id",
+            reason="other_character",
         )

@@ -43,6 +43,7 @@ class Engine(EngineParts):
         on_delta: Callable[[str], None] | None = None,
         attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
+        character_id: str | None = None,
     ) -> TurnResult:
         """Run one turn: store the user message, assemble the context, reply, store the reply,
         then hand the session's compaction to the engine's scheduler (run at once, or queued).
@@ -59,11 +60,19 @@ class Engine(EngineParts):
                 as far as it came, marked ``interrupted``).
             attachments: ids of stored files the message carries, in order. Each must be the user's
                 (an ephemeral one, of this session); checked before anything is stored.
+            character_id: who the session talks as (a stored character's id, ``ch_…``): a new
+                session is made with it (``None``: the engine's default character); an existing
+                one must already talk as it. The engine trusts its caller: any stored character is
+                taken, whoever owns it (the HTTP API checks what an app's user may see).
 
         Raises:
             InvalidMessageError: the message is invalid; nothing was stored.
             TurnInProgressError: another turn of the session is running; nothing was stored.
             InvalidRequestError: ``claim`` is a claim on another session; nothing was stored.
+            InvalidFieldError: ``character_id`` is not the character the session talks as, or not a
+                valid id (field ``character_id``); nothing was stored.
+            NotFoundError: a new session's ``character_id`` names no stored character; nothing was
+                stored.
             FileNotFound: an attachment id is unknown, another user's, or another session's
                 ephemeral id; nothing was stored.
             ConfigurationError: attachments given to an engine without a file store, or the
@@ -84,6 +93,7 @@ class Engine(EngineParts):
                 on_delta=on_delta,
                 attachments=attachments,
                 claim=claim,
+                character_id=character_id,
             )
 
     def claim(self, session_id: str) -> TurnClaim:

@@ -58,7 +58,7 @@ from runtime.summary_items import items_from_json
 from runtime.turn._attachments import check_attachments
 from runtime.turn._backfill import BackfillScheduler
 from runtime.turn._characters import Cast, SessionCharacter
-from runtime.turn._claims import TurnClaim, check_claim
+from runtime.turn._claims import TurnClaim, check_character, check_claim
 from runtime.turn._compaction import CompactionRequest, CompactionScheduler, InlineCompaction, room_cap
 from runtime.turn._extensions import TurnExtension
 from runtime.turn._gather import ContextGatherer, stored_cap
@@ -120,6 +120,7 @@ class TurnRunner:
         on_delta: Callable[[str], None] | None = None,
         attachments: Sequence[str] = (),
         claim: TurnClaim | None = None,
+        character_id: str | None = None,
     ) -> TurnResult:
         """See :meth:`runtime.turn.Engine.turn` (which meters it: :func:`runtime.llm.metered`)."""
         text = validate_message(message, max_chars=self.settings.max_message_chars)
@@ -129,6 +130,7 @@ class TurnRunner:
             raise InvalidMessageError("No reply was given and the engine has no replier.", reason="no_replier")
         attached = check_attachments(self.files, user_id=user_id, session_id=session_id, attachments=attachments)
         check_claim(claim, session_id)
+        check_character(claim, character_id)
         profile = self.profiles.get(user_id)
 
         def checked(character: SessionCharacter) -> TurnInput:
@@ -156,12 +158,13 @@ class TurnRunner:
         try:
             own = self.claim(session_id, user_id=user_id)
         except NotFoundError:
-            # a new session talks as the default character: its message is embedded before the
-            # session is made, so that a failing local model leaves no empty session behind
-            early = checked(self.cast.default)
-            self.store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=self.cast.default.id)
+            # a new session talks as the character named, else the default: the message is embedded
+            # before the session is made, so a failing model or unknown character leaves no session
+            early = checked(self.cast.default if character_id is None else self.cast.newest(character_id))
+            self.store.sessions.ensure(session_id=session_id, user_id=user_id, character_id=early.character.id)
             own = self.claim(session_id, user_id=user_id)
         with own:
+            check_character(own, character_id)
             character = self._character(own)
             turn = early if early is not None and early.character == character else checked(character)
             return self._claimed_turn(turn, own)
@@ -171,8 +174,7 @@ class TurnRunner:
         return self.cast.at(claim.session.character_id, claim.session.revision)
 
     def _claimed_turn(self, turn: TurnInput, claim: TurnClaim) -> TurnResult:
-        """The turn, once its session is claimed: store the user turn, reply, store the reply,
-        schedule the compaction."""
+        """The turn, once its session is claimed: store the user turn, reply, store the reply, then compaction."""
         user_turn = self._store_user_turn(turn)
         try:
             outcome = self._reply(turn, user_turn)
