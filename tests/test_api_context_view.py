@@ -7,11 +7,13 @@ persona and a small window so that turns roll out into the archive."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import httpx
 import pytest
 
 from prompts import render, template
-from runtime.context import AssembledContext
+from runtime.context import AssembledContext, RecalledItem
 from runtime.service.api.context_view import NOTICE_SOURCES, find_notices
 from tests.playground_env import fill_archive, lore_server  # noqa: F401  (a fixture)
 
@@ -86,23 +88,24 @@ def test_every_cut_notice_template_is_found_in_its_source_text(name):
     assert [(n.source, n.text) for n in find_notices(context)] == [(source, notice)]
 
 
-def test_the_context_lists_what_recall_selected_and_the_prompt_does_not_show():
-    from datetime import UTC, datetime
-
-    from runtime.context import RecalledItem
-    from runtime.service.api.context_view import context_out
-
-    item = RecalledItem(
-        id=7,
+def _recalled(i: int, tokens: int, content: str = "User: the harbour") -> RecalledItem:
+    return RecalledItem(
+        id=i,
         session_id="s",
-        first_seq=1,
-        last_seq=2,
-        content="User: the harbour",
-        tokens=5,
+        first_seq=i,
+        last_seq=i + 1,
+        content=content,
+        tokens=tokens,
         session_date=datetime(2026, 1, 1, tzinfo=UTC),
         score=0.5,
-        vector_rank=1,
+        vector_rank=i,
     )
+
+
+def test_the_context_lists_what_recall_selected_and_the_prompt_does_not_show():
+    from runtime.service.api.context_view import context_out
+
+    item = _recalled(7, 5)
     context = AssembledContext(
         session_id="s",
         messages=[],
@@ -118,25 +121,12 @@ def test_the_context_lists_what_recall_selected_and_the_prompt_does_not_show():
 
 
 def test_inspect_says_how_much_of_recalls_selection_the_prompt_does_not_show():
-    from datetime import UTC, datetime
-
     from rich.console import Console
 
     from runtime.cli._chat import context_table
-    from runtime.context import RecalledItem
 
     def item(i: int, tokens: int) -> RecalledItem:
-        return RecalledItem(
-            id=i,
-            session_id="s",
-            first_seq=i,
-            last_seq=i,
-            content=f"User: line {i}",
-            tokens=tokens,
-            session_date=datetime(2026, 1, 1, tzinfo=UTC),
-            score=0.5,
-            vector_rank=i,
-        )
+        return _recalled(i, tokens, content=f"User: line {i}")
 
     def shown(**fields) -> str:
         context = AssembledContext(

@@ -1,6 +1,6 @@
 """The assembled context as the API shows it: tokens by source, the recalled segments with
-why each came back (and, in the cache layout, those selected but not shown), the retrieval items with the lorebook key that fired them, and the cut
-notices the prompt carries.
+why each came back (and, in the cache layout, those selected but not shown), the retrieval
+items with the lorebook key that fired them, and the cut notices the prompt carries.
 
 A notice is found by matching each line of a source's rendered text against the notice
 templates (``prompts/notice_*.txt``, ``$name`` placeholders as wildcards), so what the
